@@ -1,0 +1,121 @@
+"""Subscription configuration (PROTOCOL §2 Subscription config, §4 push)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class DeliveryMode(enum.Enum):
+    AT_LEAST_ONCE = "at_least_once"
+    AT_MOST_ONCE = "at_most_once"  # a record counts as acked when it is sent
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    min_ms: int = 100
+    max_ms: int = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    failures: int = 5
+    open_ms: int = 1_000
+    max_open_ms: int = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class PushConfig:
+    url: str
+    secret: str  # "whsec_<base64>"; never shown by GET
+    max_in_flight: int = 16
+    timeout_ms: int = 10_000
+    breaker: Breaker = field(default_factory=Breaker)
+
+    def public_dict(self) -> dict[str, Any]:
+        """The push config as GET shows it: without the secret."""
+        return {
+            "url": self.url,
+            "max_in_flight": self.max_in_flight,
+            "timeout_ms": self.timeout_ms,
+            "breaker": {
+                "failures": self.breaker.failures,
+                "open_ms": self.breaker.open_ms,
+                "max_open_ms": self.breaker.max_open_ms,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StartAt:
+    """Where a new subscription begins: "earliest", "latest" or a timestamp."""
+
+    position: str = "latest"  # "earliest" | "latest" | "timestamp"
+    timestamp: int | None = None
+
+    def to_json(self) -> Any:
+        if self.position == "timestamp":
+            return {"timestamp": self.timestamp}
+        return self.position
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionConfig:
+    topic: str
+    start: StartAt = field(default_factory=StartAt)
+    delivery: DeliveryMode = DeliveryMode.AT_LEAST_ONCE
+    ack_deadline_ms: int = 30_000
+    max_in_flight: int = 1_000
+    max_deliveries: int = 5  # 0: never dead-letter
+    retry_backoff: Backoff = field(default_factory=Backoff)
+    dead_letter_topic: str | None = None
+    ordered_by_key: bool = False
+    push: PushConfig | None = None
+
+    def public_dict(self) -> dict[str, Any]:
+        """The config as GET shows it (PROTOCOL §2): all fields, defaults filled, no secret."""
+        return {
+            "topic": self.topic,
+            "start": self.start.to_json(),
+            "delivery": self.delivery.value,
+            "ack_deadline_ms": self.ack_deadline_ms,
+            "max_in_flight": self.max_in_flight,
+            "max_deliveries": self.max_deliveries,
+            "retry_backoff": {"min_ms": self.retry_backoff.min_ms, "max_ms": self.retry_backoff.max_ms},
+            "dead_letter_topic": self.dead_letter_topic,
+            "ordered_by_key": self.ordered_by_key,
+            "push": self.push.public_dict() if self.push else None,
+        }
+
+    def to_storage(self) -> dict[str, Any]:
+        """What meta.db keeps: the public view plus the push secret."""
+        data = self.public_dict()
+        if self.push is not None:
+            data["push"]["secret"] = self.push.secret
+        return data
+
+    @classmethod
+    def from_storage(cls, data: dict[str, Any]) -> SubscriptionConfig:
+        start = data.get("start", "latest")
+        push = data.get("push")
+        return cls(
+            topic=data["topic"],
+            start=StartAt("timestamp", start["timestamp"]) if isinstance(start, dict) else StartAt(start),
+            delivery=DeliveryMode(data["delivery"]),
+            ack_deadline_ms=data["ack_deadline_ms"],
+            max_in_flight=data["max_in_flight"],
+            max_deliveries=data["max_deliveries"],
+            retry_backoff=Backoff(**data["retry_backoff"]),
+            dead_letter_topic=data["dead_letter_topic"],
+            ordered_by_key=data["ordered_by_key"],
+            push=None
+            if push is None
+            else PushConfig(
+                url=push["url"],
+                secret=push["secret"],
+                max_in_flight=push["max_in_flight"],
+                timeout_ms=push["timeout_ms"],
+                breaker=Breaker(**push["breaker"]),
+            ),
+        )

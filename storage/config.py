@@ -1,0 +1,23 @@
+"""Per-topic configuration (PROTOCOL §1 Retention, §2 PUT /v1/topics)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+TWO_WEEKS_MS = 14 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    partitions: int = 1
+    retention_ms: int | None = TWO_WEEKS_MS  # None: unlimited
+    retention_bytes: int | None = None  # per partition; None: unlimited
+    dedup_window_ms: int = 120_000
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TopicConfig:
+        return cls(**data)

@@ -1,0 +1,62 @@
+"""The record types every layer shares (PROTOCOL §1)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class ValueKind(enum.IntEnum):
+    """How a record's value was published; it comes back in the same form."""
+
+    JSON = 0  # `value`: the bytes are compact JSON text
+    BYTES = 1  # `value_b64`: the bytes are the decoded payload
+
+
+class Acks(enum.Enum):
+    """Durability a publisher waits for (PROTOCOL §2 Publish)."""
+
+    NONE = "0"  # answered before the write
+    LEADER = "1"  # written to the log file: survives a crash of the process
+    ALL = "all"  # fsynced: survives power loss
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A record handed to an append, before it has an offset and timestamp."""
+
+    value: bytes
+    kind: ValueKind = ValueKind.JSON
+    key: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    producer_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record as stored in a partition log."""
+
+    partition: int
+    offset: int
+    timestamp: int  # broker append time, ms since the epoch
+    value: bytes
+    kind: ValueKind = ValueKind.JSON
+    key: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    producer_id: str | None = None
+
+    @property
+    def id(self) -> str:
+        """The message id of PROTOCOL §1: ``"{partition}-{offset}"``."""
+        return f"{self.partition}-{self.offset}"
+
+
+def message_size(value: bytes, key: str | None, headers: Mapping[str, str]) -> int:
+    """A message's size as PROTOCOL §2 counts it against max_message_bytes."""
+    size = len(value)
+    if key is not None:
+        size += len(key.encode())
+    for name, header in headers.items():
+        size += len(name.encode()) + len(header.encode())
+    return size
