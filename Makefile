@@ -1,0 +1,39 @@
+# Herald — the two entry points a fresh machine needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: run test test-all lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+## Install and run the server on its embedded defaults (./herald-data, 127.0.0.1:8080).
+run: $(VENV)/.installed
+	$(BIN)/herald serve
+
+## Install everything the tests need, lint, type-check and run the whole suite.
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python bench/storage.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

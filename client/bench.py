@@ -1,0 +1,361 @@
+"""`herald bench`: end-to-end throughput and latency through a real server.
+
+Speaks only the public protocol (PROTOCOL §2 publish, §3 WebSocket consumer).
+By default it starts its own server (``herald serve`` on a free loopback port and
+a temporary data dir) so it can also read that process's CPU time and report
+server CPU per delivered message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import httpx
+import orjson
+import websockets
+
+RECORD_BYTES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputResult:
+    acks: str
+    records: int
+    publish_seconds: int | float
+    end_to_end_seconds: float
+    server_cpu_us_per_msg: float | None
+
+    @property
+    def publish_rate(self) -> float:
+        return self.records / self.publish_seconds
+
+    @property
+    def end_to_end_rate(self) -> float:
+        return self.records / self.end_to_end_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyResult:
+    acks: str
+    rate: int
+    samples: int
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+
+
+class Progress:
+    """A one-line progress bar on stderr (silent when stderr is not a terminal)."""
+
+    def __init__(self, label: str, total: int, enabled: bool) -> None:
+        self.label, self.total, self.enabled = label, total, enabled
+        self.done = 0
+        self._last = 0.0
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and (now - self._last > 0.1 or self.done >= self.total):
+            self._last = now
+            width = 30
+            filled = int(width * min(self.done, self.total) / self.total)
+            sys.stderr.write(
+                f"\r{self.label:<22} [{'#' * filled}{'.' * (width - filled)}] "
+                f"{self.done:>9}/{self.total}"
+            )
+            if self.done >= self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def embedded_server() -> Iterator[tuple[str, int]]:
+    """Start `herald serve` on a free port and a temp dir; yield (url, pid)."""
+    data_dir = tempfile.mkdtemp(prefix="herald-bench-")
+    port = _free_port()
+    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--data-dir", data_dir]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not become healthy in 30 s")
+            time.sleep(0.05)
+        yield url, proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process (all its threads), from /proc."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+async def _setup(http: httpx.AsyncClient, topic: str, subscription: str) -> None:
+    (await http.put(f"/v1/topics/{topic}", json={"partitions": 1})).raise_for_status()
+    body = {"topic": topic, "start": "latest", "max_in_flight": 100_000}
+    (await http.put(f"/v1/subscriptions/{subscription}", json=body)).raise_for_status()
+
+
+@contextlib.asynccontextmanager
+async def _consumer(
+    url: str, subscription: str, credit: int
+) -> AsyncIterator[websockets.ClientConnection]:
+    ws_url = url.replace("http", "ws", 1) + f"/v1/subscriptions/{subscription}/ws?credit={credit}"
+    async with websockets.connect(ws_url, max_size=None, compression=None) as ws:
+        ready = orjson.loads(await ws.recv())
+        if ready.get("type") != "ready":
+            raise RuntimeError(f"expected ready, got {ready}")
+        yield ws
+
+
+async def _consume_acking(ws: websockets.ClientConnection, total: int, progress: Progress) -> float:
+    """Receive `total` records, acking each frame's records and replenishing credit."""
+    received = 0
+    while received < total:
+        frame = orjson.loads(await ws.recv())
+        if frame["type"] != "deliver":
+            continue
+        ids = [m["id"] for m in frame["messages"]]
+        received += len(ids)
+        progress.advance(len(ids))
+        await ws.send(orjson.dumps({"type": "ack", "ids": ids}).decode())
+        await ws.send(orjson.dumps({"type": "credit", "n": len(ids)}).decode())
+    return time.perf_counter()
+
+
+async def throughput(
+    url: str, pid: int | None, acks: str, records: int, batch: int, concurrency: int, show: bool
+) -> ThroughputResult:
+    tag = uuid.uuid4().hex[:8]
+    topic, subscription = f"bench-{acks}-{tag}", f"bench-{acks}-{tag}"
+    value = "x" * (RECORD_BYTES - 2)  # its compact JSON text is RECORD_BYTES bytes
+    body = orjson.dumps({"messages": [{"value": value}] * batch})
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
+        await _setup(http, topic, subscription)
+        async with _consumer(url, subscription, credit=1000) as ws:
+            progress = Progress(f"acks={acks} e2e", records, show)
+            requests = records // batch
+            queue: asyncio.Queue[None] = asyncio.Queue()
+            for _ in range(requests):
+                queue.put_nowait(None)
+
+            async def produce() -> None:
+                while not queue.empty():
+                    queue.get_nowait()
+                    reply = await http.post(
+                        f"/v1/topics/{topic}/messages?acks={acks}",
+                        content=body,
+                        headers={"content-type": "application/json"},
+                    )
+                    reply.raise_for_status()
+
+            cpu_start = cpu_seconds(pid)
+            start = time.perf_counter()
+            consumer = asyncio.ensure_future(_consume_acking(ws, requests * batch, progress))
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for _ in range(concurrency):
+                        group.create_task(produce())
+                published = time.perf_counter()
+                finished = await asyncio.wait_for(consumer, timeout=600)
+            finally:
+                consumer.cancel()
+            cpu_end = cpu_seconds(pid)
+        await http.delete(f"/v1/topics/{topic}")
+    cpu_per_msg = None
+    if cpu_start is not None and cpu_end is not None:
+        cpu_per_msg = (cpu_end - cpu_start) / (requests * batch) * 1e6
+    return ThroughputResult(
+        acks, requests * batch, published - start, finished - start, cpu_per_msg
+    )
+
+
+async def latency(url: str, acks: str, rate: int, seconds: float, show: bool) -> LatencyResult:
+    """Publish one record per request at a fixed rate; measure publish-to-deliver time."""
+    tag = uuid.uuid4().hex[:8]
+    topic, subscription = f"lat-{acks}-{tag}", f"lat-{acks}-{tag}"
+    total = int(rate * seconds)
+    sent_at: dict[int, int] = {}
+    latencies: list[float] = []
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        await _setup(http, topic, subscription)
+        async with _consumer(url, subscription, credit=10_000) as ws:
+            progress = Progress(f"acks={acks} latency", total, show)
+
+            async def receive() -> None:
+                while len(latencies) < total:
+                    frame = orjson.loads(await ws.recv())
+                    if frame["type"] != "deliver":
+                        continue
+                    now = time.perf_counter_ns()
+                    ids = []
+                    for message in frame["messages"]:
+                        ids.append(message["id"])
+                        latencies.append((now - sent_at[message["value"]]) / 1e6)
+                    progress.advance(len(ids))
+                    await ws.send(orjson.dumps({"type": "ack", "ids": ids}).decode())
+                    await ws.send(orjson.dumps({"type": "credit", "n": len(ids)}).decode())
+
+            async def publish(seq: int) -> None:
+                body = orjson.dumps({"messages": [{"value": seq}]})
+                sent_at[seq] = time.perf_counter_ns()
+                reply = await http.post(
+                    f"/v1/topics/{topic}/messages?acks={acks}",
+                    content=body,
+                    headers={"content-type": "application/json"},
+                )
+                reply.raise_for_status()
+
+            receiver = asyncio.ensure_future(receive())
+            try:
+                async with asyncio.TaskGroup() as group:
+                    start = time.perf_counter()
+                    for seq in range(total):
+                        # Open-loop schedule: a slow answer never delays the next send.
+                        delay = start + seq / rate - time.perf_counter()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                        group.create_task(publish(seq))
+                await asyncio.wait_for(receiver, timeout=120)
+            finally:
+                receiver.cancel()
+        await http.delete(f"/v1/topics/{topic}")
+    ordered = sorted(latencies)
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return LatencyResult(acks, rate, len(ordered), pct(0.50), pct(0.99), pct(0.999))
+
+
+async def run(args: argparse.Namespace, url: str, pid: int | None) -> None:
+    show = sys.stderr.isatty() and not args.quiet
+    rows: list[ThroughputResult] = []
+    for acks in args.acks:
+        runs = [
+            await throughput(url, pid, acks, args.records, args.batch, args.concurrency, show)
+            for _ in range(args.runs)
+        ]
+        rows.append(_median_run(runs))
+    lat = [await latency(url, acks, args.rate, args.seconds, show) for acks in args.acks]
+    print(
+        f"herald bench: {args.records} x {RECORD_BYTES} B records, batch {args.batch}, "
+        f"{args.concurrency} concurrent publishers, consumer credit 1000 acking every record; "
+        f"median of {args.runs} run(s)"
+    )
+    print(
+        f"{'acks':<5} {'e2e msg/s':>10} {'e2e MB/s':>9} {'publish msg/s':>14} {'server CPU us/msg':>18}"
+    )
+    for row in rows:
+        cpu = f"{row.server_cpu_us_per_msg:.1f}" if row.server_cpu_us_per_msg is not None else "n/a"
+        print(
+            f"{row.acks:<5} {row.end_to_end_rate:>10,.0f} "
+            f"{row.end_to_end_rate * RECORD_BYTES / 1e6:>9.1f} {row.publish_rate:>14,.0f} {cpu:>18}"
+        )
+    print(
+        f"latency publish-to-deliver at {args.rate} msg/s, one record per request, {args.seconds:g} s:"
+    )
+    print(f"{'acks':<5} {'samples':>8} {'p50 ms':>8} {'p99 ms':>8} {'p999 ms':>8}")
+    for item in lat:
+        print(
+            f"{item.acks:<5} {item.samples:>8} {item.p50_ms:>8.2f} {item.p99_ms:>8.2f} {item.p999_ms:>8.2f}"
+        )
+
+
+def _median_run(runs: list[ThroughputResult]) -> ThroughputResult:
+    ordered = sorted(runs, key=lambda r: r.end_to_end_rate)
+    middle = ordered[len(ordered) // 2]
+    cpus = [r.server_cpu_us_per_msg for r in runs if r.server_cpu_us_per_msg is not None]
+    return ThroughputResult(
+        middle.acks,
+        middle.records,
+        statistics.median(r.publish_seconds for r in runs),
+        middle.end_to_end_seconds,
+        statistics.median(cpus) if cpus else None,
+    )
+
+
+def add_command(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure end-to-end throughput, latency and server CPU",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--url", help="bench an already running server instead of starting one")
+    parser.add_argument("--records", type=int, default=200_000, help="records per throughput run")
+    parser.add_argument("--batch", type=int, default=500, help="records per publish request")
+    parser.add_argument("--concurrency", type=int, default=4, help="concurrent publish requests")
+    parser.add_argument(
+        "--runs", type=int, default=3, help="throughput runs per acks level (median)"
+    )
+    parser.add_argument("--acks", nargs="+", default=["1", "all"], choices=["0", "1", "all"])
+    parser.add_argument(
+        "--rate", type=int, default=2000, help="fixed rate of the latency run, msg/s"
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency run")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    runner = getattr(__import__("uvloop"), "run", asyncio.run) if _has_uvloop() else asyncio.run
+    if args.url:
+        runner(run(args, args.url.rstrip("/"), None))
+        return 0
+    with embedded_server() as (url, pid):
+        runner(run(args, url, pid))
+    return 0
+
+
+def _has_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
