@@ -1,0 +1,122 @@
+"""Topic and subscription definitions in ``<data_dir>/meta.db`` (SQLite).
+
+Admin operations are rare, so the API is synchronous; callers on the event loop may
+hand it to a thread, hence one connection shared across threads behind a lock.
+WAL + ``synchronous=FULL``: a put that returned survives power loss.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from storage.config import TopicConfig
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    name       TEXT PRIMARY KEY,
+    config     TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    name   TEXT PRIMARY KEY,
+    topic  TEXT NOT NULL,
+    config TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS subscriptions_by_topic ON subscriptions(topic);
+"""
+
+
+class MetadataStore:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        # isolation_level=None: autocommit; multi-statement changes use explicit BEGIN.
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- topics ---------------------------------------------------------------------
+
+    def topics(self) -> dict[str, TopicConfig]:
+        with self._lock:
+            rows = self._db.execute("SELECT name, config FROM topics ORDER BY name").fetchall()
+        return {name: TopicConfig.from_dict(orjson.loads(config)) for name, config in rows}
+
+    def topic_created_ms(self, name: str) -> int | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT created_ms FROM topics WHERE name = ?", (name,)
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def put_topic(self, name: str, config: TopicConfig, created_ms: int | None = None) -> None:
+        """Insert or update a topic; an update keeps the original creation time."""
+        created = int(time.time() * 1000) if created_ms is None else created_ms
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO topics (name, config, created_ms) VALUES (?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET config = excluded.config",
+                (name, orjson.dumps(config.to_dict()).decode(), created),
+            )
+
+    def delete_topic(self, name: str) -> list[str]:
+        """Delete a topic and, in the same transaction, its subscriptions (PROTOCOL §2:
+        DELETE topic deletes its subscriptions too), so a crash cannot leave
+        subscriptions of a topic that no longer exists. Returns the deleted
+        subscription names."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                subs = [
+                    row[0]
+                    for row in self._db.execute(
+                        "SELECT name FROM subscriptions WHERE topic = ? ORDER BY name", (name,)
+                    )
+                ]
+                self._db.execute("DELETE FROM subscriptions WHERE topic = ?", (name,))
+                self._db.execute("DELETE FROM topics WHERE name = ?", (name,))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        return subs
+
+    # --- subscriptions -----------------------------------------------------------------
+
+    def subscriptions(self) -> dict[str, dict[str, Any]]:
+        """Each subscription's JSON-able config (it includes ``"topic"``)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT name, config FROM subscriptions ORDER BY name"
+            ).fetchall()
+        return {name: orjson.loads(config) for name, config in rows}
+
+    def put_subscription(self, name: str, config: dict[str, Any]) -> None:
+        topic = config["topic"]
+        if not isinstance(topic, str):
+            raise TypeError("subscription config needs a string 'topic'")
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO subscriptions (name, topic, config) VALUES (?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET topic = excluded.topic, config = excluded.config",
+                (name, topic, orjson.dumps(config).decode()),
+            )
+
+    def delete_subscription(self, name: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM subscriptions WHERE name = ?", (name,))
