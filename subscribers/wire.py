@@ -7,6 +7,7 @@ as is: no record is parsed again on the way out.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterable
 
 import orjson
@@ -17,7 +18,11 @@ from storage.record import Record, ValueKind
 def record_json(
     topic: str, record: Record, subscription: str | None = None, attempt: int | None = None
 ) -> bytes:
-    """One record as a JSON object; with ``subscription``/``attempt`` for deliveries."""
+    """One record as a JSON object; with ``subscription``/``attempt`` for deliveries.
+
+    A tail delivery passes ``attempt`` without ``subscription``: PROTOCOL §3 says its
+    records carry no `subscription`, so the member is left out rather than null.
+    """
     head: dict[str, object] = {
         "topic": topic,
         "id": f"{record.partition}-{record.offset}",
@@ -28,7 +33,8 @@ def record_json(
         "headers": record.headers,
     }
     if attempt is not None:
-        head["subscription"] = subscription
+        if subscription is not None:
+            head["subscription"] = subscription
         head["attempt"] = attempt
     if record.kind is ValueKind.BYTES:
         head["value_b64"] = base64.b64encode(record.value).decode("ascii")
@@ -43,3 +49,33 @@ def json_array(items: Iterable[bytes]) -> bytes:
 def deliver_frame(items: Iterable[bytes]) -> bytes:
     """A `deliver` frame around already encoded records."""
     return b'{"type":"deliver","messages":[' + b",".join(items) + b"]}"
+
+
+def ready_frame(subscription: str | None, consumer: str, credit: int) -> bytes:
+    """The first frame of every consumer connection (PROTOCOL §3)."""
+    return orjson.dumps(
+        {"type": "ready", "subscription": subscription, "consumer": consumer, "credit": credit}
+    )
+
+
+def error_frame(code: str, message: str) -> bytes:
+    """The answer to a bad client frame (PROTOCOL §3: `unknown_type` or `bad_frame`)."""
+    return orjson.dumps({"type": "error", "code": code, "message": message})
+
+
+def acked_frame(req: object, ok: list[str], unknown: list[str]) -> bytes:
+    """The answer to an ack carrying `req`, which is echoed as sent (PROTOCOL §3)."""
+    head = orjson.dumps({"type": "acked", "ok": ok, "unknown": unknown})
+    return b"".join((head[:-1], b',"req":', dumps_any_json(req), b"}"))
+
+
+def dumps_any_json(value: object) -> bytes:
+    """Compact JSON of any parsed JSON value, integers beyond 64 bits included.
+
+    orjson refuses integers outside 64 bits, but a client may send one as `req`
+    and expects it back as sent; the standard library takes over for those.
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()

@@ -1,0 +1,193 @@
+"""The frame I/O of one WebSocket consumer connection (PROTOCOL §3), shared by the
+durable session and the ephemeral tail.
+
+A reader task parses client frames and hands them to a handler; a writer task
+drains two bounded outboxes: control frames (`acked`, `error`) and encoded
+records, which leave batched into as few `deliver` frames as fit. Records are
+queued only against credit the client granted, so that outbox is bounded by the
+credit (≤ 1,000,000 records); the control outbox is bounded by count and the
+reader waits for room, so a client that stops reading stops being read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
+
+from subscribers.frames import BadFrame, ClientFrame, parse_frame
+from subscribers.wire import deliver_frame, error_frame
+
+log = logging.getLogger(__name__)
+
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001  # PROTOCOL §3: server shutting down
+CLOSE_POLICY = 1008  # PROTOCOL §3: too many bad frames
+CLOSE_INTERNAL = 1011
+CLOSE_BAD_QUERY = 4400
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+CLOSE_PUSH_SUBSCRIPTION = 4409
+CLOSE_DELETED = 4410
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    # Soft size of one `deliver` frame: a frame holds at least one record, and stops
+    # before the record that would take it past this. Under the 1 MiB default
+    # max_size of common clients (python-websockets), so they never see 1009.
+    max_frame_bytes: int = 512 * 1024
+    max_control_frames: int = 256  # queued `acked`/`error` replies before the reader waits
+    max_bad_frames: int = 100  # PROTOCOL §3: after 100 bad frames, close 1008
+
+
+FrameHandler = Callable[[ClientFrame], bytes | None]
+
+
+class ConsumerConnection:
+    """Reader and writer of one accepted WebSocket; knows frames, not subscriptions."""
+
+    def __init__(self, websocket: WebSocket, settings: ConnectionSettings | None = None) -> None:
+        self.websocket = websocket
+        self.settings = settings or ConnectionSettings()
+        self._records: deque[bytes] = deque()
+        self._records_bytes = 0
+        self._control: deque[bytes] = deque()
+        self._wakeup = asyncio.Event()  # something to write, or a close to send
+        self._control_room = asyncio.Event()
+        self._control_room.set()
+        self._drained = asyncio.Event()  # the record outbox is empty
+        self._drained.set()
+        self._close: tuple[int, str] | None = None
+        self.disconnected = False  # the client went away (or a send failed)
+        self.bad_frames = 0
+
+    # -- called on the loop, never block --------------------------------------------
+
+    def push_records(self, encoded: Iterable[bytes]) -> None:
+        """Queue encoded records for `deliver` frames; the caller already spent credit."""
+        if self._close is not None or self.disconnected:
+            return
+        before = len(self._records)
+        for item in encoded:
+            self._records.append(item)
+            self._records_bytes += len(item)
+        if len(self._records) != before:
+            self._drained.clear()
+            self._wakeup.set()
+
+    def request_close(self, code: int, reason: str) -> None:
+        """Close once what is queued has been written; the first request wins."""
+        if self._close is None:
+            self._close = (code, reason)
+            self._wakeup.set()
+
+    @property
+    def closing(self) -> bool:
+        return self._close is not None or self.disconnected
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._records_bytes
+
+    async def wait_drained(self) -> None:
+        """Wait until every queued record has been written (tail backpressure)."""
+        await self._drained.wait()
+
+    # -- the connection's tasks -------------------------------------------------------
+
+    async def send_now(self, frame: bytes) -> None:
+        """Write one frame before the writer runs (the `ready` frame)."""
+        await self.websocket.send_text(frame.decode())
+
+    async def run(self, handle: FrameHandler, on_disconnect: Callable[[], None]) -> None:
+        """Read and write until the client goes away or a requested close is sent.
+
+        STYLE 4: both tasks live in this connection's TaskGroup; whichever ends
+        first cancels the other, so neither outlives the connection.
+        """
+        async with asyncio.TaskGroup() as group:
+            reader = group.create_task(self._read_loop(handle, on_disconnect))
+            writer = group.create_task(self._write_loop(on_disconnect))
+            writer.add_done_callback(lambda _: reader.cancel())
+            reader.add_done_callback(lambda _: self.disconnected and writer.cancel())
+
+    async def _read_loop(self, handle: FrameHandler, on_disconnect: Callable[[], None]) -> None:
+        while not self.closing:
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                self._lost(on_disconnect)
+                return
+            try:
+                reply = handle(parse_frame(message))
+            except BadFrame as bad:
+                reply = error_frame(bad.code, bad.message)
+                self.bad_frames += 1
+                if self.bad_frames >= self.settings.max_bad_frames:
+                    # PROTOCOL §3: the 100th bad frame is answered, then the connection closed.
+                    await self._queue_control(reply)
+                    self.request_close(CLOSE_POLICY, "too many bad frames")
+                    return
+            if reply is not None:
+                await self._queue_control(reply)
+
+    async def _queue_control(self, frame: bytes) -> None:
+        while len(self._control) >= self.settings.max_control_frames:
+            self._control_room.clear()
+            await self._control_room.wait()
+        self._control.append(frame)
+        self._wakeup.set()
+
+    async def _write_loop(self, on_disconnect: Callable[[], None]) -> None:
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._control or self._records:
+                    if self._control:
+                        frame = self._control.popleft()
+                        self._control_room.set()
+                        await self.send_now(frame)
+                    if self._records:
+                        await self.send_now(self._next_deliver_frame())
+                if not self._records:
+                    self._drained.set()
+                if self.disconnected:
+                    return
+                if self._close is not None:
+                    code, reason = self._close
+                    await self.websocket.close(code, reason)
+                    return
+        except (WebSocketDisconnect, WebSocketDisconnected, OSError) as exc:
+            # uvicorn raises ClientDisconnected (an OSError) or Starlette turns it into
+            # WebSocketDisconnect; a send after the close is WebSocketDisconnected.
+            log.debug("consumer connection lost while writing: %r", exc)
+            self._lost(on_disconnect)
+
+    def _next_deliver_frame(self) -> bytes:
+        """As many queued records as fit one frame; always at least one (PROTOCOL §3:
+        a frame carries 1..k records, never more than the credit already spent on them)."""
+        records, budget = self._records, self.settings.max_frame_bytes
+        batch = [records.popleft()]
+        size = len(batch[0])
+        while records and size + len(records[0]) + 1 <= budget:
+            item = records.popleft()
+            size += len(item) + 1
+            batch.append(item)
+        self._records_bytes -= size - (len(batch) - 1)
+        return deliver_frame(batch)
+
+    def _lost(self, on_disconnect: Callable[[], None]) -> None:
+        if not self.disconnected:
+            self.disconnected = True
+            self._records.clear()
+            self._records_bytes = 0
+            self._drained.set()
+            self._wakeup.set()
+            self._control_room.set()
+            on_disconnect()  # PROTOCOL §3: in-flight records are given back at once
