@@ -1,0 +1,212 @@
+"""The ``herald`` command: ``herald serve`` here, client subcommands registered from client/.
+
+Adding subcommands (for the client/ engineers): define in ``client/cli.py``
+
+    def add_commands(subparsers: argparse._SubParsersAction) -> None:
+        parser = subparsers.add_parser("publish", help=...)
+        ...
+        parser.set_defaults(func=run_publish)   # run_publish(args) -> int (exit status)
+
+``build_parser`` calls it when that module exists. Until it does, ``herald bench``
+is registered straight from client/bench.py (``add_command``); once client/cli.py
+exists it is expected to register bench itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import uvicorn
+
+from server.config import LOG_FORMATS, LOG_LEVELS, ConfigError, ServerConfig
+
+
+class HeraldServer(uvicorn.Server):
+    """uvicorn's server with Herald's SIGTERM order (PROTOCOL §3).
+
+    uvicorn itself would close WebSockets with 1012 before the lifespan runs;
+    Herald must close consumers with 1001 after persisting their cursors. So on
+    shutdown: stop accepting, drain the app (pending appends, cursors, 1001),
+    then let uvicorn finish the HTTP requests still running and run the
+    lifespan shutdown, which closes Storage.
+    """
+
+    def __init__(self, config: uvicorn.Config, herald: ServerConfig) -> None:
+        super().__init__(config)
+        self.herald = herald
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            port = self.herald.port
+            if port == 0 and self.servers and self.servers[0].sockets:
+                port = self.servers[0].sockets[0].getsockname()[1]
+            base = ServerConfig(host=self.herald.host, port=port).base_url
+            print(f"Herald console: {base}/console", flush=True)
+            print(f"Herald API:     {base}/v1  (OpenAPI: {base}/openapi.json)", flush=True)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # stop accepting before anything else
+        app = _starlette_app(self.config.loaded_app)
+        runtime = getattr(app.state, "runtime", None) if app is not None else None
+        if runtime is not None and not self.force_exit:
+            await runtime.drain(app.state)
+            await self._wait_for_websockets(seconds=2.0)
+        await super().shutdown(sockets)
+
+    async def _wait_for_websockets(self, seconds: float) -> None:
+        """Give the 1001 close frames a moment to leave before uvicorn sends its own."""
+        ws_class = self.config.ws_protocol_class
+        if ws_class is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while loop.time() < deadline:
+            if not any(isinstance(c, ws_class) for c in self.server_state.connections):
+                return
+            await asyncio.sleep(0.02)
+
+
+def _starlette_app(app: Any) -> Any:
+    """The Starlette app under uvicorn's wrappers (proxy headers, message logger)."""
+    for _ in range(8):
+        if hasattr(app, "state"):
+            return app
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+# ------------------------------------------------------------------ serve
+
+
+def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
+    defaults = ServerConfig()
+    p = subparsers.add_parser("serve", help="run the Herald server")
+    p.add_argument(
+        "--host", help=f"interface to listen on (default {defaults.host}; env HERALD_HOST)"
+    )
+    p.add_argument("--port", type=int, help=f"TCP port (default {defaults.port}; env HERALD_PORT)")
+    p.add_argument(
+        "--data-dir", help=f"data directory (default {defaults.data_dir}; env HERALD_DATA_DIR)"
+    )
+    p.add_argument(
+        "--no-auto-create",
+        dest="auto_create",
+        action="store_const",
+        const=False,
+        help="publishing to or subscribing on a missing topic answers 404 (env HERALD_AUTO_CREATE=0)",
+    )
+    p.add_argument("--max-request-bytes", type=int, help=f"default {defaults.max_request_bytes}")
+    p.add_argument("--max-message-bytes", type=int, help=f"default {defaults.max_message_bytes}")
+    p.add_argument(
+        "--log-format", choices=LOG_FORMATS, help="text (default) or json, one object per line"
+    )
+    p.add_argument("--log-level", choices=LOG_LEVELS, help="default info")
+    p.add_argument(
+        "--access-log", action="store_const", const=True, help="log one line per request"
+    )
+    p.add_argument(
+        "--retention-interval",
+        dest="retention_interval_s",
+        type=float,
+        help="seconds between retention passes",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        dest="shutdown_timeout_s",
+        type=float,
+        help="grace for running requests on SIGTERM",
+    )
+    p.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from server.app import create_app  # imported here so client commands start fast
+    from server.logging import configure_logging
+
+    overrides = {
+        name: getattr(args, name, None)
+        for name in (
+            "host",
+            "port",
+            "data_dir",
+            "auto_create",
+            "max_request_bytes",
+            "max_message_bytes",
+            "log_format",
+            "log_level",
+            "access_log",
+            "retention_interval_s",
+            "shutdown_timeout_s",
+        )
+    }
+    try:
+        config = ServerConfig.from_env(**overrides)
+    except (ConfigError, TypeError, ValueError) as exc:
+        print(f"herald serve: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_format, config.log_level)
+    uv_config = uvicorn.Config(
+        create_app(config),
+        host=config.host,
+        port=config.port,
+        loop="uvloop",
+        http="httptools",
+        ws="websockets",
+        lifespan="on",
+        log_config=None,  # configure_logging already routed uvicorn's loggers
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=int(config.shutdown_timeout_s),
+        ws_ping_interval=20.0,  # PROTOCOL §3: pings every 20 s, 20 s to answer
+        ws_ping_timeout=20.0,
+    )
+    server = HeraldServer(uv_config, config)
+    server.run()
+    # uvicorn leaves a failed startup (port taken, data dir unusable) with started False.
+    return 0 if server.started else 1
+
+
+# ------------------------------------------------------------------ parser
+
+
+def _client_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """client/cli.py's add_commands if present, else client/bench.py's add_command."""
+    for module_name, function in (("client.cli", "add_commands"), ("client.bench", "add_command")):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        return [getattr(module, function)]
+    return []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="herald", description="Herald push-delivery pub/sub")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_serve_command(subparsers)
+    for register in _client_registrars():
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    result = args.func(args)
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

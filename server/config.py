@@ -1,0 +1,95 @@
+"""The server's own settings: where it listens, where its data lives, its limits.
+
+Every field has a default, can be set from a ``HERALD_<FIELD>`` environment
+variable, and is overridden by the matching ``herald serve`` flag (cli.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MIB = 1024 * 1024
+
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class ConfigError(ValueError):
+    """A setting (flag or environment variable) that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"  # PROTOCOL §6: open servers listen on loopback only
+    port: int = 8080
+    data_dir: Path = Path("./herald-data")
+    auto_create: bool = True  # PROTOCOL §1 Auto-create
+    max_request_bytes: int = 64 * MIB  # PROTOCOL §2 payload_too_large
+    max_message_bytes: int = 1 * MIB  # PROTOCOL §2 message_too_large
+    max_read_bytes: int = 16 * MIB  # soft cap of one read response (>= 1 record always)
+    log_format: str = "text"
+    log_level: str = "info"
+    access_log: bool = False  # one line per request; off so hot paths do not pay for it
+    retention_interval_s: float = 60.0  # how often whole expired segments are deleted
+    shutdown_timeout_s: float = 10.0  # grace for in-flight requests on SIGTERM
+    max_pending_unacked_publishes: int = 256  # acks=0 batches being appended at once
+
+    def __post_init__(self) -> None:
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError("port must be in 0..65535")
+        if self.max_message_bytes < 1 or self.max_request_bytes < 1:
+            raise ConfigError("size limits must be positive")
+        if self.max_pending_unacked_publishes < 1:
+            raise ConfigError("max_pending_unacked_publishes must be positive")
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> ServerConfig:
+        """Defaults, then ``HERALD_*`` variables, then ``overrides`` (flags; None = not given)."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(f"HERALD_{f.name.upper()}")
+            if raw is not None and raw != "":
+                values[f.name] = _convert(f.name, raw, cls._field_type(f.name))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "data_dir" in values:
+            values["data_dir"] = Path(values["data_dir"])
+        return cls(**values)
+
+    @staticmethod
+    def _field_type(name: str) -> type:
+        default = getattr(ServerConfig(), name)
+        return type(default) if not isinstance(default, Path) else Path
+
+
+def _convert(name: str, raw: str, kind: type) -> Any:
+    if kind is bool:
+        lowered = raw.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ConfigError(f"HERALD_{name.upper()} must be a boolean, not {raw!r}")
+    if kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            raise ConfigError(f"HERALD_{name.upper()} must be a number, not {raw!r}") from None
+    return kind(raw)

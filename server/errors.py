@@ -1,0 +1,142 @@
+"""The one place where errors become RFC 9457 problem JSON (STYLE principle 5).
+
+``HeraldError`` (storage/errors.py) carries its wire code and status; Starlette's
+routing errors (unknown path, wrong method) are mapped to the ``not_found`` /
+``method_not_allowed`` codes of PROTOCOL §2; anything else is a 500 whose body
+says nothing about the server's internals (the traceback goes to the log).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from storage.errors import HeraldError
+
+PROBLEM_TYPE = "application/problem+json"
+
+log = logging.getLogger("herald.server")
+
+
+class MethodNotAllowed(HeraldError):
+    code, status, title = "method_not_allowed", 405, "Method Not Allowed"
+
+
+class ServiceStopping(HeraldError):
+    """The server is shutting down and no longer serves this request."""
+
+    code, status, title = "storage_unavailable", 503, "Service Unavailable"
+
+
+# Members of a problem object that ``extra`` may never overwrite.
+_RESERVED = frozenset({"status", "title", "detail", "code", "type"})
+
+
+def problem_body(status: int, title: str, code: str, detail: str, **extra: Any) -> bytes:
+    body: dict[str, Any] = {"status": status, "title": title, "code": code, "detail": detail}
+    body.update({k: v for k, v in extra.items() if k not in _RESERVED})
+    return orjson.dumps(body)
+
+
+def problem_response(
+    status: int,
+    title: str,
+    code: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> Response:
+    return Response(
+        problem_body(status, title, code, detail, **extra),
+        status_code=status,
+        media_type=PROBLEM_TYPE,
+        headers=headers,
+    )
+
+
+def herald_error_response(exc: HeraldError) -> Response:
+    headers = None
+    retry_after = exc.extra.get("retry_after")
+    if retry_after is not None:  # PROTOCOL §6: 429 carries Retry-After
+        headers = {"Retry-After": str(retry_after)}
+    extra = {k: v for k, v in exc.extra.items() if k != "retry_after"}
+    return problem_response(exc.status, exc.title, exc.code, exc.detail, headers=headers, **extra)
+
+
+async def handle_herald_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HeraldError)
+    if exc.status >= 500:
+        log.warning(
+            "%s %s -> %d %s: %s", request.method, request.url.path, exc.status, exc.code, exc.detail
+        )
+    return herald_error_response(exc)
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette raises these for unknown routes (404) and methods (405)."""
+    assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 404:
+        return problem_response(
+            404, "Not Found", "not_found", f"no route for {request.url.path}", headers=headers
+        )
+    if exc.status_code == 405:
+        return problem_response(
+            405,
+            "Method Not Allowed",
+            "method_not_allowed",
+            f"{request.method} is not allowed on {request.url.path}",
+            headers=headers,
+        )
+    code = "bad_request" if exc.status_code == 400 else "internal_error"
+    return problem_response(exc.status_code, "Error", code, str(exc.detail), headers=headers)
+
+
+EXCEPTION_HANDLERS = {
+    HeraldError: handle_herald_error,
+    HTTPException: handle_http_exception,
+}
+
+
+class InternalErrorMiddleware:
+    """Turns any exception nobody handled into a 500 problem, logged with its traceback.
+
+    A plain ASGI middleware (not ``BaseHTTPMiddleware``) so the hot routes pay
+    nothing for it. It sits inside Starlette's ``ServerErrorMiddleware``, so the
+    exception is swallowed here instead of being printed a second time.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracking)
+        except Exception:
+            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+            if started:
+                raise  # half a response is out; only closing the connection is left
+            response = problem_response(
+                500,
+                "Internal Server Error",
+                "internal_error",
+                "the server failed to handle this request",
+            )
+            await response(scope, receive, send)

@@ -1,0 +1,127 @@
+"""Subscription routes of PROTOCOL §2: create/inspect/delete and seek."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from delivery.config import SubscriptionConfig
+from server.routes_topics import ADMIN_BODY_LIMIT, ensure_topic, json_response
+from server.routing import method_route
+from server.validation import (
+    SeekTarget,
+    check_name,
+    parse_json,
+    parse_seek,
+    parse_subscription_config,
+    read_body,
+    subscription_config_matches,
+)
+from storage.errors import BadRequest, PartitionNotFound, SubscriptionConflict, SubscriptionNotFound
+
+
+def subscription_body(engine: Any, name: str) -> dict[str, Any]:
+    """The GET /v1/subscriptions/{name} body: config with defaults filled, and §5 stats."""
+    config: SubscriptionConfig = engine.get(name)
+    return {"name": name, "config": config.public_dict(), "stats": engine.stats(name)}
+
+
+def _existing(engine: Any, name: str) -> SubscriptionConfig | None:
+    try:
+        config: SubscriptionConfig = engine.get(name)
+    except SubscriptionNotFound:
+        return None
+    return config
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await read_body(request.stream(), request.headers.get("content-length"), ADMIN_BODY_LIMIT)
+    if not raw.strip():
+        raise BadRequest("a JSON body is required")
+    return parse_json(raw)
+
+
+async def put_subscription(request: Request) -> Response:
+    name = check_name(request.path_params["name"], "subscription")
+    config, given = parse_subscription_config(await _json_body(request))
+    state = request.app.state
+    engine = state.engine
+    existing = _existing(engine, name)
+    if existing is not None:
+        # Decided before any topic is auto-created: a refused PUT changes nothing.
+        if not subscription_config_matches(existing, config, given):
+            raise SubscriptionConflict(f"subscription {name!r} exists with a different config")
+        return json_response(subscription_body(engine, name), 200)
+    await ensure_topic(request, config.topic)
+    async with state.admin_lock:
+        existing = _existing(engine, name)
+        if existing is not None:  # created by a concurrent PUT while the topic was made
+            if not subscription_config_matches(existing, config, given):
+                raise SubscriptionConflict(f"subscription {name!r} exists with a different config")
+            return json_response(subscription_body(engine, name), 200)
+        _, created = await engine.create_subscription(name, config)
+    return json_response(subscription_body(engine, name), 201 if created else 200)
+
+
+async def list_subscriptions(request: Request) -> Response:
+    engine = request.app.state.engine
+    return json_response(
+        {
+            "subscriptions": [
+                {"name": name, "config": engine.get(name).public_dict()}
+                for name in sorted(engine.names())
+            ]
+        }
+    )
+
+
+async def get_subscription(request: Request) -> Response:
+    name = check_name(request.path_params["name"], "subscription")
+    return json_response(subscription_body(request.app.state.engine, name))
+
+
+async def delete_subscription(request: Request) -> Response:
+    name = check_name(request.path_params["name"], "subscription")
+    state = request.app.state
+    async with state.admin_lock:
+        await state.engine.delete_subscription(name)
+    return Response(status_code=204)
+
+
+async def seek(request: Request) -> Response:
+    name = check_name(request.path_params["name"], "subscription")
+    target = parse_seek(await _json_body(request))
+    state = request.app.state
+    engine = state.engine
+    config: SubscriptionConfig = engine.get(name)
+    if target.offsets is not None:
+        topic = state.storage.topic(config.topic)
+        partitions = len(topic.partitions) if topic is not None else 0
+        for partition in target.offsets:
+            if not 0 <= partition < partitions:
+                raise PartitionNotFound(f"topic {config.topic!r} has no partition {partition}")
+    await engine.seek(name, engine_seek_target(target))
+    return json_response(subscription_body(engine, name))
+
+
+def engine_seek_target(target: SeekTarget) -> Any:
+    """SeekTarget in the form DeliveryEngine.seek takes (docs/architecture.md)."""
+    if target.to is not None:
+        return target.to
+    if target.timestamp is not None:
+        return {"timestamp": target.timestamp}
+    return target.offsets
+
+
+routes = [
+    method_route("/v1/subscriptions", GET=list_subscriptions),
+    method_route(
+        "/v1/subscriptions/{name}",
+        GET=get_subscription,
+        PUT=put_subscription,
+        DELETE=delete_subscription,
+    ),
+    method_route("/v1/subscriptions/{name}/seek", POST=seek),
+]

@@ -1,0 +1,259 @@
+"""Topic routes of PROTOCOL §2: create/inspect/delete, publish, read.
+
+Publish is the hot path: the body is parsed once, validated in one pass
+(validation.parse_publish), handed to Topic.publish as one batch and answered
+with bytes built directly; nothing is awaited per record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from server.config import ServerConfig
+from server.errors import ServiceStopping
+from server.routing import method_route
+from server.validation import (
+    PublishBatch,
+    check_name,
+    parse_acks,
+    parse_json,
+    parse_publish,
+    parse_read_query,
+    parse_topic_config,
+    path_int,
+    read_body,
+    topic_config_matches,
+)
+from storage.config import TopicConfig
+from storage.errors import (
+    OffsetOutOfRange,
+    PartitionNotFound,
+    TopicConflict,
+    TopicNotFound,
+)
+from storage.record import Acks, Record
+from storage.topic import PublishItem, PublishResult, Topic
+from subscribers.wire import json_array, record_json
+
+JSON = "application/json"
+
+# Small admin bodies never need the full publish allowance.
+ADMIN_BODY_LIMIT = 1024 * 1024
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type=JSON)
+
+
+def topic_body(topic: Topic) -> dict[str, Any]:
+    """The GET /v1/topics/{topic} body (PROTOCOL §2)."""
+    return {
+        "name": topic.name,
+        "config": topic.config.to_dict(),
+        "partitions": [
+            {
+                "partition": p.partition,
+                "start_offset": p.start_offset,
+                "end_offset": p.end_offset,
+                "bytes": p.size_bytes,
+            }
+            for p in topic.partitions
+        ],
+        "messages_total": topic.messages_total,
+        "bytes_total": topic.bytes_total,
+    }
+
+
+def get_topic(request: Request, name: str) -> Topic:
+    topic: Topic | None = request.app.state.storage.topic(name)
+    if topic is None:
+        raise TopicNotFound(f"topic {name!r} does not exist")
+    return topic
+
+
+async def ensure_topic(
+    request: Request, name: str, max_partition: int = -1, index: int = -1
+) -> Topic:
+    """The topic, auto-created with defaults when allowed (PROTOCOL §1 Auto-create).
+
+    ``max_partition`` is checked against the partition count *before* creating,
+    so a publish that is going to be refused leaves no topic behind.
+    """
+    state = request.app.state
+    topic: Topic | None = state.storage.topic(name)
+    if topic is None:
+        config: ServerConfig = state.config
+        if not config.auto_create:
+            raise TopicNotFound(f"topic {name!r} does not exist")
+        defaults = TopicConfig()
+        _check_partition(name, defaults.partitions, max_partition, index)
+        # Race-free in Storage: two first publishes end up with one topic.
+        topic, _ = await state.storage.ensure_topic(name, defaults)
+    _check_partition(name, len(topic.partitions), max_partition, index)
+    return topic
+
+
+def _check_partition(name: str, partitions: int, wanted: int, index: int) -> None:
+    if wanted >= partitions:
+        extra = {"index": index} if index >= 0 else {}
+        raise PartitionNotFound(
+            f"topic {name!r} has {partitions} partition(s); partition {wanted} does not exist",
+            **extra,
+        )
+
+
+# ------------------------------------------------------------------ admin
+
+
+async def put_topic(request: Request) -> Response:
+    name = check_name(request.path_params["topic"])
+    raw = await read_body(request.stream(), request.headers.get("content-length"), ADMIN_BODY_LIMIT)
+    config, given = parse_topic_config(parse_json(raw) if raw.strip() else None)
+    topic, created = await request.app.state.storage.ensure_topic(name, config)
+    if created:
+        return json_response(topic_body(topic), 201)
+    # PROTOCOL §2: 200 only if every field *given* equals the existing config.
+    if not topic_config_matches(topic.config, config, given):
+        raise TopicConflict(
+            f"topic {name!r} exists with a different config", config=topic.config.to_dict()
+        )
+    return json_response(topic_body(topic), 200)
+
+
+async def get_topic_route(request: Request) -> Response:
+    name = check_name(request.path_params["topic"])
+    return json_response(topic_body(get_topic(request, name)))
+
+
+async def list_topics(request: Request) -> Response:
+    topics = sorted(request.app.state.storage.topics(), key=lambda t: t.name)
+    return json_response(
+        {"topics": [{"name": t.name, "config": t.config.to_dict()} for t in topics]}
+    )
+
+
+async def delete_topic(request: Request) -> Response:
+    name = check_name(request.path_params["topic"])
+    state = request.app.state
+    async with state.admin_lock:
+        get_topic(request, name)
+        # PROTOCOL §2/§3: its subscriptions go first, so their consumers (and the
+        # topic's tails) get 4410 before the log they read from disappears.
+        await state.engine.topic_deleted(name)
+        tails = getattr(state, "tails", None)  # subscribers.tail.TailRegistry, if any tail ran
+        if tails is not None:
+            tails.topic_deleted(name)
+        await state.storage.delete_topic(name)
+    return Response(status_code=204)
+
+
+# ------------------------------------------------------------------ publish
+
+_RESULT = b'{"partition":%d,"offset":%d,"duplicate":%s}'
+
+
+def results_body(results: list[PublishResult]) -> bytes:
+    return (
+        b'{"results":['
+        + b",".join(
+            _RESULT % (r.partition, r.offset, b"true" if r.duplicate else b"false") for r in results
+        )
+        + b"]}"
+    )
+
+
+async def publish(request: Request) -> Response:
+    started = time.perf_counter()
+    state = request.app.state
+    config: ServerConfig = state.config
+    name = check_name(request.path_params["topic"])
+    acks = parse_acks(request.query_params.get("acks"))
+    raw = await read_body(
+        request.stream(), request.headers.get("content-length"), config.max_request_bytes
+    )
+    batch: PublishBatch = parse_publish(parse_json(raw), config.max_message_bytes, PublishItem)
+    topic = await ensure_topic(request, name, batch.max_partition, batch.max_partition_index)
+    if acks is Acks.NONE:
+        # PROTOCOL §2: acks=0 is answered at once; the append runs under the
+        # lifespan's supervisor, which SIGTERM waits for.
+        await state.background.submit(topic.publish(batch.items, Acks.NONE))
+        state.publish_duration.observe(time.perf_counter() - started)
+        return Response(status_code=202)
+    results = await topic.publish(batch.items, acks)
+    body = results_body(results)
+    state.publish_duration.observe(time.perf_counter() - started)
+    return Response(body, media_type=JSON)
+
+
+# ------------------------------------------------------------------ read
+
+
+async def read_messages(request: Request) -> Response:
+    state = request.app.state
+    name = check_name(request.path_params["topic"])
+    query = parse_read_query(request.query_params)
+    topic = get_topic(request, name)
+    number = path_int(request.path_params["partition"], "partition")
+    if not 0 <= number < len(topic.partitions):
+        raise PartitionNotFound(f"topic {name!r} has no partition {number}")
+    partition = topic.partitions[number]
+    if query.offset is not None and query.offset > partition.end_offset:
+        raise OffsetOutOfRange(
+            f"offset {query.offset} is past the end of partition {number} ({partition.end_offset})",
+            start_offset=partition.start_offset,
+            end_offset=partition.end_offset,
+        )
+    max_bytes: int = state.config.max_read_bytes
+    deadline = time.monotonic() + query.wait_ms / 1000
+    while True:
+        if query.timestamp is not None:
+            offset = await partition.offset_for_timestamp(query.timestamp)
+        else:
+            offset = max(query.offset or 0, partition.start_offset)
+        records: list[Record] = await partition.read(offset, query.limit, max_bytes)
+        if query.timestamp is not None:
+            # A record appended between the lookup and the read may predate T.
+            records = [r for r in records if r.timestamp >= query.timestamp]
+        remaining = deadline - time.monotonic()
+        if records or remaining <= 0 or state.stopping.is_set():
+            break
+        await _wait_for_append(partition, offset, remaining, state.stopping)
+    next_offset = records[-1].offset + 1 if records else offset
+    body = (
+        b'{"messages":'
+        + json_array(record_json(name, r) for r in records)
+        + b',"next_offset":'
+        + str(next_offset).encode()
+        + b"}"
+    )
+    return Response(body, media_type=JSON)
+
+
+async def _wait_for_append(
+    partition: Any, offset: int, seconds: float, stopping: asyncio.Event
+) -> None:
+    """Long-poll: until the partition grows past ``offset``, the timeout, or SIGTERM."""
+    appended = asyncio.ensure_future(partition.wait_for(offset, seconds))
+    stopped = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait((appended, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (appended, stopped):
+            task.cancel()
+        await asyncio.gather(appended, stopped, return_exceptions=True)
+    if appended.done() and not appended.cancelled() and appended.exception() is not None:
+        raise ServiceStopping("the partition was closed")
+
+
+routes = [
+    method_route("/v1/topics", GET=list_topics),
+    method_route("/v1/topics/{topic}", GET=get_topic_route, PUT=put_topic, DELETE=delete_topic),
+    method_route("/v1/topics/{topic}/messages", POST=publish),
+    method_route("/v1/topics/{topic}/partitions/{partition}/messages", GET=read_messages),
+]

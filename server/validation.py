@@ -1,0 +1,507 @@
+"""Strict parsing of request bodies and query strings (PROTOCOL §2).
+
+The rules, applied the same way everywhere:
+- not JSON, a wrong JSON type, a missing required field, an unknown field, a
+  value outside its enumerated set, a malformed string, a non-integral number
+  where an integer is expected (``true`` is not an integer either) or two forms
+  where one is expected -> ``bad_request``;
+- well-formed but out of range -> ``validation_error``;
+- a bad topic or subscription name -> ``invalid_name``;
+- an optional field given as ``null`` is the same as leaving it out, except
+  ``retention_ms``/``retention_bytes`` where ``null`` means unlimited.
+
+Validation only builds values (TopicConfig, SubscriptionConfig, PublishItem);
+it never touches state, so a rejected request changes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from delivery.config import (
+    Backoff,
+    Breaker,
+    DeliveryMode,
+    PushConfig,
+    StartAt,
+    SubscriptionConfig,
+)
+from storage.config import TopicConfig
+from storage.errors import (
+    BadRequest,
+    InvalidName,
+    MessageTooLarge,
+    PayloadTooLarge,
+    ValidationError,
+)
+from storage.record import Acks, NewRecord, ValueKind, message_size
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
+_INT_TEXT_RE = re.compile(r"-?[0-9]+")
+_MAX_INT64 = 2**63 - 1
+
+MAX_PARTITIONS = 1024
+MAX_BATCH = 10_000
+MAX_ID_CHARS = 128
+MAX_READ_LIMIT = 10_000
+DEFAULT_READ_LIMIT = 100
+MAX_WAIT_MS = 30_000
+
+_MISSING: Any = object()
+
+
+# ---------------------------------------------------------------- primitives
+
+
+def check_name(name: str, what: str = "topic") -> str:
+    if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
+        raise InvalidName(
+            f"{what} name {name!r} does not match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,248}}$"
+        )
+    return name
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequest("the request body is not valid JSON") from None
+
+
+def _as_int(value: Any, field: str) -> int:
+    """A JSON integer. ``2.0`` is integral and accepted; ``2.5`` and ``true`` are not."""
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    if type(value) is float:
+        raise BadRequest(f"{field} must be an integer, not {value!r}")
+    raise BadRequest(f"{field} must be an integer")
+
+
+def _int_in(value: Any, field: str, low: int, high: int = _MAX_INT64) -> int:
+    number = _as_int(value, field)
+    if not low <= number <= high:
+        raise ValidationError(f"{field} must be in {low}..{high}, not {number}")
+    return number
+
+
+def _as_str(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise BadRequest(f"{field} must be a string")
+    return value
+
+
+def _as_bool(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise BadRequest(f"{field} must be true or false")
+    return value
+
+
+def _as_object(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{field} must be a JSON object")
+    return value
+
+
+def _check_fields(obj: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    unknown = obj.keys() - allowed
+    if unknown:
+        raise BadRequest(f"unknown field(s) in {where}: {', '.join(sorted(unknown))}")
+
+
+def _given(obj: Mapping[str, Any], field: str) -> Any:
+    """The field's value, or _MISSING when absent or null (PROTOCOL §2: null == absent)."""
+    value = obj.get(field)
+    return _MISSING if value is None else value
+
+
+def b64decode_strict(text: str, field: str) -> bytes:
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise BadRequest(f"{field} is not valid base64") from None
+
+
+def query_int(raw: str | None, field: str, low: int, high: int, default: int | None) -> int | None:
+    """An integer query parameter: ``abc``/``1.5`` -> bad_request, out of range -> validation_error."""
+    if raw is None:
+        return default
+    if _INT_TEXT_RE.fullmatch(raw) is None:
+        raise BadRequest(f"query parameter {field} must be an integer, not {raw!r}")
+    number = int(raw)
+    if not low <= number <= high:
+        raise ValidationError(f"query parameter {field} must be in {low}..{high}, not {number}")
+    return number
+
+
+def path_int(raw: str, field: str) -> int:
+    if _INT_TEXT_RE.fullmatch(raw) is None:
+        raise BadRequest(f"{field} must be an integer, not {raw!r}")
+    return int(raw)
+
+
+# ---------------------------------------------------------------- request body
+
+
+async def read_body(chunks: AsyncIterator[bytes], content_length: str | None, limit: int) -> bytes:
+    """The whole body, refused with 413 as soon as it would exceed ``limit``.
+
+    Checks the declared length first and counts while streaming, so a client
+    that lies about (or omits) Content-Length still never makes us hold more
+    than ``limit`` bytes.
+    """
+    if content_length is not None:
+        try:
+            declared = int(content_length)
+        except ValueError:
+            raise BadRequest("Content-Length is not a number") from None
+        if declared > limit:
+            raise PayloadTooLarge(f"the request body is over max_request_bytes ({limit})")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the request body is over max_request_bytes ({limit})")
+        if chunk:
+            parts.append(chunk)
+    return b"".join(parts)
+
+
+# ---------------------------------------------------------------- topics
+
+_TOPIC_FIELDS = frozenset({"partitions", "retention_ms", "retention_bytes", "dedup_window_ms"})
+
+
+def parse_topic_config(body: Any) -> tuple[TopicConfig, frozenset[str]]:
+    """A TopicConfig and the set of fields the request gave (the ones a 200 compares)."""
+    if body is None:
+        return TopicConfig(), frozenset()
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, _TOPIC_FIELDS, "the topic config")
+    values: dict[str, Any] = {}
+    if (v := _given(obj, "partitions")) is not _MISSING:
+        values["partitions"] = _int_in(v, "partitions", 1, MAX_PARTITIONS)
+    if (v := _given(obj, "dedup_window_ms")) is not _MISSING:
+        values["dedup_window_ms"] = _int_in(v, "dedup_window_ms", 1000, 604_800_000)
+    # PROTOCOL §2: for these two, an explicit null means unlimited, not "default".
+    if "retention_ms" in obj:
+        v = obj["retention_ms"]
+        values["retention_ms"] = None if v is None else _int_in(v, "retention_ms", 1000)
+    if "retention_bytes" in obj:
+        v = obj["retention_bytes"]
+        values["retention_bytes"] = None if v is None else _int_in(v, "retention_bytes", 1_048_576)
+    return TopicConfig(**values), frozenset(values)
+
+
+def topic_config_matches(existing: TopicConfig, wanted: TopicConfig, given: frozenset[str]) -> bool:
+    return all(getattr(existing, f) == getattr(wanted, f) for f in given)
+
+
+# ---------------------------------------------------------------- publish
+
+
+@dataclass(frozen=True, slots=True)
+class PublishBatch:
+    items: list[Any]  # list[storage.topic.PublishItem]; typed loosely until storage lands
+    max_partition: int  # highest explicit partition asked for, -1 if none
+    max_partition_index: int  # position of the first message asking for it
+    total_bytes: int
+
+
+_MESSAGE_FIELDS = frozenset({"value", "value_b64", "key", "headers", "partition", "id"})
+_EMPTY_HEADERS: Mapping[str, str] = {}
+
+
+def parse_acks(raw: str | None) -> Acks:
+    if raw is None:
+        return Acks.ALL
+    try:
+        return Acks(raw)
+    except ValueError:
+        raise BadRequest(f"acks must be 0, 1 or all, not {raw!r}") from None
+
+
+def parse_publish(body: Any, max_message_bytes: int, item_type: Any) -> PublishBatch:
+    """Validates a publish batch in one pass; the first bad message's position is ``index``.
+
+    ``item_type`` is storage's PublishItem (passed in to keep this module free of
+    the storage engine's imports).
+    """
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"messages"}), "the publish request")
+    messages = obj.get("messages", _MISSING)
+    if messages is _MISSING:
+        raise BadRequest("messages is required")
+    if not isinstance(messages, list):
+        raise BadRequest("messages must be an array")
+    if not 1 <= len(messages) <= MAX_BATCH:
+        raise ValidationError(f"a batch holds 1..{MAX_BATCH} messages, not {len(messages)}")
+    items: list[Any] = []
+    max_partition, max_partition_index, total = -1, -1, 0
+    for index, message in enumerate(messages):
+        try:
+            record, partition = _parse_message(message, max_message_bytes)
+        except (BadRequest, ValidationError, MessageTooLarge) as exc:
+            exc.extra["index"] = index
+            raise
+        if partition is not None and partition > max_partition:
+            max_partition, max_partition_index = partition, index
+        total += len(record.value)
+        items.append(item_type(record, partition))
+    return PublishBatch(items, max_partition, max_partition_index, total)
+
+
+def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int | None]:
+    if not isinstance(message, dict):
+        raise BadRequest("a message must be a JSON object")
+    if not message.keys() <= _MESSAGE_FIELDS:
+        _check_fields(message, _MESSAGE_FIELDS, "a message")
+    has_value = "value" in message  # `"value": null` is a value: the JSON null
+    b64 = message.get("value_b64")
+    if has_value == (b64 is not None):
+        raise BadRequest("a message needs exactly one of value and value_b64")
+    if has_value:
+        value = orjson.dumps(message["value"])
+        kind = ValueKind.JSON
+    else:
+        value = b64decode_strict(_as_str(b64, "value_b64"), "value_b64")
+        kind = ValueKind.BYTES
+    key = message.get("key")
+    if key is not None and not isinstance(key, str):
+        raise BadRequest("key must be a string or null")
+    headers = message.get("headers")
+    if headers is None:
+        headers = _EMPTY_HEADERS
+    else:
+        if not isinstance(headers, dict):
+            raise BadRequest("headers must be an object of string to string")
+        for header in headers.values():
+            if not isinstance(header, str):
+                raise BadRequest("headers must be an object of string to string")
+    partition = message.get("partition")
+    if partition is not None:
+        partition = _int_in(partition, "partition", 0, MAX_PARTITIONS - 1)
+    producer_id = message.get("id")
+    if producer_id is not None:
+        producer_id = _as_str(producer_id, "id")
+        if not 1 <= len(producer_id) <= MAX_ID_CHARS:
+            raise ValidationError(f"id must be 1..{MAX_ID_CHARS} characters")
+    size = message_size(value, key, headers)
+    if size > max_message_bytes:
+        raise MessageTooLarge(
+            f"a message of {size} bytes is over max_message_bytes ({max_message_bytes})"
+        )
+    return NewRecord(value, kind, key, headers, producer_id), partition
+
+
+# ---------------------------------------------------------------- read
+
+
+@dataclass(frozen=True, slots=True)
+class ReadQuery:
+    offset: int | None
+    timestamp: int | None
+    limit: int
+    wait_ms: int
+
+
+def parse_read_query(params: Mapping[str, str]) -> ReadQuery:
+    offset_raw, timestamp_raw = params.get("offset"), params.get("timestamp")
+    if offset_raw is not None and timestamp_raw is not None:
+        raise BadRequest("give offset or timestamp, not both")
+    offset = query_int(offset_raw, "offset", 0, _MAX_INT64, None)
+    timestamp = query_int(timestamp_raw, "timestamp", 0, _MAX_INT64, None)
+    limit = query_int(params.get("limit"), "limit", 1, MAX_READ_LIMIT, DEFAULT_READ_LIMIT)
+    wait_ms = query_int(params.get("wait_ms"), "wait_ms", 0, MAX_WAIT_MS, 0)
+    assert limit is not None and wait_ms is not None
+    return ReadQuery(offset, timestamp, limit, wait_ms)
+
+
+# ---------------------------------------------------------------- subscriptions
+
+_SUB_FIELDS = frozenset(
+    {
+        "topic",
+        "start",
+        "delivery",
+        "ack_deadline_ms",
+        "max_in_flight",
+        "max_deliveries",
+        "retry_backoff",
+        "dead_letter_topic",
+        "ordered_by_key",
+        "push",
+    }
+)
+_PUSH_FIELDS = frozenset({"url", "secret", "max_in_flight", "timeout_ms", "breaker"})
+_BREAKER_FIELDS = frozenset({"failures", "open_ms", "max_open_ms"})
+_BACKOFF_FIELDS = frozenset({"min_ms", "max_ms"})
+_MAX_BACKOFF_MS = 3_600_000
+
+
+def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[str]]:
+    """A full SubscriptionConfig (defaults filled) and the fields the request gave."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, _SUB_FIELDS, "the subscription config")
+    topic = _given(obj, "topic")
+    if topic is _MISSING:
+        raise BadRequest("topic is required")
+    values: dict[str, Any] = {"topic": check_name(_as_str(topic, "topic"), "topic")}
+    if (v := _given(obj, "start")) is not _MISSING:
+        values["start"] = parse_start(v)
+    if (v := _given(obj, "delivery")) is not _MISSING:
+        try:
+            values["delivery"] = DeliveryMode(_as_str(v, "delivery"))
+        except ValueError:
+            raise BadRequest("delivery must be at_least_once or at_most_once") from None
+    if (v := _given(obj, "ack_deadline_ms")) is not _MISSING:
+        values["ack_deadline_ms"] = _int_in(v, "ack_deadline_ms", 100, 600_000)
+    if (v := _given(obj, "max_in_flight")) is not _MISSING:
+        values["max_in_flight"] = _int_in(v, "max_in_flight", 1, 100_000)
+    if (v := _given(obj, "max_deliveries")) is not _MISSING:
+        values["max_deliveries"] = _int_in(v, "max_deliveries", 0, 1000)
+    if (v := _given(obj, "retry_backoff")) is not _MISSING:
+        values["retry_backoff"] = _parse_backoff(v)
+    if (v := _given(obj, "dead_letter_topic")) is not _MISSING:
+        values["dead_letter_topic"] = check_name(
+            _as_str(v, "dead_letter_topic"), "dead_letter_topic"
+        )
+    if (v := _given(obj, "ordered_by_key")) is not _MISSING:
+        values["ordered_by_key"] = _as_bool(v, "ordered_by_key")
+    if (v := _given(obj, "push")) is not _MISSING:
+        values["push"] = _parse_push(v)
+    return SubscriptionConfig(**values), frozenset(values)
+
+
+def subscription_config_matches(
+    existing: SubscriptionConfig, wanted: SubscriptionConfig, given: frozenset[str]
+) -> bool:
+    # PROTOCOL §2: `start` only says where a *new* subscription begins; never compared.
+    return all(getattr(existing, f) == getattr(wanted, f) for f in given if f != "start")
+
+
+def parse_start(value: Any) -> StartAt:
+    if value in ("earliest", "latest"):
+        return StartAt(value)
+    if isinstance(value, str):
+        raise BadRequest('start must be "earliest", "latest" or {"timestamp": T}')
+    obj = _as_object(value, "start")
+    _check_fields(obj, frozenset({"timestamp"}), "start")
+    if obj.get("timestamp") is None:
+        raise BadRequest("start.timestamp is required")
+    return StartAt("timestamp", _int_in(obj["timestamp"], "start.timestamp", 0))
+
+
+def _parse_backoff(value: Any) -> Backoff:
+    obj = _as_object(value, "retry_backoff")
+    _check_fields(obj, _BACKOFF_FIELDS, "retry_backoff")
+    default = Backoff()
+    low = _given(obj, "min_ms")
+    high = _given(obj, "max_ms")
+    min_ms = (
+        default.min_ms
+        if low is _MISSING
+        else _int_in(low, "retry_backoff.min_ms", 1, _MAX_BACKOFF_MS)
+    )
+    max_ms = (
+        default.max_ms
+        if high is _MISSING
+        else _int_in(high, "retry_backoff.max_ms", 1, _MAX_BACKOFF_MS)
+    )
+    if min_ms > max_ms:
+        raise ValidationError("retry_backoff.min_ms must not exceed retry_backoff.max_ms")
+    return Backoff(min_ms, max_ms)
+
+
+def _parse_push(value: Any) -> PushConfig:
+    obj = _as_object(value, "push")
+    _check_fields(obj, _PUSH_FIELDS, "push")
+    url = _given(obj, "url")
+    secret = _given(obj, "secret")
+    if url is _MISSING or secret is _MISSING:
+        raise BadRequest("push needs url and secret")
+    url = _as_str(url, "push.url")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadRequest("push.url must be an absolute http:// or https:// URL")
+    secret = _as_str(secret, "push.secret")
+    if not secret.startswith("whsec_"):
+        raise BadRequest('push.secret must be "whsec_" followed by base64')
+    if not b64decode_strict(secret[len("whsec_") :], "push.secret"):
+        raise ValidationError("push.secret must hold at least one byte of key")
+    values: dict[str, Any] = {"url": url, "secret": secret}
+    if (v := _given(obj, "max_in_flight")) is not _MISSING:
+        values["max_in_flight"] = _int_in(v, "push.max_in_flight", 1, 1000)
+    if (v := _given(obj, "timeout_ms")) is not _MISSING:
+        values["timeout_ms"] = _int_in(v, "push.timeout_ms", 100, 60_000)
+    if (v := _given(obj, "breaker")) is not _MISSING:
+        values["breaker"] = _parse_breaker(v)
+    return PushConfig(**values)
+
+
+def _parse_breaker(value: Any) -> Breaker:
+    obj = _as_object(value, "push.breaker")
+    _check_fields(obj, _BREAKER_FIELDS, "push.breaker")
+    default = Breaker()
+    failures = _given(obj, "failures")
+    open_ms = _given(obj, "open_ms")
+    max_open_ms = _given(obj, "max_open_ms")
+    b = Breaker(
+        failures=default.failures
+        if failures is _MISSING
+        else _int_in(failures, "push.breaker.failures", 1, 1000),
+        open_ms=default.open_ms
+        if open_ms is _MISSING
+        else _int_in(open_ms, "push.breaker.open_ms", 100, _MAX_BACKOFF_MS),
+        max_open_ms=default.max_open_ms
+        if max_open_ms is _MISSING
+        else _int_in(max_open_ms, "push.breaker.max_open_ms", 100, _MAX_BACKOFF_MS),
+    )
+    if b.open_ms > b.max_open_ms:
+        raise ValidationError("push.breaker.open_ms must not exceed push.breaker.max_open_ms")
+    return b
+
+
+# ---------------------------------------------------------------- seek
+
+
+@dataclass(frozen=True, slots=True)
+class SeekTarget:
+    """Exactly one of the four forms of PROTOCOL §2 seek."""
+
+    to: str | None = None  # "earliest" | "latest"
+    timestamp: int | None = None
+    offsets: dict[int, int] | None = None
+
+
+def parse_seek(body: Any) -> SeekTarget:
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"to", "timestamp", "offsets"}), "the seek request")
+    forms = [k for k in ("to", "timestamp", "offsets") if obj.get(k) is not None]
+    if len(forms) != 1:
+        raise BadRequest('give exactly one of "to", "timestamp" and "offsets"')
+    form = forms[0]
+    if form == "to":
+        to = obj["to"]
+        if to not in ("earliest", "latest"):
+            raise BadRequest('to must be "earliest" or "latest"')
+        return SeekTarget(to=to)
+    if form == "timestamp":
+        return SeekTarget(timestamp=_int_in(obj["timestamp"], "timestamp", 0))
+    offsets = _as_object(obj["offsets"], "offsets")
+    parsed: dict[int, int] = {}
+    for key, offset in offsets.items():
+        if _INT_TEXT_RE.fullmatch(key) is None:
+            raise BadRequest(f"offsets keys are partition numbers, not {key!r}")
+        parsed[int(key)] = _int_in(offset, f"offsets.{key}", 0)
+    return SeekTarget(offsets=parsed)

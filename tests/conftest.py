@@ -1,0 +1,207 @@
+"""Shared fixtures: a REAL Herald server (uvicorn, uvloop, httptools) in a subprocess.
+
+End-to-end tests talk to it over loopback sockets exactly as clients do
+(STYLE principle 11). Fixtures:
+
+``herald_server``  (function scope) a fresh server on a fresh data dir.
+                   A :class:`HeraldProcess`: ``.url``, ``.port``, ``.data_dir``,
+                   ``.terminate()`` (SIGTERM, returns the exit status),
+                   ``.kill()`` (SIGKILL), ``.restart()`` (same port and data
+                   dir), ``.log()`` (its stdout+stderr so far).
+``herald_url``     (function scope) just ``herald_server.url``.
+``shared_herald``  (session scope) one server for tests that only need *a*
+                   server and use their own unique topic/subscription names
+                   (see ``unique``). Never kill or restart it.
+``herald_factory`` (function scope) ``herald_factory("--no-auto-create", data_dir=...)``
+                   starts more servers with extra ``herald serve`` flags or env;
+                   all are stopped at teardown.
+``unique``         a callable giving fresh names: ``unique("orders")`` -> ``orders-3f2a…``.
+
+Example::
+
+    def test_restart_keeps_records(herald_server):
+        httpx.post(f"{herald_server.url}/v1/topics/t/messages", json={"messages": [{"value": 1}]})
+        herald_server.kill()
+        herald_server.restart()
+        ...
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class HeraldProcess:
+    """``python -m server.cli serve`` on 127.0.0.1, a given data dir and a free port."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.extra_args = list(extra_args)
+        self.env = env or {}
+        self.port = port or free_port()
+        self._fixed_port = port is not None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}.server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "server.cli", "serve",
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--data-dir", str(self.data_dir),
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def start(self) -> HeraldProcess:
+        """Start and wait for ``GET /healthz`` to answer 200 (recovery complete)."""
+        for attempt in range(3):
+            self._spawn()
+            if self._wait_healthy():
+                return self
+            # A port taken between free_port() and the bind: try another one.
+            if (
+                not self._fixed_port
+                and attempt < 2
+                and "address already in use" in self.log().lower()
+            ):
+                self.port = free_port()
+                continue
+            break
+        self._reap(signal.SIGKILL)
+        raise RuntimeError(f"herald serve did not become healthy; its log:\n{self.log()}")
+
+    def _spawn(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(), cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def _wait_healthy(self) -> bool:
+        assert self.proc is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def terminate(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM (graceful shutdown) and wait; returns the exit status."""
+        return self._reap(signal.SIGTERM, timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no shutdown code runs."""
+        self._reap(signal.SIGKILL)
+
+    def restart(self) -> HeraldProcess:
+        """Start again on the same port and data dir (after kill() or terminate())."""
+        if self.is_running():
+            self.terminate()
+        self._fixed_port = True
+        return self.start()
+
+    def _reap(self, sig: int, timeout: float = STOP_TIMEOUT_S) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+@pytest.fixture
+def herald_factory(tmp_path: Path) -> Iterator[Callable[..., HeraldProcess]]:
+    started: list[HeraldProcess] = []
+
+    def start(
+        *extra_args: str, data_dir: Path | None = None, env: dict[str, str] | None = None
+    ) -> HeraldProcess:
+        directory = data_dir or tmp_path / f"data-{len(started)}"
+        process = HeraldProcess(directory, extra_args=extra_args, env=env)
+        started.append(process)
+        return process.start()
+
+    yield start
+    for process in started:
+        process.terminate()
+
+
+@pytest.fixture
+def herald_server(herald_factory: Callable[..., HeraldProcess]) -> HeraldProcess:
+    return herald_factory()
+
+
+@pytest.fixture
+def herald_url(herald_server: HeraldProcess) -> str:
+    return herald_server.url
+
+
+@pytest.fixture(scope="session")
+def shared_herald(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeraldProcess]:
+    process = HeraldProcess(tmp_path_factory.mktemp("shared-herald") / "data")
+    process.start()
+    yield process
+    process.terminate()
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    def make(prefix: str = "t") -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+    return make
