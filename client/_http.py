@@ -1,0 +1,85 @@
+"""What every HTTP call of the SDK shares: base URL, bearer token, problem JSON
+errors, and retries of 429 / 503 / connection failures honouring Retry-After."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+import orjson
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from client.errors import HeraldClientError
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+RETRY_STATUSES = frozenset({429, 503})  # PROTOCOL §2 rate_limited, storage_unavailable
+T = TypeVar("T")
+
+
+def make_http(url: str, token: str | None, timeout: float) -> httpx.AsyncClient:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    return httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, HeraldClientError):
+        return exc.status in RETRY_STATUSES
+    return isinstance(exc, httpx.TransportError)
+
+
+class _WaitRetryAfter:
+    """Retry-After when the server gave one, else jittered exponential backoff."""
+
+    def __init__(self, max_wait: float) -> None:
+        self._backoff = wait_exponential_jitter(initial=0.05, max=max_wait)
+
+    def __call__(self, state: RetryCallState) -> float:
+        outcome = state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        if isinstance(exc, HeraldClientError) and exc.retry_after is not None:
+            return exc.retry_after  # the server knows best when to come back
+        return float(self._backoff(state))
+
+
+async def with_retries(call: Callable[[], Awaitable[T]], attempts: int, max_wait: float) -> T:
+    """Run `call`, retrying what is worth retrying; the last error is raised as is."""
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(is_retryable),
+        wait=_WaitRetryAfter(max_wait),
+        stop=stop_after_attempt(max(1, attempts)),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: tenacity reraises the last error")
+
+
+async def request_json(
+    http: httpx.AsyncClient,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    params: dict[str, Any] | None = None,
+    attempts: int = 5,
+    max_wait: float = 10.0,
+) -> Any:
+    """One JSON call; returns the parsed body (None for an empty one)."""
+    content = None if body is None else orjson.dumps(body)
+    headers = {"content-type": "application/json"} if content is not None else None
+
+    async def call() -> Any:
+        response = await http.request(method, path, content=content, params=params, headers=headers)
+        if response.status_code >= 400:
+            raise HeraldClientError.from_response(response)
+        return orjson.loads(response.content) if response.content else None
+
+    return await with_retries(call, attempts, max_wait)

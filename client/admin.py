@@ -1,0 +1,151 @@
+"""Topic and subscription administration over the HTTP API (PROTOCOL §2)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from client._http import DEFAULT_URL, make_http, request_json
+
+_UNSET: Any = object()  # `retention_ms=None` means unlimited, so "not given" needs its own value
+
+
+class Admin:
+    """`Admin(url)`: every call returns the server's JSON body; errors raise
+    HeraldClientError with the problem's `code`, `status` and `detail`."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        *,
+        timeout: float = 60.0,
+        retries: int = 5,
+    ) -> None:
+        self._http = make_http(url, token, timeout)
+        self.retries = retries
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        return await request_json(self._http, method, path, attempts=self.retries, **kwargs)
+
+    # -- topics ------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        retention_ms: int | None = _UNSET,
+        retention_bytes: int | None = _UNSET,
+        dedup_window_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Create (or confirm) a topic; 409 topic_conflict if it differs."""
+        body: dict[str, Any] = {}
+        if partitions is not None:
+            body["partitions"] = partitions
+        if retention_ms is not _UNSET:
+            body["retention_ms"] = retention_ms
+        if retention_bytes is not _UNSET:
+            body["retention_bytes"] = retention_bytes
+        if dedup_window_ms is not None:
+            body["dedup_window_ms"] = dedup_window_ms
+        result: dict[str, Any] = await self._call("PUT", _topic(name), body=body)
+        return result
+
+    async def get_topic(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call("GET", _topic(name))
+        return result
+
+    async def list_topics(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = (await self._call("GET", "/v1/topics"))["topics"]
+        return result
+
+    async def delete_topic(self, name: str) -> None:
+        await self._call("DELETE", _topic(name))
+
+    async def read_messages(
+        self,
+        topic: str,
+        partition: int = 0,
+        *,
+        offset: int | None = None,
+        timestamp: int | None = None,
+        limit: int | None = None,
+        wait_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """`{"messages": [...], "next_offset": K}` from one partition."""
+        params = {
+            name: value
+            for name, value in (
+                ("offset", offset),
+                ("timestamp", timestamp),
+                ("limit", limit),
+                ("wait_ms", wait_ms),
+            )
+            if value is not None
+        }
+        path = f"{_topic(topic)}/partitions/{partition}/messages"
+        result: dict[str, Any] = await self._call("GET", path, params=params)
+        return result
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    async def create_subscription(self, name: str, topic: str, **config: Any) -> dict[str, Any]:
+        """Create (or confirm) a subscription; `config` takes the fields of PROTOCOL §2
+        (start, delivery, ack_deadline_ms, max_in_flight, max_deliveries, retry_backoff,
+        dead_letter_topic, ordered_by_key, push)."""
+        body = {"topic": topic, **config}
+        result: dict[str, Any] = await self._call("PUT", _subscription(name), body=body)
+        return result
+
+    async def get_subscription(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call("GET", _subscription(name))
+        return result
+
+    async def list_subscriptions(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = (await self._call("GET", "/v1/subscriptions"))[
+            "subscriptions"
+        ]
+        return result
+
+    async def delete_subscription(self, name: str) -> None:
+        await self._call("DELETE", _subscription(name))
+
+    async def seek(
+        self,
+        name: str,
+        *,
+        to: str | None = None,
+        timestamp: int | None = None,
+        offsets: dict[int, int] | None = None,
+    ) -> dict[str, Any]:
+        """Seek to "earliest"/"latest", a timestamp, or per-partition offsets (one form)."""
+        forms = [form for form in (to, timestamp, offsets) if form is not None]
+        if len(forms) != 1:
+            raise ValueError("seek takes exactly one of to=, timestamp=, offsets=")
+        body: dict[str, Any]
+        if to is not None:
+            body = {"to": to}
+        elif timestamp is not None:
+            body = {"timestamp": timestamp}
+        else:
+            body = {"offsets": {str(p): o for p, o in (offsets or {}).items()}}
+        result: dict[str, Any] = await self._call("POST", f"{_subscription(name)}/seek", body=body)
+        return result
+
+
+def _topic(name: str) -> str:
+    return f"/v1/topics/{quote(name, safe='')}"
+
+
+def _subscription(name: str) -> str:
+    return f"/v1/subscriptions/{quote(name, safe='')}"

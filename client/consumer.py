@@ -1,0 +1,322 @@
+"""The consumer: `async for msg in Consumer(url, subscription)` over the WebSocket
+protocol of PROTOCOL §3, with batched acks, credit replenished as messages are
+consumed, and reconnection with exponential backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import orjson
+import websockets
+from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
+from websockets.asyncio.client import ClientConnection
+
+from client._http import DEFAULT_URL
+from client.errors import ConsumerClosedError
+
+log = logging.getLogger(__name__)
+
+# PROTOCOL §3 close codes after which reconnecting cannot help.
+TERMINAL_CLOSE_CODES = frozenset(ConsumerClosedError.CODES)
+MAX_CREDIT = 1_000_000
+
+
+@dataclass(slots=True)
+class Message:
+    """One delivered record (PROTOCOL §1 record + `subscription`, `attempt`).
+
+    `value` is the JSON value, or the decoded bytes when the record was published
+    as `value_b64` (then `is_bytes` is true).
+    """
+
+    topic: str
+    id: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: str | None
+    headers: dict[str, str]
+    value: Any
+    is_bytes: bool
+    attempt: int
+    subscription: str | None
+    _consumer: Consumer | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], consumer: Consumer | None = None) -> Message:
+        is_bytes = "value_b64" in data
+        return cls(
+            topic=data["topic"],
+            id=data["id"],
+            partition=data["partition"],
+            offset=data["offset"],
+            timestamp=data["timestamp"],
+            key=data.get("key"),
+            headers=data.get("headers") or {},
+            value=base64.b64decode(data["value_b64"]) if is_bytes else data.get("value"),
+            is_bytes=is_bytes,
+            attempt=data.get("attempt", 1),
+            subscription=data.get("subscription"),
+            _consumer=consumer,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as the server sent it."""
+        data: dict[str, Any] = {
+            "topic": self.topic,
+            "id": self.id,
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            "key": self.key,
+            "headers": self.headers,
+            "subscription": self.subscription,
+            "attempt": self.attempt,
+        }
+        if self.is_bytes:
+            data["value_b64"] = base64.b64encode(self.value).decode("ascii")
+        else:
+            data["value"] = self.value
+        return data
+
+    async def ack(self) -> None:
+        """Done with this record; acks are batched (see Consumer.ack_interval_ms)."""
+        self._owner().queue_ack(self.id)
+
+    async def nack(self, delay_ms: int | None = None) -> None:
+        """Redeliver after `delay_ms`, else after the subscription's backoff."""
+        frame: dict[str, Any] = {"type": "nack", "ids": [self.id]}
+        if delay_ms is not None:
+            frame["delay_ms"] = delay_ms
+        self._owner().queue_frame(frame)
+
+    async def extend(self, ms: int) -> None:
+        """Move the ack deadline to now + `ms`."""
+        self._owner().queue_frame({"type": "extend", "ids": [self.id], "ms": ms})
+
+    def _owner(self) -> Consumer:
+        if self._consumer is None:
+            raise RuntimeError("this message has no consumer to answer through")
+        return self._consumer
+
+
+class Consumer:
+    """A durable consumer of one subscription, reconnecting until closed.
+
+    `credit` is how many records may be on their way or waiting here unread; the
+    consumer gives credit back as the application takes messages, so at most
+    `credit` records are buffered locally. Messages buffered but not yet taken
+    when the connection drops are discarded: the server gives them back for
+    redelivery (PROTOCOL §3).
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        subscription: str = "",
+        token: str | None = None,
+        credit: int = 100,
+        *,
+        ack_interval_ms: float = 20.0,
+        max_ack_batch: int = 1000,
+        min_backoff: float = 0.05,
+        max_backoff: float = 5.0,
+        open_timeout: float = 10.0,
+    ) -> None:
+        if not subscription:
+            raise ValueError("subscription is required")
+        if not 1 <= credit <= MAX_CREDIT:
+            raise ValueError(f"credit must be 1..{MAX_CREDIT}")
+        base = url.rstrip("/").replace("http", "ws", 1)
+        query = {"credit": str(credit)} | ({"token": token} if token else {})
+        self.ws_url = f"{base}/v1/subscriptions/{quote(subscription, safe='')}/ws?{urlencode(query)}"
+        self.subscription = subscription
+        self.credit = credit
+        self.ack_interval = ack_interval_ms / 1000
+        self.max_ack_batch = max_ack_batch
+        self.min_backoff, self.max_backoff = min_backoff, max_backoff
+        self.open_timeout = open_timeout
+        self.consumer_id: str | None = None
+        self.connections = 0  # how many times a connection became ready
+        self._headers = {"authorization": f"Bearer {token}"} if token else None
+        # At most `credit` messages: the server never sends more than the credit given.
+        self._inbox: asyncio.Queue[Message] = asyncio.Queue(maxsize=credit)
+        self._pending_acks: list[str] = []
+        self._frames: deque[bytes] = deque(maxlen=10_000)  # nacks and extends
+        self._owed_credit = 0  # taken from the inbox, not yet given back to the server
+        self._outgoing = asyncio.Event()
+        self._ws: ClientConnection | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._done = asyncio.Event()
+
+    # -- the application side ----------------------------------------------------------
+
+    async def __aenter__(self) -> Consumer:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self
+
+    async def __anext__(self) -> Message:
+        self.start()
+        while self._inbox.empty():
+            if self._failure is not None:
+                raise self._failure
+            if self._closed or self._done.is_set():
+                raise StopAsyncIteration
+            getter = asyncio.ensure_future(self._inbox.get())
+            done = asyncio.ensure_future(self._done.wait())
+            try:
+                await asyncio.wait((getter, done), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                done.cancel()
+                if not getter.done():
+                    getter.cancel()
+            if getter.done() and not getter.cancelled():
+                return self._took(getter.result())
+        return self._took(self._inbox.get_nowait())
+
+    def start(self) -> None:
+        if self._runner is None and not self._closed:
+            self._runner = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        """Send pending acks, close the connection, stop iterating."""
+        if self._closed:
+            return
+        self._closed = True
+        ws = self._ws
+        if ws is not None:
+            with contextlib.suppress(websockets.ConnectionClosed, OSError):
+                await self._flush(ws)
+        if self._runner is not None:
+            self._runner.cancel()
+            await asyncio.wait((self._runner,))  # never swallows our own cancellation
+        self._done.set()
+
+    def queue_ack(self, message_id: str) -> None:
+        self._pending_acks.append(message_id)
+        if len(self._pending_acks) >= self.max_ack_batch:
+            self._outgoing.set()
+
+    def queue_frame(self, frame: dict[str, Any]) -> None:
+        self._frames.append(orjson.dumps(frame))
+        self._outgoing.set()
+
+    def _took(self, message: Message) -> Message:
+        # Credit goes back as messages are taken, half the window at a time, so the
+        # server keeps sending while the application works (PROTOCOL §3 credit).
+        self._owed_credit += 1
+        if self._owed_credit >= max(1, self.credit // 2):
+            self._outgoing.set()
+        return message
+
+    # -- the connection side -----------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            retrying = AsyncRetrying(
+                retry=retry_if_exception(_worth_reconnecting),
+                wait=wait_exponential_jitter(initial=self.min_backoff, max=self.max_backoff),
+            )
+            async for attempt in retrying:
+                with attempt:
+                    await self._session()
+        except Exception as exc:  # handed to the iterating application, not swallowed
+            self._failure = exc
+        finally:
+            self._done.set()
+
+    async def _session(self) -> None:
+        """One connection: ready, then read and write until it ends (raises on loss)."""
+        async with websockets.connect(
+            self.ws_url,
+            additional_headers=self._headers,
+            max_size=None,
+            open_timeout=self.open_timeout,
+        ) as ws:
+            try:
+                ready = orjson.loads(await ws.recv())
+                if ready.get("type") != "ready":
+                    raise ConnectionError(f"expected a ready frame, got {ready.get('type')!r}")
+                self.consumer_id = ready.get("consumer")
+                self.connections += 1
+                self._ws = ws
+                self._owed_credit = 0  # the new connection starts with `credit` again
+                # The writer is owned by this connection: cancelled and awaited with it.
+                writer = asyncio.ensure_future(self._write_loop(ws))
+                try:
+                    await self._read_loop(ws)
+                finally:
+                    writer.cancel()
+                    await asyncio.wait((writer,))
+            except websockets.ConnectionClosed as closed:
+                _raise_if_terminal(closed)
+                raise
+            finally:
+                self._ws = None
+                self._discard_unread()
+
+    async def _read_loop(self, ws: ClientConnection) -> None:
+        async for raw in ws:
+            frame = orjson.loads(raw)
+            kind = frame.get("type")
+            if kind == "deliver":
+                for item in frame["messages"]:
+                    # Never blocks: the server sends no more than the credit given.
+                    self._inbox.put_nowait(Message.from_json(item, self))
+            elif kind == "error":
+                log.warning("server refused a frame: %s %s", frame.get("code"), frame.get("message"))
+        # The server closed the connection normally or going away; find out why.
+        if ws.close_code is not None and ws.close_code in TERMINAL_CLOSE_CODES:
+            raise ConsumerClosedError(ws.close_code, ws.close_reason or "")
+        raise ConnectionError(f"connection closed ({ws.close_code})")
+
+    async def _write_loop(self, ws: ClientConnection) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._outgoing.wait(), self.ack_interval)
+            self._outgoing.clear()
+            await self._flush(ws)
+
+    async def _flush(self, ws: ClientConnection) -> None:
+        if self._pending_acks:
+            ids, self._pending_acks = self._pending_acks, []
+            await ws.send(orjson.dumps({"type": "ack", "ids": ids}).decode())
+        while self._frames:
+            await ws.send(self._frames.popleft().decode())
+        if self._owed_credit > 0:
+            n, self._owed_credit = self._owed_credit, 0
+            await ws.send(orjson.dumps({"type": "credit", "n": n}).decode())
+
+    def _discard_unread(self) -> None:
+        while not self._inbox.empty():
+            self._inbox.get_nowait()
+
+
+def _raise_if_terminal(closed: websockets.ConnectionClosed) -> None:
+    received = closed.rcvd
+    if received is not None and received.code in TERMINAL_CLOSE_CODES:
+        raise ConsumerClosedError(received.code, received.reason) from closed
+
+
+def _worth_reconnecting(exc: BaseException) -> bool:
+    if isinstance(exc, ConsumerClosedError):
+        return False
+    if isinstance(exc, websockets.InvalidStatus):
+        return exc.response.status_code >= 500
+    return isinstance(exc, OSError | websockets.WebSocketException | TimeoutError | ValueError)

@@ -1,0 +1,83 @@
+"""Errors the SDK raises, carrying the server's wire codes (PROTOCOL §2 problem JSON,
+§3 close codes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+
+class HeraldClientError(Exception):
+    """An error answer of the server: problem JSON (RFC 9457) or a WebSocket close."""
+
+    def __init__(
+        self,
+        code: str,
+        status: int,
+        detail: str,
+        *,
+        title: str | None = None,
+        problem: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{status} {code}: {detail}")
+        self.code = code
+        self.status = status
+        self.detail = detail
+        self.title = title
+        self.problem = problem or {}
+        self.retry_after = retry_after  # seconds, from Retry-After (429, 503)
+
+    @property
+    def index(self) -> int | None:
+        """The position of the first bad message of a rejected publish batch."""
+        index = self.problem.get("index")
+        return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> HeraldClientError:
+        try:
+            problem = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            problem = None
+        if not isinstance(problem, dict):
+            problem = {}
+        code = problem.get("code")
+        detail = problem.get("detail")
+        return cls(
+            code if isinstance(code, str) else f"http_{response.status_code}",
+            response.status_code,
+            detail if isinstance(detail, str) else response.text[:200],
+            title=problem.get("title") if isinstance(problem.get("title"), str) else None,
+            problem=problem,
+            retry_after=_retry_after(response.headers.get("retry-after")),
+        )
+
+
+class ConsumerClosedError(HeraldClientError):
+    """The server closed a consumer for good (4400, 4401, 4403, 4404, 4409, 4410, 1008)."""
+
+    CODES = {
+        4400: "bad_request",
+        4401: "unauthorized",
+        4403: "forbidden",
+        4404: "not_found",
+        4409: "push_subscription",
+        4410: "subscription_deleted",
+        1008: "too_many_bad_frames",
+    }
+
+    def __init__(self, close_code: int, reason: str) -> None:
+        super().__init__(self.CODES.get(close_code, "closed"), close_code, reason or "closed")
+        self.close_code = close_code
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date; the exponential backoff applies instead

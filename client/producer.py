@@ -1,0 +1,213 @@
+"""The producer: `await producer.send(topic, value)` with concurrent sends batched
+into one publish request per topic (PROTOCOL §2 Publish)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from client._http import DEFAULT_URL, make_http, with_retries
+from client.errors import HeraldClientError
+
+MAX_BATCH = 10_000  # PROTOCOL §2: 1 to 10000 messages per publish
+ACKS = ("0", "1", "all")
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """Where a record landed; `duplicate` when its `id` was already published."""
+
+    partition: int
+    offset: int
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class _Batch:
+    messages: list[bytes] = field(default_factory=list)
+    futures: list[asyncio.Future[SendResult | None]] = field(default_factory=list)
+    size: int = 0
+
+
+class Producer:
+    """Publishes records; sends racing within `linger_ms` share one request.
+
+    `send` resolves with the record's SendResult (None with acks="0", which the
+    server answers before writing). Retries 429 and 503 (honouring Retry-After)
+    and connection failures; give records an `id` to make those retries
+    idempotent (PROTOCOL §2 dedup).
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        acks: str = "all",
+        linger_ms: float = 5.0,
+        max_batch: int = 1000,
+        *,
+        max_batch_bytes: int = 8 * 1024 * 1024,
+        max_pending: int = 100_000,
+        retries: int = 8,
+        max_retry_wait: float = 10.0,
+        timeout: float = 60.0,
+    ) -> None:
+        if acks not in ACKS:
+            raise ValueError(f"acks must be one of {ACKS}, got {acks!r}")
+        if not 1 <= max_batch <= MAX_BATCH:
+            raise ValueError(f"max_batch must be 1..{MAX_BATCH}")
+        self.acks = acks
+        self.linger = linger_ms / 1000
+        self.max_batch = max_batch
+        self.max_batch_bytes = max_batch_bytes
+        self.retries = retries
+        self.max_retry_wait = max_retry_wait
+        self._http = make_http(url, token, timeout)
+        self._batches: dict[str, _Batch] = {}
+        self._lingering: dict[str, asyncio.TimerHandle] = {}
+        self._requests: set[asyncio.Task[None]] = set()
+        # STYLE 3: records waiting for an answer are bounded; send() waits for room.
+        self._room = asyncio.Semaphore(max_pending)
+        self._closed = False
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def send(
+        self,
+        topic: str,
+        value: Any,
+        *,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        partition: int | None = None,
+        id: str | None = None,
+    ) -> SendResult | None:
+        """Publish one record. `bytes` go as `value_b64`; anything else as a JSON `value`."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        message = _encode(value, key, headers, partition, id)
+        await self._room.acquire()
+        future: asyncio.Future[SendResult | None] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda _: self._room.release())
+        batch = self._batches.setdefault(topic, _Batch())
+        batch.messages.append(message)
+        batch.futures.append(future)
+        batch.size += len(message) + 1
+        if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
+            self._dispatch(topic)
+        elif topic not in self._lingering:
+            loop = asyncio.get_running_loop()
+            self._lingering[topic] = loop.call_later(self.linger, self._dispatch, topic)
+        return await future
+
+    async def flush(self) -> None:
+        """Send every waiting record now and wait for all answers."""
+        for topic in list(self._batches):
+            self._dispatch(topic)
+        while self._requests:
+            await asyncio.gather(*self._requests, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Flush, then release the connection pool."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.flush()
+        finally:
+            await self._http.aclose()
+
+    def _dispatch(self, topic: str) -> None:
+        timer = self._lingering.pop(topic, None)
+        if timer is not None:
+            timer.cancel()
+        batch = self._batches.pop(topic, None)
+        if batch is None or not batch.messages:
+            return
+        task = asyncio.get_running_loop().create_task(self._publish(topic, batch))
+        self._requests.add(task)  # owned until done: flush() and close() await it
+        task.add_done_callback(self._requests.discard)
+
+    async def _publish(self, topic: str, batch: _Batch) -> None:
+        messages, futures = batch.messages, batch.futures
+        try:
+            while messages:
+                try:
+                    results = await with_retries(
+                        functools.partial(self._post, topic, messages), self.retries, self.max_retry_wait
+                    )
+                except HeraldClientError as exc:
+                    bad = exc.index
+                    if exc.status != 400 or bad is None or not 0 <= bad < len(messages):
+                        raise
+                    # PROTOCOL §2: one bad message rejects the batch; only it fails, the
+                    # records of other send() calls that shared the request go again.
+                    _settle(futures.pop(bad), exc)
+                    messages = messages[:bad] + messages[bad + 1 :]
+                    continue
+                for future, result in zip(futures, results, strict=True):
+                    _settle(future, result)
+                return
+        except Exception as exc:
+            for future in futures:
+                _settle(future, exc)
+
+    async def _post(self, topic: str, messages: list[bytes]) -> list[SendResult | None]:
+        body = b'{"messages":[' + b",".join(messages) + b"]}"
+        response = await self._http.post(
+            f"/v1/topics/{topic}/messages",
+            params={"acks": self.acks},
+            content=body,
+            headers={"content-type": "application/json"},
+        )
+        if response.status_code >= 400:
+            raise HeraldClientError.from_response(response)
+        if response.status_code == 202 or not response.content:
+            return [None] * len(messages)  # acks=0: answered before the write
+        results = orjson.loads(response.content)["results"]
+        return [
+            SendResult(r["partition"], r["offset"], bool(r.get("duplicate", False)))
+            for r in results
+        ]
+
+
+def _encode(
+    value: Any,
+    key: str | None,
+    headers: Mapping[str, str] | None,
+    partition: int | None,
+    id: str | None,
+) -> bytes:
+    message: dict[str, Any] = {}
+    if isinstance(value, bytes | bytearray | memoryview):
+        message["value_b64"] = base64.b64encode(bytes(value)).decode("ascii")
+    else:
+        message["value"] = value
+    if key is not None:
+        message["key"] = key
+    if headers:
+        message["headers"] = dict(headers)
+    if partition is not None:
+        message["partition"] = partition
+    if id is not None:
+        message["id"] = id
+    return orjson.dumps(message)
+
+
+def _settle(future: asyncio.Future[SendResult | None], outcome: SendResult | Exception | None) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, Exception):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
