@@ -1,0 +1,229 @@
+"""Batch framing: the unit written to a segment file.
+
+One write and one CRC32C cover a batch of many records (as Kafka's record batch v2).
+All integers are little-endian. Layout::
+
+    batch header (40 bytes)
+      u32  length        whole batch in bytes, header included
+      u32  crc           CRC32C of everything after this field
+      u8   magic         0x48 ("H")
+      u8   attributes    bit flags; ATTR_ENCRYPTED is reserved for payload encryption
+      u16  key_id        encryption key id when ATTR_ENCRYPTED, else 0
+      i64  base_offset
+      u32  record_count
+      i64  first_timestamp
+      i64  last_timestamp
+    records, each:
+      u32  offset_delta
+      i64  timestamp
+      u8   kind          ValueKind
+      u8   reserved
+      u16  header_count
+      i32  key_len       -1: null key
+      i32  producer_len  -1: no producer id
+      u32  value_len
+      key, producer id, headers (u32 name_len, u32 value_len, name, value)*, value
+
+Everything a reader needs to find offsets and timestamps stays in the header, so a later
+encryption of the record section leaves scanning, indexing and retention untouched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import crc32c
+
+from storage.errors import CorruptLog
+from storage.record import NewRecord, Record, ValueKind
+
+MAGIC = 0x48
+ATTR_ENCRYPTED = 0x01  # reserved: record section encrypted with key ``key_id``
+
+HEADER = struct.Struct("<IIBBHqIqq")
+HEADER_SIZE = HEADER.size  # 40
+_CRC_START = 8  # the CRC covers the batch from the magic byte on
+_RECORD = struct.Struct("<IqBBHiiI")
+_HEADER_PAIR = struct.Struct("<II")
+_KINDS = (ValueKind.JSON, ValueKind.BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The readable part of a batch: what scanning, indexes and retention need."""
+
+    length: int
+    crc: int
+    attributes: int
+    key_id: int
+    base_offset: int
+    record_count: int
+    first_timestamp: int
+    last_timestamp: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.record_count
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """An encoded batch ready to be written, with the header fields the log indexes."""
+
+    data: bytes
+    base_offset: int
+    record_count: int
+    first_timestamp: int
+    last_timestamp: int
+
+
+def encode_batch(
+    base_offset: int, records: Sequence[NewRecord], timestamps: Sequence[int] | int
+) -> EncodedBatch:
+    """Frame ``records`` as one batch starting at ``base_offset``.
+
+    ``timestamps`` is one timestamp for the whole batch (an append) or one per record
+    (a replicated append).
+    """
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    if isinstance(timestamps, int):
+        first_ts = last_ts = timestamps
+        each: Iterable[int] = itertools.repeat(timestamps)
+    else:
+        if len(timestamps) != len(records):
+            raise ValueError("one timestamp per record")
+        first_ts, last_ts, each = timestamps[0], timestamps[-1], timestamps
+    parts: list[bytes] = [b""]  # slot 0: the header, packed once the body is known
+    append = parts.append
+    pack = _RECORD.pack
+    for delta, (record, ts) in enumerate(zip(records, each, strict=False)):
+        key = None if record.key is None else record.key.encode()
+        producer = None if record.producer_id is None else record.producer_id.encode()
+        headers = record.headers
+        append(
+            pack(
+                delta,
+                ts,
+                record.kind,
+                0,
+                len(headers),
+                -1 if key is None else len(key),
+                -1 if producer is None else len(producer),
+                len(record.value),
+            )
+        )
+        if key:
+            append(key)
+        if producer:
+            append(producer)
+        if headers:
+            append(_encode_headers(headers))
+        append(record.value)
+    parts[0] = HEADER.pack(0, 0, MAGIC, 0, 0, base_offset, len(records), first_ts, last_ts)
+    buf = bytearray().join(parts)
+    struct.pack_into("<I", buf, 0, len(buf))
+    struct.pack_into("<I", buf, 4, crc32c.crc32c(memoryview(buf)[_CRC_START:]))
+    return EncodedBatch(bytes(buf), base_offset, len(records), first_ts, last_ts)
+
+
+def _encode_headers(headers: Mapping[str, str]) -> bytes:
+    out: list[bytes] = []
+    for name, value in headers.items():
+        n, v = name.encode(), value.encode()
+        out += (_HEADER_PAIR.pack(len(n), len(v)), n, v)
+    return b"".join(out)
+
+
+def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos``; raises CorruptLog if it cannot be a batch header."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptLog(f"incomplete batch header at {pos}")
+    length, crc, magic, attributes, key_id, base, count, first_ts, last_ts = HEADER.unpack_from(
+        buf, pos
+    )
+    if magic != MAGIC or length < HEADER_SIZE or count == 0:
+        raise CorruptLog(f"not a batch header at {pos}")
+    return BatchHeader(length, crc, attributes, key_id, base, count, first_ts, last_ts)
+
+
+def check_batch(buf: bytes | memoryview, pos: int, header: BatchHeader) -> None:
+    """Raise CorruptLog unless the whole batch is present and its CRC matches."""
+    end = pos + header.length
+    if end > len(buf):
+        raise CorruptLog(f"torn batch at {pos}")
+    if crc32c.crc32c(memoryview(buf)[pos + _CRC_START : end]) != header.crc:
+        raise CorruptLog(f"CRC mismatch in batch at {pos}")
+
+
+def decode_batch(
+    buf: bytes | memoryview,
+    pos: int,
+    header: BatchHeader,
+    partition: int,
+    from_offset: int = 0,
+) -> list[Record]:
+    """Decode the records of the (checked) batch at ``pos`` with offset >= ``from_offset``."""
+    if header.attributes & ATTR_ENCRYPTED:
+        raise CorruptLog("encrypted batches are not supported yet")
+    view = memoryview(buf)
+    unpack = _RECORD.unpack_from
+    rsize = _RECORD.size
+    base = header.base_offset
+    end = pos + header.length
+    p = pos + HEADER_SIZE
+    out: list[Record] = []
+    try:
+        for _ in range(header.record_count):
+            delta, ts, kind, _r, nheaders, klen, plen, vlen = unpack(view, p)
+            p += rsize
+            key = None
+            if klen >= 0:
+                key = str(view[p : p + klen], "utf-8")
+                p += klen
+            producer = None
+            if plen >= 0:
+                producer = str(view[p : p + plen], "utf-8")
+                p += plen
+            headers: dict[str, str] = {}
+            if nheaders:
+                p = _decode_headers(view, p, nheaders, headers)
+            value_end = p + vlen
+            if base + delta >= from_offset:
+                out.append(
+                    Record(
+                        partition,
+                        base + delta,
+                        ts,
+                        bytes(view[p:value_end]),
+                        _KINDS[kind],
+                        key,
+                        headers,
+                        producer,
+                    )
+                )
+            p = value_end
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise CorruptLog(f"malformed record in batch at {pos}") from exc
+    if p != end:
+        raise CorruptLog(f"batch at {pos} has {end - p} stray bytes")
+    return out
+
+
+def _decode_headers(view: memoryview, p: int, count: int, into: dict[str, str]) -> int:
+    unpack = _HEADER_PAIR.unpack_from
+    for _ in range(count):
+        nlen, vlen = unpack(view, p)
+        p += 8
+        name = str(view[p : p + nlen], "utf-8")
+        p += nlen
+        into[name] = str(view[p : p + vlen], "utf-8")
+        p += vlen
+    return p

@@ -1,0 +1,312 @@
+"""Partition: the awaitable facade of one partition log (docs/architecture.md).
+
+Appends are handed to the partition's writer thread (group commit, storage.writer);
+reads are served from an in-memory tail cache of decoded records when they can be —
+caught-up consumers then read with no thread hop and no decode — and otherwise from
+the files on a reader thread. All state here is touched on the event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import TypeVar
+
+from storage.errors import StorageUnavailable
+from storage.partition_log import LogConfig, PartitionLog
+from storage.record import Acks, NewRecord, Record
+from storage.writer import AppendRequest, TaskRequest, Writer, WriterPool
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
+_RECORD_OVERHEAD = 160  # rough bytes of a Record object beyond its value, for the cache bound
+_COMPACT_AT = 4096  # dropped cache slots before the list is compacted
+
+T = TypeVar("T")
+AppendListener = Callable[["Partition"], None]
+
+
+class TailCache:
+    """The most recent records of a partition, contiguous, bounded by bytes."""
+
+    def __init__(self, max_bytes: int, end_offset: int) -> None:
+        self._max_bytes = max_bytes
+        self._records: list[Record] = []
+        self._first = 0  # index of the oldest live record in _records
+        self.start_offset = end_offset  # offset of _records[_first], or end when empty
+        self.end_offset = end_offset
+        self._bytes = 0
+
+    def add(self, records: list[Record]) -> None:
+        if records[0].offset != self.end_offset:  # not contiguous (never expected): restart
+            self._records, self._first, self._bytes = [], 0, 0
+            self.start_offset = records[0].offset
+        self._records += records
+        self._bytes += sum(len(r.value) for r in records) + _RECORD_OVERHEAD * len(records)
+        self.end_offset = records[-1].offset + 1
+        while self._bytes > self._max_bytes and self.start_offset < self.end_offset:
+            self._drop_oldest()
+
+    def drop_below(self, offset: int) -> None:
+        """Forget records below ``offset`` (deleted by retention)."""
+        while self.start_offset < min(offset, self.end_offset):
+            self._drop_oldest()
+        if self.start_offset == self.end_offset and offset > self.end_offset:
+            self.start_offset = self.end_offset = offset
+
+    def _drop_oldest(self) -> None:
+        record = self._records[self._first]
+        self._bytes -= len(record.value) + _RECORD_OVERHEAD
+        self._first += 1
+        self.start_offset += 1
+        if self._first >= _COMPACT_AT and self._first * 2 >= len(self._records):
+            del self._records[: self._first]
+            self._first = 0
+
+    def read(self, offset: int, max_records: int, max_bytes: int) -> list[Record] | None:
+        """Records from ``offset`` as Partition.read would return them; None when
+        ``offset`` is below the cache."""
+        if offset < self.start_offset:
+            return None
+        if offset >= self.end_offset:
+            return []
+        i = self._first + offset - self.start_offset
+        out = self._records[i : i + max_records]
+        budget = max_bytes
+        for n, record in enumerate(out):
+            budget -= len(record.value)
+            if budget < 0:
+                return out[: max(n, 1)]  # at least one record, even a large one
+        return out
+
+    def find_timestamp(self, timestamp: int) -> int | None:
+        """The first cached offset with a timestamp >= ``timestamp``, or the end; None
+        when an earlier record, not cached, might be the answer."""
+        if self.start_offset == self.end_offset:
+            return None
+        if self._records[self._first].timestamp >= timestamp:
+            return None
+        i = bisect.bisect_left(self._records, timestamp, lo=self._first, key=lambda r: r.timestamp)
+        return self.start_offset + i - self._first
+
+
+class Partition:
+    """One partition of a topic, as the layers above use it."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition_log: PartitionLog,
+        writers: WriterPool | None = None,
+        *,
+        reader: Executor | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition_log.partition
+        self.log = partition_log  # the sync core: replication hooks, tests
+        # Without a shared pool the partition gets a writer thread of its own.
+        self._own_writers = writers is None
+        self._writers = WriterPool(1) if writers is None else writers
+        self._writer: Writer = self._writers.assign()
+        self._reader = reader
+        self._end = partition_log.end_offset
+        self._cache = TailCache(cache_bytes, self._end)
+        self._listeners: list[AppendListener] = []
+        self._waiters: dict[int, set[asyncio.Future[bool]]] = {}
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        directory: Path,
+        topic: str,
+        partition: int,
+        *,
+        writers: WriterPool | None = None,
+        config: LogConfig | None = None,
+        segment_bytes: int | None = None,
+        reader: Executor | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> Partition:
+        """Open (recovering it off the loop) the log in ``directory``, which is
+        ``<data_dir>/topics/<topic>/<partition>``; created when missing. ``writers`` is
+        the shared writer pool (else a writer thread of its own); ``segment_bytes``
+        overrides ``config.segment_bytes``."""
+        config = config or LogConfig()
+        if segment_bytes is not None:
+            config = dataclasses.replace(config, segment_bytes=segment_bytes)
+        partition_log = await asyncio.to_thread(PartitionLog, directory, partition, config)
+        return cls(topic, partition_log, writers, reader=reader, cache_bytes=cache_bytes)
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        return min(self.log.start_offset, self._end)
+
+    @property
+    def end_offset(self) -> int:
+        """The next offset to be written; advances once a batch is written (visible)."""
+        return self._end
+
+    @property
+    def size_bytes(self) -> int:
+        return self.log.size_bytes
+
+    @property
+    def fsync_count(self) -> int:
+        return self.log.fsync_count
+
+    # -- appends -----------------------------------------------------------------------
+
+    async def append(self, records: Sequence[NewRecord], acks: Acks) -> tuple[int, int]:
+        """Append ``records`` as one batch -> (first offset, timestamp). Resolves once
+        written (Acks.LEADER / NONE) or once fsynced (Acks.ALL, shared with every append
+        of the same group). Raises StorageUnavailable, nothing of the batch acked."""
+        if not records:
+            raise ValueError("append needs at least one record")
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[int, int]] = loop.create_future()
+        self._writer.submit(AppendRequest(self.log, records, acks, loop, future, self._on_written))
+        return await future
+
+    def _on_written(self, first: int, timestamp: int, records: Sequence[NewRecord]) -> None:
+        # On the loop, in log order: the batch is now visible.
+        p = self.partition
+        self._cache.add(
+            [
+                Record(p, first + i, timestamp, r.value, r.kind, r.key, r.headers, r.producer_id)
+                for i, r in enumerate(records)
+            ]
+        )
+        self._end = first + len(records)
+        self._wake_waiters()
+        for listener in list(self._listeners):
+            try:
+                listener(self)
+            except Exception:
+                log.exception("append listener failed")
+
+    def _wake_waiters(self) -> None:
+        for offset in [o for o in self._waiters if o < self._end]:
+            for future in self._waiters.pop(offset):
+                if not future.done():
+                    future.set_result(True)
+
+    def add_append_listener(self, fn: AppendListener) -> Callable[[], None]:
+        """``fn(partition)`` runs on the loop after each batch becomes visible."""
+        self._listeners.append(fn)
+
+        def unsubscribe() -> None:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+        return unsubscribe
+
+    async def wait_for(self, offset: int, timeout: float | None) -> bool:  # noqa: ASYNC109
+        """True as soon as end_offset > ``offset``; False on timeout or close."""
+        if self._end > offset:
+            return True
+        if self._closed:
+            return False
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters.setdefault(offset, set())
+        waiters.add(future)
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        except TimeoutError:
+            return False
+        finally:
+            waiters.discard(future)
+            if not waiters and self._waiters.get(offset) is waiters:
+                del self._waiters[offset]
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def read(self, offset: int, max_records: int, max_bytes: int) -> list[Record]:
+        """Records from ``offset`` (from start_offset if below); [] at or past the end;
+        at least one record whenever one exists at or after ``offset``."""
+        cached = self.read_cached(offset, max_records, max_bytes)
+        if cached is not None:
+            return cached
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, self.log.read, offset, max_records, max_bytes, self._end
+        )
+
+    def read_cached(self, offset: int, max_records: int, max_bytes: int) -> list[Record] | None:
+        """Tail cache only, never I/O; None when the range starts below the cache."""
+        if offset >= self._end or max_records <= 0:
+            return []
+        return self._cache.read(max(offset, self.start_offset), max_records, max_bytes)
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> int:
+        """The first offset whose timestamp is >= ``timestamp_ms``, or end_offset."""
+        cached = self._cache.find_timestamp(timestamp_ms)
+        if cached is not None:
+            return cached
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(
+            self._reader, self.log.offset_for_timestamp, timestamp_ms
+        )
+        return min(found, self._end)
+
+    # -- maintenance (on the writer thread, in queue order with the appends) -----------
+
+    async def apply_retention(
+        self, now_ms: int, retention_ms: int | None, retention_bytes: int | None
+    ) -> int:
+        """Delete whole segments past retention; returns how many were deleted."""
+        deleted: int = await self._on_writer(
+            lambda: self.log.apply_retention(now_ms, retention_ms, retention_bytes)
+        )
+        self._cache.drop_below(self.log.start_offset)
+        return deleted
+
+    async def flush(self) -> None:
+        """fsync what was written so far (for a periodic flush of Acks.LEADER appends)."""
+        await self._on_writer(self.log.flush)
+
+    async def close(self) -> None:
+        """Finish queued appends, fsync and close the files. Waiters get False."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._on_writer(self._close_on_writer)
+        except StorageUnavailable:  # the writer pool is already stopped
+            await asyncio.to_thread(self.log.close)
+        finally:
+            self._writers.release(self._writer)
+            if self._own_writers:
+                await asyncio.to_thread(self._writers.close)
+            for waiters in self._waiters.values():
+                for future in waiters:
+                    if not future.done():
+                        future.set_result(False)
+
+    def _close_on_writer(self) -> None:
+        self.log.close()
+        self._writer.forget(self.log)
+
+    async def _on_writer(self, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._writer.submit(TaskRequest(fn, loop, future))
+        return await future
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageUnavailable(f"partition {self.topic}/{self.partition} is closed")
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic!r}, {self.partition}, end_offset={self._end})"

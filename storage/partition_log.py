@@ -1,0 +1,308 @@
+"""PartitionLog: the synchronous core of one partition (Kafka's Log + LogLoader).
+
+One writer thread owns every mutation (appends, rolls, retention, truncation); any
+thread may read. Readers take a snapshot of the segment tuple, which mutations replace
+rather than change, and open segment files themselves; so retention can delete a
+segment under a reader, who then starts again from the new start offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.batch import EncodedBatch, encode_batch
+from storage.errors import StorageUnavailable
+from storage.record import NewRecord, Record
+from storage.segment import LogSegment
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_MAX_SEGMENT_BYTES = (1 << 32) - 1  # index positions are u32
+_MAX_SEGMENT_RECORDS = (1 << 32) - 1  # index offsets are relative u32
+_READ_RETRIES = 3  # retention deleting segments under one read, in a row
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 128 * 1024 * 1024  # roll to a new segment past this size
+    segment_ms: int = 7 * 24 * 3600 * 1000  # ... or when its first record is this old
+    index_interval_bytes: int = 4096  # an index entry every this many bytes of log
+
+    def __post_init__(self) -> None:
+        if not 0 < self.segment_bytes <= _MAX_SEGMENT_BYTES:
+            raise ValueError("segment_bytes must be in 1..4 GiB")
+
+
+def fsync_dir(path: Path) -> None:
+    """Make file creations and deletions in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class PartitionLog:
+    """The segments of one partition, opened (and recovered) in the constructor."""
+
+    def __init__(
+        self, directory: Path, partition: int = 0, config: LogConfig | None = None
+    ) -> None:
+        self.directory = directory
+        self.partition = partition
+        self.config = config or LogConfig()
+        self.fsync_count = 0  # fsyncs made by flush(): lets tests see group commit
+        self.recovered_bytes = 0  # torn or corrupt tail bytes cut while opening
+        self._segments: tuple[LogSegment, ...] = ()
+        self.closed = False
+        self._load()
+        self.last_timestamp: int | None = self._newest_timestamp()
+
+    # -- opening -----------------------------------------------------------------------
+
+    def _load(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        bases = self._segment_bases()
+        segments: list[LogSegment] = []
+        try:
+            for base in bases:
+                segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+                segments.append(segment)
+                # Each segment's tail is checked: only the last can be torn by a crash
+                # (rolls fsync the old one), and it costs a scan of ~one index interval.
+                self.recovered_bytes += segment.recover()
+            if not segments:
+                segments.append(LogSegment(self.directory, 0, self.config.index_interval_bytes))
+                fsync_dir(self.directory)
+                fsync_dir(self.directory.parent)
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        self._segments = tuple(segments)
+
+    def _segment_bases(self) -> list[int]:
+        logs: set[int] = set()
+        others: list[tuple[int, Path]] = []
+        for path in self.directory.iterdir():
+            match = _SEGMENT_FILE.match(path.name)
+            if match is None:
+                continue
+            if match.group(2) == "log":
+                logs.add(int(match.group(1)))
+            else:
+                others.append((int(match.group(1)), path))
+        for base, path in others:
+            if base not in logs:  # an index whose log was deleted: derived data, drop it
+                path.unlink()
+        return sorted(logs)
+
+    # -- what everyone may look at -----------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The next offset to be written."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return self._segments
+
+    # -- writer thread -----------------------------------------------------------------
+
+    def append(self, records: Sequence[NewRecord], timestamp: int) -> int:
+        """Append ``records`` stamped ``timestamp`` (written, not fsynced); returns the
+        first offset. Raises StorageUnavailable on an I/O error, the log unchanged."""
+        return self._append(encode_batch(self.end_offset, records, timestamp))
+
+    def append_at(self, offset: int, records: Sequence[tuple[NewRecord, int]]) -> int:
+        """Append records with their own timestamps at ``offset``, which must be the end
+        offset (a replica copying its leader). Returns ``offset``."""
+        if offset != self.end_offset:
+            raise ValueError(f"append_at({offset}) but the log ends at {self.end_offset}")
+        timestamps = [ts for _, ts in records]
+        return self._append(encode_batch(offset, [r for r, _ in records], timestamps))
+
+    def _append(self, batch: EncodedBatch) -> int:
+        if self.closed:
+            raise StorageUnavailable(f"partition {self.partition} is closed")
+        try:
+            if self._should_roll(batch):
+                self._roll()
+            self._segments[-1].append(batch)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot write partition {self.partition}: {exc}") from exc
+        if self.last_timestamp is None or batch.last_timestamp > self.last_timestamp:
+            self.last_timestamp = batch.last_timestamp
+        return batch.base_offset
+
+    def _should_roll(self, batch: EncodedBatch) -> bool:
+        active = self._segments[-1]
+        if active.size == 0:
+            return False
+        assert active.first_timestamp is not None
+        return (
+            active.size + len(batch.data) > self.config.segment_bytes
+            or batch.last_timestamp - active.first_timestamp >= self.config.segment_ms
+            or batch.base_offset + batch.record_count - active.base_offset > _MAX_SEGMENT_RECORDS
+        )
+
+    def _roll(self) -> None:
+        old = self._segments[-1]
+        old.flush_all()  # only the active segment may then hold unsynced bytes
+        new = LogSegment(self.directory, old.next_offset, self.config.index_interval_bytes)
+        try:
+            fsync_dir(self.directory)
+        except OSError:
+            new.delete()
+            raise
+        self._segments = (*self._segments, new)
+
+    def flush(self) -> None:
+        """fsync what was appended so far."""
+        if self.closed:
+            return
+        try:
+            self._segments[-1].flush()
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
+        self.fsync_count += 1
+
+    def apply_retention(
+        self, now_ms: int, retention_ms: int | None, retention_bytes: int | None
+    ) -> int:
+        """Delete whole segments past retention; returns how many were deleted. The
+        active segment is rolled first when all of it is past the time limit, so that
+        it can go too; offsets are never reused."""
+        deleted = 0
+        if retention_ms is not None:
+            cutoff = now_ms - retention_ms
+            active = self._segments[-1]
+            if active.last_timestamp is not None and active.last_timestamp < cutoff:
+                self._roll()
+            while len(self._segments) > 1 and _expired(self._segments[0], cutoff):
+                self._delete_oldest()
+                deleted += 1
+        if retention_bytes is not None:
+            while (
+                len(self._segments) > 1
+                and self.size_bytes - self._segments[0].size >= retention_bytes
+            ):
+                self._delete_oldest()
+                deleted += 1
+        return deleted
+
+    def _delete_oldest(self) -> None:
+        oldest = self._segments[0]
+        self._segments = self._segments[1:]  # readers see the new start before the unlink
+        oldest.delete()
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset`` (a replica diverging from its
+        leader). A batch cut in the middle is rewritten with the records before ``offset``."""
+        if offset >= self.end_offset:
+            return
+        if offset < self.start_offset:
+            raise ValueError(f"truncate_to({offset}) below the start offset {self.start_offset}")
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            newest = self._segments[-1]
+            self._segments = self._segments[:-1]
+            newest.delete()
+        active = self._segments[-1]
+        keep = active.truncate_to_offset(offset, self.partition)
+        self.last_timestamp = self._newest_timestamp()
+        if keep:
+            self.append_at(keep[0].offset, [(_as_new(r), r.timestamp) for r in keep])
+
+    def _newest_timestamp(self) -> int | None:
+        for segment in reversed(self._segments):
+            if segment.last_timestamp is not None:
+                return segment.last_timestamp
+        return None
+
+    def close(self) -> None:
+        """fsync and close every file."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._segments[-1].flush_all()
+        finally:
+            for segment in self._segments:
+                with contextlib.suppress(OSError):
+                    segment.close()
+
+    # -- any thread --------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_records: int, max_bytes: int, end_offset: int | None = None
+    ) -> list[Record]:
+        """Up to ``max_records`` records from ``offset`` (from the start offset if it is
+        below), values adding up to at most ``max_bytes`` except that at least one record
+        is returned if any exists. ``end_offset`` bounds the read at what callers may see."""
+        for _ in range(_READ_RETRIES):
+            offset = max(offset, self.start_offset)
+            try:
+                return self._read(offset, max_records, max_bytes, end_offset)
+            except FileNotFoundError:
+                continue  # retention deleted a segment under us: again from the new start
+        return self._read(max(offset, self.start_offset), max_records, max_bytes, end_offset)
+
+    def _read(
+        self, offset: int, max_records: int, max_bytes: int, end_offset: int | None
+    ) -> list[Record]:
+        # The end first: a segment it counts in is already in the snapshot taken after it.
+        end = self.end_offset if end_offset is None else min(end_offset, self.end_offset)
+        segments = self._segments
+        i = max(0, bisect.bisect_right([s.base_offset for s in segments], offset) - 1)
+        out: list[Record] = []
+        while i < len(segments) and offset < end and len(out) < max_records:
+            if out and max_bytes <= 0:
+                break
+            segment = segments[i]
+            i += 1
+            if offset >= segment.next_offset:
+                continue  # past this segment's records (or in a gap left by a cut tail)
+            got = segment.read(
+                offset, max_records - len(out), max_bytes, end, self.partition, not out
+            )
+            out += got
+            max_bytes -= sum(len(r.value) for r in got)
+            offset = got[-1].offset + 1 if got else offset
+            if offset < min(segment.next_offset, end):
+                break  # stopped inside the segment by a limit
+        return out
+
+    def offset_for_timestamp(self, timestamp: int) -> int:
+        """The first offset whose timestamp is >= ``timestamp``, or the end offset."""
+        for _ in range(_READ_RETRIES):
+            try:
+                for segment in self._segments:
+                    found = segment.find_timestamp(timestamp)
+                    if found is not None:
+                        return found
+                break
+            except FileNotFoundError:
+                continue
+        return self.end_offset
+
+
+def _expired(segment: LogSegment, cutoff: int) -> bool:
+    return segment.last_timestamp is None or segment.last_timestamp < cutoff
+
+
+def _as_new(record: Record) -> NewRecord:
+    return NewRecord(record.value, record.kind, record.key, record.headers, record.producer_id)

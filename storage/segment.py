@@ -1,0 +1,290 @@
+"""A log segment (Kafka's LogSegment): ``<base>.log`` plus its two sparse indexes.
+
+The log file is the truth. Appends go through one descriptor owned by the writer
+thread; reads open their own descriptor so that a segment
+deleted by retention can never hand a reader a recycled file descriptor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from storage.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    EncodedBatch,
+    check_batch,
+    decode_batch,
+    read_header,
+)
+from storage.errors import CorruptLog
+from storage.index import OffsetIndex, TimeIndex
+from storage.record import Record
+
+READ_CHUNK = 1 << 20  # bytes read ahead when scanning a segment
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    """One segment: appends, recovery of its tail, and the numbers the log needs."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        self.base_offset = base_offset
+        self.path = directory / segment_name(base_offset, ".log")
+        self._interval = index_interval_bytes
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self.offset_index = OffsetIndex(
+                directory / segment_name(base_offset, ".index"), base_offset
+            )
+            self.time_index = TimeIndex(
+                directory / segment_name(base_offset, ".timeindex"), base_offset
+            )
+        except OSError:
+            os.close(self._fd)
+            raise
+        self.size = os.fstat(self._fd).st_size  # readers never look past this
+        self.next_offset = base_offset
+        self.first_timestamp: int | None = None  # of the first batch: segment age
+        self.last_timestamp: int | None = None  # of the last batch: time retention
+        self._since_index = 0  # log bytes since the last index entry
+
+    # -- appends (writer thread) -------------------------------------------------------
+
+    def append(self, batch: EncodedBatch) -> None:
+        """Write one batch; on an I/O error cut the segment back to what it was and raise."""
+        position = self.size
+        entries = len(self.offset_index)
+        try:
+            _write_all(self._fd, batch.data)
+            if self._since_index >= self._interval:
+                self.offset_index.append(batch.base_offset, position)
+                self.time_index.append(batch.first_timestamp, batch.base_offset)
+        except OSError:
+            self._cut(position, entries)
+            raise
+        if self._since_index >= self._interval:
+            self._since_index = 0
+        self._since_index += len(batch.data)
+        if self.first_timestamp is None:
+            self.first_timestamp = batch.first_timestamp
+        self.last_timestamp = batch.last_timestamp
+        # size before next_offset: a reader that sees the new end offset sees the bytes.
+        self.size = position + len(batch.data)
+        self.next_offset = batch.base_offset + batch.record_count
+
+    def _cut(self, position: int, entries: int) -> None:
+        # Best effort: if even the truncate fails, recovery cuts the torn tail on reopen.
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, position)
+            self.offset_index.truncate_to_position(position)
+            self.time_index.truncate(entries)
+
+    def flush(self) -> None:
+        os.fdatasync(self._fd)
+
+    def flush_all(self) -> None:
+        """fsync the log and both indexes: done when the segment is closed or rolled."""
+        os.fsync(self._fd)
+        self.offset_index.fsync()
+        self.time_index.fsync()
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        for path in self.files():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def files(self) -> list[Path]:
+        return [self.path, self.offset_index.path, self.time_index.path]
+
+    # -- reads (any thread: a private descriptor, bounded by the size seen at the start) --
+
+    def read(
+        self,
+        offset: int,
+        max_records: int,
+        max_bytes: int,
+        end_offset: int,
+        partition: int,
+        at_least_one: bool = True,
+    ) -> list[Record]:
+        """Records from ``offset`` (< ``end_offset``): at most ``max_records``, and values
+        adding up to at most ``max_bytes`` — but ``at_least_one`` even if it alone is
+        larger. Raises FileNotFoundError when retention deleted the segment."""
+        size = self.size
+        _, position = self.offset_index.lookup(offset)
+        out: list[Record] = []
+        budget = max_bytes
+        chunk = min(max(max_bytes + HEADER_SIZE, 1 << 16), READ_CHUNK * 4)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for _pos, header, buf, at in iter_batches(fd, position, size, chunk):
+                if header.next_offset <= offset:
+                    continue
+                check_batch(buf, at, header)
+                for record in decode_batch(buf, at, header, partition, offset):
+                    budget -= len(record.value)
+                    if record.offset >= end_offset or (budget < 0 and (out or not at_least_one)):
+                        return out
+                    out.append(record)
+                    if len(out) >= max_records:
+                        return out
+        finally:
+            os.close(fd)
+        return out
+
+    def find_timestamp(self, timestamp: int) -> int | None:
+        """The first offset in this segment whose timestamp is >= ``timestamp``, if any."""
+        if self.last_timestamp is None or self.last_timestamp < timestamp:
+            return None
+        start = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(start)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for _pos, header, buf, at in iter_batches(fd, position, self.size):
+                if header.last_timestamp < timestamp:
+                    continue
+                check_batch(buf, at, header)
+                for record in decode_batch(buf, at, header, 0):
+                    if record.timestamp >= timestamp:
+                        return record.offset
+        finally:
+            os.close(fd)
+        return None
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Load the indexes (rebuilding them if damaged), scan the log from the last index
+        entry, and cut a torn or corrupt tail. Returns the bytes cut."""
+        try:
+            self.offset_index.load(self.size)
+            self.time_index.load(self.offset_index)
+            self._check_last_entry()
+        except CorruptLog:
+            self.offset_index.reset([])
+            self.time_index.reset([])
+        self._read_first_timestamp()
+        return self._scan_tail()
+
+    def _check_last_entry(self) -> None:
+        offset, position = self.offset_index.last()
+        if not len(self.offset_index):
+            return
+        header = read_header(os.pread(self._fd, HEADER_SIZE, position))
+        if header.base_offset != offset or header.first_timestamp != self.time_index.timestamps[-1]:
+            raise CorruptLog(f"{self.offset_index.path.name}: last entry does not match the log")
+
+    def _read_first_timestamp(self) -> None:
+        with contextlib.suppress(CorruptLog):
+            self.first_timestamp = read_header(os.pread(self._fd, HEADER_SIZE, 0)).first_timestamp
+
+    def _scan_tail(self) -> int:
+        start_size = self.size
+        while True:
+            expected, position = self.offset_index.last()
+            scanned = self._scan_from(expected, position)
+            if scanned is not None or position == 0:
+                break
+            # The batch the last index entry points at is itself torn: drop that entry and
+            # scan again from the one before, so the tail's last timestamp is known.
+            self.truncate_to_position(position, expected)
+        end_offset, end_position = scanned if scanned is not None else (expected, position)
+        if end_position < self.size:
+            self.truncate_to_position(end_position, end_offset)
+            os.fsync(self._fd)
+        self.next_offset = end_offset
+        if end_position == 0:
+            self.first_timestamp = self.last_timestamp = None
+        return start_size - self.size
+
+    def _scan_from(self, expected: int, position: int) -> tuple[int, int] | None:
+        """Check batches from ``position`` on, indexing as appends would. Returns the
+        (next offset, position) after the last whole batch; None when not even the first
+        batch is whole."""
+        self._since_index = 0
+        scanned = None
+        with contextlib.suppress(CorruptLog):  # the tail after `scanned` is torn: cut it
+            for pos, header, buf, at in iter_batches(self._fd, position, self.size):
+                check_batch(buf, at, header)
+                if header.base_offset != expected:
+                    raise CorruptLog(f"batch at {pos} has offset {header.base_offset}")
+                if self._since_index >= self._interval:
+                    self.offset_index.append(header.base_offset, pos)
+                    self.time_index.append(header.first_timestamp, header.base_offset)
+                    self._since_index = 0
+                self._since_index += header.length
+                self.last_timestamp = header.last_timestamp
+                expected, position = header.next_offset, pos + header.length
+                scanned = (expected, position)
+        return scanned
+
+    def truncate_to_offset(self, offset: int, partition: int) -> list[Record]:
+        """Cut the log at the batch holding ``offset``; returns the records of that batch
+        before ``offset``, which the caller writes back."""
+        _, position = self.offset_index.lookup(offset)
+        keep: list[Record] = []
+        cut_at, cut_offset = self.size, self.next_offset
+        for pos, header, buf, at in iter_batches(self._fd, position, self.size):
+            if header.next_offset > offset:
+                if header.base_offset < offset:
+                    records = decode_batch(buf, at, header, partition)
+                    keep = records[: offset - header.base_offset]
+                cut_at, cut_offset = pos, header.base_offset
+                break
+        self.truncate_to_position(cut_at, cut_offset)
+        self._scan_tail()  # the last timestamp is now an earlier batch's
+        if self.size == 0:
+            self.first_timestamp = None
+        return keep
+
+    def truncate_to_position(self, position: int, next_offset: int) -> None:
+        """Cut the log at a batch boundary (recovery, replication truncation)."""
+        os.ftruncate(self._fd, position)
+        kept = self.offset_index.truncate_to_position(position)
+        self.time_index.truncate(kept)
+        self.size = position
+        self.next_offset = next_offset
+        self._since_index = position - self.offset_index.last()[1]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def iter_batches(
+    fd: int, position: int, end: int, chunk: int = READ_CHUNK
+) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+    """Yield (file position, header, buffer, position in buffer) for each batch between
+    ``position`` and ``end``. The buffer holds the whole batch; its CRC is not checked
+    here. Raises CorruptLog at a header that cannot be a batch or a batch cut by ``end``.
+    """
+    buf = b""
+    buf_start = position  # file position of buf[0]
+    while position < end:
+        at = position - buf_start
+        if len(buf) - at < HEADER_SIZE:
+            buf, buf_start, at = os.pread(fd, min(chunk, end - position), position), position, 0
+        header = read_header(buf, at)
+        if position + header.length > end:
+            raise CorruptLog(f"torn batch at {position}")
+        if len(buf) - at < header.length:
+            size = min(max(chunk, header.length), end - position)
+            buf, buf_start, at = os.pread(fd, size, position), position, 0
+        yield position, header, buf, at
+        position += header.length
