@@ -1,0 +1,327 @@
+"""Client subcommands of the `herald` CLI: topics, subscriptions, publish, consume, bench.
+
+`server/cli.py` calls `add_commands(subparsers)`; each subcommand sets `func`,
+which takes the parsed arguments and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import sys
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
+
+import httpx
+import orjson
+import websockets
+
+from client import bench
+from client._http import DEFAULT_URL
+from client.admin import Admin
+from client.consumer import Consumer
+from client.errors import HeraldClientError
+from client.producer import Producer
+
+Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, Any]]
+PUBLISH_CHUNK = 10_000
+_ABSENT: Any = object()  # "not given": `--retention-ms none` means unlimited (null) instead
+
+
+def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _topics(subparsers)
+    _subscriptions(subparsers)
+    _publish(subparsers)
+    _consume(subparsers)
+    bench.add_command(subparsers)  # server/cli.py registers only this module once it exists
+
+
+# -- parsers ----------------------------------------------------------------------------
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("HERALD_URL", DEFAULT_URL),
+        help="server URL (env HERALD_URL; default %(default)s)",
+    )
+    parser.add_argument(
+        "--token", default=os.environ.get("HERALD_TOKEN"), help="bearer token (env HERALD_TOKEN)"
+    )
+
+
+def _leaf(
+    parent: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, run: Handler
+) -> argparse.ArgumentParser:
+    parser = parent.add_parser(name, help=help, description=help)
+    _common(parser)
+    parser.set_defaults(func=_runner(run))
+    return parser
+
+
+def _topics(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    topics = subparsers.add_parser("topics", help="list, create, show and delete topics")
+    actions = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
+    _leaf(actions, "list", "list topics", _topics_list)
+    create = _leaf(actions, "create", "create a topic (200 if it exists alike)", _topics_create)
+    create.add_argument("topic")
+    create.add_argument("--partitions", type=int, help="partition count (default 1)")
+    create.add_argument(
+        "--retention-ms", type=_int_or_none, default=_ABSENT, help="ms, or 'none' for unlimited"
+    )
+    create.add_argument(
+        "--retention-bytes",
+        type=_int_or_none,
+        default=_ABSENT,
+        help="bytes per partition, or 'none' for unlimited",
+    )
+    create.add_argument("--dedup-window-ms", type=int, help="producer id dedup window")
+    get = _leaf(actions, "get", "show a topic's config and partitions", _topics_get)
+    get.add_argument("topic")
+    delete = _leaf(actions, "delete", "delete a topic and its subscriptions", _topics_delete)
+    delete.add_argument("topic")
+
+
+def _subscriptions(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    subs = subparsers.add_parser("subscriptions", help="list, create, show, delete and seek")
+    actions = subs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    _leaf(actions, "list", "list subscriptions", _subs_list)
+    create = _leaf(actions, "create", "create a subscription on a topic", _subs_create)
+    create.add_argument("subscription")
+    create.add_argument("--topic", required=True)
+    create.add_argument("--start", help="earliest, latest (default) or a timestamp in ms")
+    create.add_argument("--delivery", choices=["at_least_once", "at_most_once"])
+    create.add_argument("--ack-deadline-ms", type=int)
+    create.add_argument("--max-in-flight", type=int)
+    create.add_argument("--max-deliveries", type=int, help="0 = never dead-letter")
+    create.add_argument("--dead-letter-topic")
+    create.add_argument("--ordered-by-key", action="store_true", default=None)
+    create.add_argument(
+        "--config", type=orjson.loads, help="more fields as a JSON object, e.g. retry_backoff"
+    )
+    get = _leaf(actions, "get", "show a subscription's config and stats", _subs_get)
+    get.add_argument("subscription")
+    delete = _leaf(actions, "delete", "delete a subscription", _subs_delete)
+    delete.add_argument("subscription")
+    seek = _leaf(actions, "seek", "move a subscription's cursor", _subs_seek)
+    seek.add_argument("subscription")
+    where = seek.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", choices=["earliest", "latest"])
+    where.add_argument("--timestamp", type=int, help="ms since the epoch")
+    where.add_argument(
+        "--offset",
+        action="append",
+        metavar="PARTITION=OFFSET",
+        type=_partition_offset,
+        help="repeatable",
+    )
+
+
+def _publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    publish = _leaf(
+        subparsers,
+        "publish",
+        "publish records: each VALUE (or each stdin line) is sent as JSON if it parses, "
+        "else as a string",
+        _run_publish,
+    )
+    publish.add_argument("topic", help="the topic (created if auto-create is on)")
+    publish.add_argument("values", nargs="*", metavar="VALUE", help="default: lines of stdin")
+    publish.add_argument("--key", help="record key (same key, same partition)")
+    publish.add_argument(
+        "--acks",
+        choices=["0", "1", "all"],
+        default="all",
+        help="all: fsynced (default); 1: written; 0: fire and forget",
+    )
+    publish.add_argument(
+        "--header", action="append", metavar="NAME=VALUE", type=_header, help="repeatable"
+    )
+    publish.add_argument("--partition", type=int)
+
+
+def _consume(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    consume = _leaf(
+        subparsers,
+        "consume",
+        "print a subscription's records, one JSON object per line, acking each",
+        _run_consume,
+    )
+    consume.add_argument("subscription")
+    consume.add_argument("--count", type=int, help="stop after N records (default: never)")
+    consume.add_argument("--credit", type=int, default=100, help="records in flight to this client")
+    consume.add_argument("--no-ack", action="store_true", help="print without acking")
+
+
+# -- handlers -----------------------------------------------------------------------------
+
+
+async def _topics_list(args: argparse.Namespace) -> Any:
+    async with Admin(args.url, args.token) as admin:
+        return await admin.list_topics()
+
+
+async def _topics_create(args: argparse.Namespace) -> Any:
+    extra: dict[str, Any] = {}
+    if args.retention_ms is not _ABSENT:
+        extra["retention_ms"] = args.retention_ms
+    if args.retention_bytes is not _ABSENT:
+        extra["retention_bytes"] = args.retention_bytes
+    async with Admin(args.url, args.token) as admin:
+        return await admin.create_topic(
+            args.topic,
+            partitions=args.partitions,
+            dedup_window_ms=args.dedup_window_ms,
+            **extra,
+        )
+
+
+async def _topics_get(args: argparse.Namespace) -> Any:
+    async with Admin(args.url, args.token) as admin:
+        return await admin.get_topic(args.topic)
+
+
+async def _topics_delete(args: argparse.Namespace) -> None:
+    async with Admin(args.url, args.token) as admin:
+        await admin.delete_topic(args.topic)
+
+
+async def _subs_list(args: argparse.Namespace) -> Any:
+    async with Admin(args.url, args.token) as admin:
+        return await admin.list_subscriptions()
+
+
+async def _subs_create(args: argparse.Namespace) -> Any:
+    config: dict[str, Any] = dict(args.config or {})
+    if args.start is not None:
+        config["start"] = {"timestamp": int(args.start)} if args.start.isdigit() else args.start
+    for name in (
+        "delivery",
+        "ack_deadline_ms",
+        "max_in_flight",
+        "max_deliveries",
+        "dead_letter_topic",
+        "ordered_by_key",
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            config[name] = value
+    async with Admin(args.url, args.token) as admin:
+        return await admin.create_subscription(args.subscription, args.topic, **config)
+
+
+async def _subs_get(args: argparse.Namespace) -> Any:
+    async with Admin(args.url, args.token) as admin:
+        return await admin.get_subscription(args.subscription)
+
+
+async def _subs_delete(args: argparse.Namespace) -> None:
+    async with Admin(args.url, args.token) as admin:
+        await admin.delete_subscription(args.subscription)
+
+
+async def _subs_seek(args: argparse.Namespace) -> Any:
+    offsets = dict(args.offset) if args.offset else None
+    async with Admin(args.url, args.token) as admin:
+        return await admin.seek(
+            args.subscription, to=args.to, timestamp=args.timestamp, offsets=offsets
+        )
+
+
+async def _run_publish(args: argparse.Namespace) -> None:
+    lines: Iterable[str] = args.values or (line.rstrip("\r\n") for line in sys.stdin)
+    headers = dict(args.header) if args.header else None
+    async with Producer(args.url, args.token, acks=args.acks) as producer:
+        # Sent concurrently, a chunk at a time, so they share requests and memory stays
+        # bounded on a long stdin; results are printed in input order.
+        source = iter(lines)
+        while chunk := list(itertools.islice(source, PUBLISH_CHUNK)):
+            sends = [
+                producer.send(
+                    args.topic,
+                    _json_or_string(line),
+                    key=args.key,
+                    headers=headers,
+                    partition=args.partition,
+                )
+                for line in chunk
+            ]
+            for result in await asyncio.gather(*sends):
+                _print(
+                    None
+                    if result is None
+                    else {
+                        "partition": result.partition,
+                        "offset": result.offset,
+                        "duplicate": result.duplicate,
+                    }
+                )
+
+
+async def _run_consume(args: argparse.Namespace) -> None:
+    if args.count is not None and args.count <= 0:
+        return
+    credit = max(1, min(args.credit, args.count or args.credit))
+    seen = 0
+    async with Consumer(args.url, args.subscription, args.token, credit=credit) as consumer:
+        async for message in consumer:
+            _print(message.to_json())
+            if not args.no_ack:
+                await message.ack()
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                break
+
+
+# -- plumbing -----------------------------------------------------------------------------
+
+
+def _runner(run: Handler) -> Callable[[argparse.Namespace], int]:
+    def main(args: argparse.Namespace) -> int:
+        try:
+            result = asyncio.run(run(args))
+        except HeraldClientError as exc:
+            print(f"herald: {exc.code} ({exc.status}): {exc.detail}", file=sys.stderr)
+            return 1
+        except (OSError, httpx.HTTPError, websockets.WebSocketException) as exc:
+            print(f"herald: cannot reach {args.url}: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        if result is not None:
+            _print(result)
+        return 0
+
+    return main
+
+
+def _print(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.flush()
+
+
+def _json_or_string(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def _int_or_none(text: str) -> int | None:
+    return None if text.lower() in ("none", "null", "unlimited") else int(text)
+
+
+def _partition_offset(text: str) -> tuple[int, int]:
+    partition, sep, offset = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError("expected PARTITION=OFFSET")
+    return int(partition), int(offset)
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError("expected NAME=VALUE")
+    return name, value
