@@ -13,20 +13,17 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from storage.errors import StorageUnavailable
 from subscribers.connection import (
     CLOSE_DELETED,
     CLOSE_GOING_AWAY,
-    CLOSE_INTERNAL,
     ConsumerConnection,
 )
 from subscribers.frames import MAX_CREDIT, ClientFrame, CreditFrame
 from subscribers.wire import ready_frame, record_json
 
 if TYPE_CHECKING:
-    from storage.partition import Partition
-
     from storage.engine import Storage
+    from storage.partition import Partition
     from storage.topic import Topic
 
 
@@ -141,12 +138,12 @@ class TailSession:
                 continue
             try:
                 sent = self.credit > 0 and await self._read_round()
-            except StorageUnavailable:
-                # The partitions close when the topic is deleted (PROTOCOL §3: 4410).
-                if self.topic_deleted():
-                    self.close(CLOSE_DELETED, "topic deleted")
-                else:
-                    self.close(CLOSE_INTERNAL, "topic unavailable")
+            except Exception:
+                # A deleted topic's partitions are closed under a running read
+                # (PROTOCOL §3: 4410); any other failure goes up as 1011.
+                if not self.topic_deleted():
+                    raise
+                self.close(CLOSE_DELETED, "topic deleted")
                 return
             if not sent:
                 await self._wake.wait()
