@@ -1,0 +1,1 @@
+"""End-to-end tests of the Python SDK and the client CLI."""

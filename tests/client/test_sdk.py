@@ -1,0 +1,161 @@
+"""The Python SDK (client/) against a real server: producer, consumer, admin."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from client import Admin, Consumer, ConsumerClosedError, HeraldClientError, Message, Producer
+from tests.conftest import HeraldProcess
+
+
+async def take(consumer: Consumer, count: int, within: float = 15.0) -> list[Message]:
+    messages: list[Message] = []
+    async with asyncio.timeout(within):
+        async for message in consumer:
+            messages.append(message)
+            if len(messages) == count:
+                break
+    return messages
+
+
+async def test_producer_batches_concurrent_sends_and_consumer_acks(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("sdk"), unique("sdks")
+    async with Admin(shared_herald.url) as admin:
+        await admin.create_topic(topic, partitions=1)
+        await admin.create_subscription(name, topic, start="earliest")
+        async with Producer(shared_herald.url, linger_ms=20) as producer:
+            results = await asyncio.gather(
+                *(
+                    producer.send(topic, {"n": i}, key="k", headers={"h": str(i)})
+                    for i in range(50)
+                ),
+                producer.send(topic, b"\x00raw", id="raw-1"),
+                producer.send(topic, b"\x00raw", id="raw-1"),
+            )
+        assert all(r is not None for r in results)
+        offsets = [r.offset for r in results[:51] if r is not None]
+        assert sorted(offsets) == list(range(51))
+        duplicate = results[51]
+        assert (
+            duplicate is not None and duplicate.duplicate and duplicate.offset == results[50].offset
+        )  # type: ignore[union-attr]
+
+        async with Consumer(shared_herald.url, name, credit=8, ack_interval_ms=5) as consumer:
+            messages = await take(consumer, 51)
+            for message in messages:
+                await message.ack()
+        assert [m.value for m in messages[:50]] == [{"n": i} for i in range(50)]
+        assert messages[0].headers == {"h": "0"} and messages[0].key == "k"
+        assert messages[50].is_bytes and messages[50].value == b"\x00raw"
+
+        # The acks left before the close frame, so the server has applied them.
+        stats = (await admin.get_subscription(name))["stats"]
+        assert stats["backlog"] == 0
+        assert stats["acked_total"] == 51 and stats["in_flight"] == 0
+
+
+async def test_unacked_messages_come_back_to_the_next_consumer(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("sdkr"), unique("sdkrs")
+    async with Admin(shared_herald.url) as admin, Producer(shared_herald.url) as producer:
+        await admin.create_subscription(name, topic, start="earliest", ack_deadline_ms=600_000)
+        await producer.send(topic, "once")
+    async with Consumer(shared_herald.url, name, credit=1) as consumer:
+        [first] = await take(consumer, 1)  # not acked
+    async with Consumer(shared_herald.url, name, credit=1) as consumer:
+        [again] = await take(consumer, 1)
+        await again.ack()
+    assert (again.id, again.attempt) == (first.id, 2)
+
+
+async def test_problem_json_is_raised_as_a_typed_error(shared_herald: HeraldProcess) -> None:
+    async with Producer(shared_herald.url) as producer:
+        with pytest.raises(HeraldClientError) as caught:
+            await producer.send("bad name!", 1)
+    assert caught.value.status == 400 and caught.value.code == "invalid_name"
+    async with Admin(shared_herald.url) as admin:
+        with pytest.raises(HeraldClientError) as missing:
+            await admin.get_subscription("no-such-subscription-here")
+    assert (missing.value.status, missing.value.code) == (404, "subscription_not_found")
+
+
+async def test_one_bad_record_fails_only_its_own_send(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic = unique("sdkb")
+    async with Producer(shared_herald.url, linger_ms=50) as producer:
+        good, bad = await asyncio.gather(
+            producer.send(topic, "fine"),
+            producer.send(topic, "x", partition=99),
+            return_exceptions=True,
+        )
+    assert not isinstance(good, BaseException) and good is not None and good.offset == 0
+    assert isinstance(bad, HeraldClientError) and bad.status in (400, 404)
+
+
+async def test_admin_manages_topics_and_subscriptions(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("adm"), unique("adms")
+    async with Admin(shared_herald.url) as admin, Producer(shared_herald.url) as producer:
+        created = await admin.create_topic(topic, partitions=2, retention_ms=None)
+        assert created["config"]["partitions"] == 2 and created["config"]["retention_ms"] is None
+        assert topic in [t["name"] for t in await admin.list_topics()]
+        await producer.send(topic, "a", partition=1)
+        await producer.send(topic, "b", partition=1)
+        page = await admin.read_messages(topic, 1, offset=1)
+        assert [m["value"] for m in page["messages"]] == ["b"] and page["next_offset"] == 2
+        assert (await admin.get_topic(topic))["partitions"][1]["end_offset"] == 2
+
+        sub = await admin.create_subscription(name, topic, max_deliveries=3)
+        assert sub["config"]["max_deliveries"] == 3
+        assert name in [s["name"] for s in await admin.list_subscriptions()]
+        seeked = await admin.seek(name, offsets={1: 1})
+        assert seeked["name"] == name
+        await admin.seek(name, to="earliest")
+        async with Consumer(shared_herald.url, name, credit=2) as consumer:
+            assert sorted(m.value for m in await take(consumer, 2)) == ["a", "b"]
+        await admin.delete_subscription(name)
+        await admin.delete_topic(topic)
+        with pytest.raises(HeraldClientError) as gone:
+            await admin.get_topic(topic)
+        assert gone.value.code == "topic_not_found"
+
+
+async def test_consumer_of_a_missing_subscription_raises(shared_herald: HeraldProcess) -> None:
+    consumer = Consumer(shared_herald.url, "never-created-subscription")
+    with pytest.raises(ConsumerClosedError) as caught:
+        await take(consumer, 1)
+    assert caught.value.close_code == 4404
+    await consumer.close()
+
+
+async def test_consumer_reconnects_after_a_server_restart(
+    herald_server: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("rs"), unique("rss")
+    async with Admin(herald_server.url) as admin:
+        await admin.create_subscription(name, topic, start="earliest")
+    async with Producer(herald_server.url) as producer:
+        await producer.send(topic, "before")
+    consumer = Consumer(herald_server.url, name, credit=5, max_backoff=0.5)
+    try:
+        [before] = await take(consumer, 1)
+        await before.ack()
+        await asyncio.sleep(1.5)  # PROTOCOL §3: acks older than 1 s survive a restart
+        await asyncio.to_thread(herald_server.terminate)
+        await asyncio.to_thread(herald_server.restart)
+        async with Producer(herald_server.url) as producer:
+            await producer.send(topic, "after")
+        [after] = await take(consumer, 1, within=30)
+        await after.ack()
+        assert after.value == "after"
+        assert consumer.connections >= 2
+    finally:
+        await consumer.close()
