@@ -1,0 +1,267 @@
+"""A topic: its partitions, partition choice and deduplicated publish (PROTOCOL §1, §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import crc32c
+
+from storage.config import TopicConfig
+from storage.dedup import DedupIndex
+from storage.errors import PartitionNotFound, TopicNotFound
+from storage.partition import Partition
+from storage.record import Acks, NewRecord, message_size
+
+# Rebuilding the dedup index reads the last window in bounded batches.
+_REBUILD_RECORDS = 1000
+_REBUILD_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PublishItem:
+    record: NewRecord
+    partition: int | None = None  # explicit partition, validated by the caller
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    partition: int
+    offset: int
+    duplicate: bool
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# What a publish in flight promises the publishes racing it for the same producer id:
+# (partition, offset) once appended, None if its append failed (the racer then appends).
+_Landing = asyncio.Future[tuple[int, int] | None]
+
+
+class Topic:
+    """Owns the partitions of one topic. Build it with :meth:`open`."""
+
+    def __init__(
+        self,
+        name: str,
+        config: TopicConfig,
+        partitions: list[Partition],
+        *,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        if len(partitions) != config.partitions:
+            raise ValueError("one Partition per configured partition is required")
+        self.name = name
+        self.config = config
+        self.partitions = partitions
+        self.messages_total = 0  # appended since the server started; duplicates not counted
+        self.bytes_total = 0  # sum of message_size() of those
+        self._wall_ms = wall_ms
+        self._dedup = DedupIndex(config.dedup_window_ms)
+        self._pending: dict[str, _Landing] = {}  # producer id -> publish in flight
+        self._next_spread = 0  # round-robin partition for keyless batches
+        self._appends: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        name: str,
+        config: TopicConfig,
+        partitions: list[Partition],
+        *,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+    ) -> Topic:
+        """Wrap opened partitions and rebuild the dedup index from their last window."""
+        topic = cls(name, config, partitions, wall_ms=wall_ms)
+        await topic._rebuild_dedup()
+        return topic
+
+    async def _rebuild_dedup(self) -> None:
+        # PROTOCOL §2: dedup holds across a restart. The log frames keep producer_id, so
+        # the index is re-read from the log instead of being a second file to keep in step.
+        since = self._wall_ms() - self.config.dedup_window_ms
+        for partition in self.partitions:
+            offset = await partition.offset_for_timestamp(since)
+            end = partition.end_offset
+            while offset < end:
+                records = await partition.read(offset, _REBUILD_RECORDS, _REBUILD_BYTES)
+                if not records:
+                    break
+                for record in records:
+                    if record.producer_id is not None:
+                        self._dedup.add(
+                            record.producer_id, partition.partition, record.offset, record.timestamp
+                        )
+                offset = records[-1].offset + 1
+        self._dedup.expire(self._wall_ms())
+
+    # --- partition choice -----------------------------------------------------------
+
+    def choose_partition(self, key: str | None) -> int | None:
+        """PROTOCOL §1: the same key always lands on the same partition."""
+        if key is None:
+            return None
+        return crc32c.crc32c(key.encode()) % len(self.partitions)
+
+    def _spread_partition(self) -> int:
+        # Keyless records of one batch share a partition (one append, one fsync); batches
+        # rotate so that load spreads over the partitions.
+        partition = self._next_spread % len(self.partitions)
+        self._next_spread = partition + 1
+        return partition
+
+    # --- publish ---------------------------------------------------------------------
+
+    async def publish(self, items: Sequence[PublishItem], acks: Acks) -> list[PublishResult]:
+        """Append ``items``, skipping producer ids already published within the window.
+
+        Results come back in request order. Raises StorageUnavailable if an append fails;
+        records of other partitions of the batch may have been written (and are then
+        registered for dedup, so a retry by the producer does not duplicate them).
+        """
+        if self._closed:
+            raise TopicNotFound(f"topic {self.name!r} does not exist")
+        # Check every explicit partition before any producer id is claimed below.
+        for item in items:
+            if item.partition is not None and not 0 <= item.partition < len(self.partitions):
+                raise PartitionNotFound(f"partition {item.partition} of topic {self.name!r}")
+        now = self._wall_ms()
+        self._dedup.expire(now)
+        results: list[PublishResult | None] = [None] * len(items)
+        first_in_batch: dict[str, int] = {}  # producer id -> index of its first item here
+        repeats: list[tuple[int, int]] = []  # (index, index of the first item with its id)
+        racing: list[tuple[int, _Landing]] = []  # (index, publish in flight elsewhere)
+        owned: dict[str, _Landing] = {}  # ids this publish appends, promised to racers
+        groups: dict[int, list[int]] = {}  # partition -> indexes to append there
+        spread: int | None = None
+
+        for index, item in enumerate(items):
+            producer_id = item.record.producer_id
+            if producer_id is not None:
+                if producer_id in first_in_batch:
+                    repeats.append((index, first_in_batch[producer_id]))
+                    continue
+                first_in_batch[producer_id] = index
+                entry = self._dedup.lookup(producer_id, now)
+                if entry is not None:
+                    results[index] = PublishResult(entry.partition, entry.offset, True)
+                    continue
+                landing = self._pending.get(producer_id)
+                if landing is not None:
+                    racing.append((index, landing))
+                    continue
+                landing = asyncio.get_running_loop().create_future()
+                self._pending[producer_id] = landing
+                owned[producer_id] = landing
+            partition = self._partition_for(item)
+            if partition is None:
+                if spread is None:
+                    spread = self._spread_partition()
+                partition = spread
+            groups.setdefault(partition, []).append(index)
+
+        if groups:
+            # Shielded: once records are handed to the writer they may land even if this
+            # request is cancelled, so the bookkeeping (dedup, promises, counters) must
+            # still run to completion. close() waits for these tasks.
+            task = asyncio.ensure_future(self._append_groups(items, groups, acks, owned, results))
+            self._appends.add(task)
+            task.add_done_callback(self._append_done)
+            await asyncio.shield(task)
+
+        retry: list[int] = []
+        for index, landing in racing:
+            landed = await landing
+            if landed is None:
+                retry.append(index)  # the racing append failed: this publish appends it
+            else:
+                results[index] = PublishResult(landed[0], landed[1], True)
+        if retry:
+            again = await self.publish([items[i] for i in retry], acks)
+            for index, result in zip(retry, again, strict=True):
+                results[index] = result
+
+        for index, first in repeats:
+            original = results[first]
+            assert original is not None
+            results[index] = PublishResult(original.partition, original.offset, True)
+        final = [r for r in results if r is not None]
+        assert len(final) == len(items)
+        return final
+
+    def _partition_for(self, item: PublishItem) -> int | None:
+        if item.partition is not None:
+            return item.partition
+        return self.choose_partition(item.record.key)
+
+    async def _append_groups(
+        self,
+        items: Sequence[PublishItem],
+        groups: dict[int, list[int]],
+        acks: Acks,
+        owned: dict[str, _Landing],
+        results: list[PublishResult | None],
+    ) -> None:
+        try:
+            # gather, not a TaskGroup: one failing partition must not cancel appends that
+            # are already with other writers; each one that lands is recorded for dedup.
+            outcomes = await asyncio.gather(
+                *(
+                    self._append_group(p, indexes, items, acks, owned, results)
+                    for p, indexes in groups.items()
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            for producer_id, landing in owned.items():
+                if not landing.done():
+                    landing.set_result(None)
+                if self._pending.get(producer_id) is landing:
+                    del self._pending[producer_id]
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _append_group(
+        self,
+        partition: int,
+        indexes: list[int],
+        items: Sequence[PublishItem],
+        acks: Acks,
+        owned: dict[str, _Landing],
+        results: list[PublishResult | None],
+    ) -> None:
+        records = [items[i].record for i in indexes]
+        first_offset, timestamp = await self.partitions[partition].append(records, acks)
+        for delta, (index, record) in enumerate(zip(indexes, records, strict=True)):
+            offset = first_offset + delta
+            results[index] = PublishResult(partition, offset, False)
+            if record.producer_id is not None:
+                self._dedup.add(record.producer_id, partition, offset, timestamp)
+                owned[record.producer_id].set_result((partition, offset))
+            self.bytes_total += message_size(record.value, record.key, record.headers)
+        self.messages_total += len(records)
+
+    def _append_done(self, task: asyncio.Task[None]) -> None:
+        self._appends.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the awaiting publish (if any) re-raises it
+
+    def expire_dedup(self) -> int:
+        """Forget ids whose window has passed (publish does this too; this is for idle topics)."""
+        return self._dedup.expire(self._wall_ms())
+
+    async def close(self) -> None:
+        """Let in-flight appends finish, then close the partitions."""
+        self._closed = True
+        while self._appends:
+            await asyncio.gather(*self._appends, return_exceptions=True)
+        errors = await asyncio.gather(*(p.close() for p in self.partitions), return_exceptions=True)
+        for error in errors:
+            if isinstance(error, BaseException):
+                raise error
