@@ -1,0 +1,255 @@
+"""The data directory: metadata, topics with their partitions, cursors, retention.
+
+Layout (docs/architecture.md "Data directory")::
+
+    <data_dir>/meta.db                      topics and subscriptions (the truth of what exists)
+    <data_dir>/topics/<topic>/<partition>/  partition logs
+    <data_dir>/cursors/                     subscription cursors
+    <data_dir>/trash/                       deleted topics, removed off the event loop
+
+meta.db decides which topics exist: a topic is written there before its directory is
+made, and removed from there before its directory goes, so a crash at any point
+leaves at worst an orphan directory, which the next open sweeps into the trash. A
+topic re-created under the same name can never pick up the old topic's records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from storage.config import TopicConfig
+from storage.cursors import CursorStore
+from storage.errors import TopicConflict, TopicNotFound
+from storage.metadata import MetadataStore
+from storage.partition import DEFAULT_CACHE_BYTES, Partition
+from storage.partition_log import LogConfig
+from storage.topic import Topic, wall_clock_ms
+from storage.writer import WriterPool
+
+
+class Storage:
+    """Build it with :meth:`open`; every method runs on the event loop."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        metadata: MetadataStore,
+        cursors: CursorStore,
+        writers: WriterPool,
+        *,
+        wall_ms: Callable[[], int],
+        log_config: LogConfig,
+        cache_bytes: int,
+    ) -> None:
+        self.data_dir = data_dir
+        self.metadata = metadata
+        self.cursors = cursors
+        self.writers = writers
+        self._wall_ms = wall_ms
+        self._log_config = log_config
+        self._cache_bytes = cache_bytes
+        self._topics: dict[str, Topic] = {}
+        # Serialises create/delete so two requests for one name cannot interleave their
+        # metadata and directory steps.
+        self._admin = asyncio.Lock()
+
+    @property
+    def topics_dir(self) -> Path:
+        return self.data_dir / "topics"
+
+    @property
+    def trash_dir(self) -> Path:
+        return self.data_dir / "trash"
+
+    @classmethod
+    async def open(
+        cls,
+        data_dir: Path,
+        *,
+        segment_bytes: int | None = None,
+        log_config: LogConfig | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        writer_threads: int = 4,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+    ) -> Storage:
+        """Create the layout if needed, then open every topic listed in meta.db.
+
+        ``segment_bytes`` overrides ``log_config.segment_bytes``; ``cache_bytes`` is each
+        partition's tail cache; every partition shares a pool of ``writer_threads``.
+        ``wall_ms`` is the clock of record timestamps, dedup windows and retention, so
+        that tests can move time instead of sleeping.
+        """
+        data_dir = Path(data_dir)
+        segments = log_config or LogConfig()
+        if segment_bytes is not None:
+            segments = dataclasses.replace(segments, segment_bytes=segment_bytes)
+        metadata = await asyncio.to_thread(_prepare_layout, data_dir)
+        storage = cls(
+            data_dir,
+            metadata,
+            CursorStore(data_dir / "cursors"),
+            WriterPool(writer_threads, clock_ms=wall_ms),
+            wall_ms=wall_ms,
+            log_config=segments,
+            cache_bytes=cache_bytes,
+        )
+        try:
+            configs = await asyncio.to_thread(metadata.topics)
+            await asyncio.to_thread(storage._sweep_orphans, set(configs))
+            for name, config in configs.items():
+                storage._topics[name] = await storage._open_topic(name, config)
+        except BaseException:
+            await storage.close()
+            raise
+        return storage
+
+    # --- lookup ----------------------------------------------------------------------
+
+    def topic(self, name: str) -> Topic | None:
+        return self._topics.get(name)
+
+    def topics(self) -> list[Topic]:
+        return [self._topics[name] for name in sorted(self._topics)]
+
+    # --- admin -----------------------------------------------------------------------
+
+    async def create_topic(self, name: str, config: TopicConfig) -> Topic:
+        """Create a new topic, persisted in meta.db. Raises TopicConflict if ``name``
+        exists (whatever its config): comparing configs is the server's decision."""
+        async with self._admin:
+            if name in self._topics:
+                raise TopicConflict(f"topic {name!r} already exists")
+            return await self._create(name, config)
+
+    async def ensure_topic(self, name: str, config: TopicConfig) -> tuple[Topic, bool]:
+        """(topic, created): the existing topic as it is, or a new one with ``config``.
+        Race-free for concurrent auto-creates and idempotent PUTs of one name."""
+        async with self._admin:
+            existing = self._topics.get(name)
+            if existing is not None:
+                return existing, False
+            return await self._create(name, config), True
+
+    async def _create(self, name: str, config: TopicConfig) -> Topic:
+        await asyncio.to_thread(self.metadata.put_topic, name, config, self._wall_ms())
+        try:
+            topic = await self._open_topic(name, config)
+        except BaseException:
+            # Nothing was acknowledged: undo so the name is free again.
+            await asyncio.to_thread(self.metadata.delete_topic, name)
+            await asyncio.to_thread(self._trash, name)
+            raise
+        self._topics[name] = topic
+        return topic
+
+    async def delete_topic(self, name: str) -> list[str]:
+        """Close the topic's partitions (in-flight appends finish first), delete it and
+        its subscriptions from meta.db, then remove its files off the loop. Returns the
+        names of the subscriptions deleted with it (cursors are the delivery engine's)."""
+        async with self._admin:
+            topic = self._topics.pop(name, None)
+            if topic is None:
+                raise TopicNotFound(f"topic {name!r} does not exist")
+            try:
+                await topic.close()
+            finally:
+                subscriptions = await asyncio.to_thread(self.metadata.delete_topic, name)
+                await asyncio.to_thread(self._trash, name)
+        return subscriptions
+
+    async def run_retention(self) -> None:
+        """One retention pass over every partition (the server schedules the passes)."""
+        now = self._wall_ms()
+        for topic in list(self._topics.values()):
+            config = topic.config
+            for partition in topic.partitions:
+                await partition.apply_retention(now, config.retention_ms, config.retention_bytes)
+            topic.expire_dedup()
+
+    async def flush(self) -> None:
+        """fsync every partition once (for a periodic flush of Acks.LEADER appends)."""
+        for topic in list(self._topics.values()):
+            await asyncio.gather(*(p.flush() for p in topic.partitions))
+
+    async def close(self) -> None:
+        """Close every topic (pending appends finish, partitions fsync), stop the writer
+        threads, then close meta.db."""
+        topics, self._topics = list(self._topics.values()), {}
+        results = await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
+        await asyncio.to_thread(self.writers.close)
+        await asyncio.to_thread(self.metadata.close)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    # --- internals ----------------------------------------------------------------------
+
+    async def _open_topic(self, name: str, config: TopicConfig) -> Topic:
+        directory = self.topics_dir / name
+        # Recovery of each partition runs on a thread; open them side by side.
+        opened = await asyncio.gather(
+            *(
+                Partition.open(
+                    directory / str(index),
+                    name,
+                    index,
+                    writers=self.writers,
+                    config=self._log_config,
+                    cache_bytes=self._cache_bytes,
+                )
+                for index in range(config.partitions)
+            ),
+            return_exceptions=True,
+        )
+        partitions = [p for p in opened if isinstance(p, Partition)]
+        try:
+            for outcome in opened:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            return await Topic.open(name, config, partitions, wall_ms=self._wall_ms)
+        except BaseException:
+            await asyncio.gather(*(p.close() for p in partitions), return_exceptions=True)
+            raise
+
+    def _trash(self, name: str) -> None:
+        """Move a topic directory to the trash (one atomic rename), then remove it."""
+        source = self.topics_dir / name
+        target = self.trash_dir / f"{name}.{uuid.uuid4().hex}"
+        try:
+            os.rename(source, target)
+        except FileNotFoundError:
+            return
+        _fsync_dir(self.topics_dir)
+        shutil.rmtree(target, ignore_errors=True)
+
+    def _sweep_orphans(self, known: set[str]) -> None:
+        # Leftovers of a crash during a delete: directories of topics meta.db no longer has,
+        # and trash not yet removed.
+        for entry in self.topics_dir.iterdir():
+            if entry.name not in known:
+                self._trash(entry.name)
+        for entry in self.trash_dir.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def _prepare_layout(data_dir: Path) -> MetadataStore:
+    for sub in ("topics", "cursors", "trash"):
+        (data_dir / sub).mkdir(parents=True, exist_ok=True)
+    return MetadataStore(data_dir / "meta.db")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
