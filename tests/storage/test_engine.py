@@ -227,3 +227,15 @@ async def test_dedup_survives_sigkill_of_the_publisher(tmp_path: Path) -> None:
         assert sum(p.end_offset for p in topic.partitions) == count
     finally:
         await storage.close()
+
+
+async def test_flush_fsyncs_leader_appends(tmp_path: Path) -> None:
+    storage = await Storage.open(tmp_path)
+    try:
+        topic = await storage.create_topic("t", TopicConfig(partitions=2))
+        await topic.publish([PublishItem(NewRecord(b"1"), partition=1)], Acks.LEADER)
+        before = topic.partitions[1].fsync_count
+        await storage.flush()
+        assert topic.partitions[1].fsync_count == before + 1
+    finally:
+        await storage.close()
