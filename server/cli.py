@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -40,6 +42,14 @@ class HeraldServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, herald: ServerConfig) -> None:
         super().__init__(config)
         self.herald = herald
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises a captured signal once shut down, so the process would die
+        # "by SIGTERM". Herald's shutdown is complete and graceful then: exit 0.
+        self._captured_signals = [
+            s for s in self._captured_signals if s not in (signal.SIGTERM, signal.SIGINT)
+        ]
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

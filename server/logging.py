@@ -37,7 +37,12 @@ class _RequestIdFilter(logging.Filter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line, for log shippers."""
 
-    _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "request_id"}
+    # color_message: uvicorn's ANSI-coloured duplicate of msg.
+    _STANDARD = frozenset(vars(logging.makeLogRecord({})).keys()) | {
+        "message",
+        "request_id",
+        "color_message",
+    }
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {

@@ -177,7 +177,11 @@ async def publish(request: Request) -> Response:
     raw = await read_body(
         request.stream(), request.headers.get("content-length"), config.max_request_bytes
     )
-    batch: PublishBatch = parse_publish(parse_json(raw), config.max_message_bytes, PublishItem)
+    existing: Topic | None = state.storage.topic(name)
+    partitions = len(existing.partitions) if existing is not None else TopicConfig().partitions
+    batch: PublishBatch = parse_publish(
+        parse_json(raw), config.max_message_bytes, PublishItem, partitions
+    )
     topic = await ensure_topic(request, name, batch.max_partition, batch.max_partition_index)
     if acks is Acks.NONE:
         # PROTOCOL §2: acks=0 is answered at once; the append runs under the

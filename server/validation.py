@@ -39,6 +39,7 @@ from storage.errors import (
     BadRequest,
     InvalidName,
     MessageTooLarge,
+    PartitionNotFound,
     PayloadTooLarge,
     ValidationError,
 )
@@ -231,11 +232,15 @@ def parse_acks(raw: str | None) -> Acks:
         raise BadRequest(f"acks must be 0, 1 or all, not {raw!r}") from None
 
 
-def parse_publish(body: Any, max_message_bytes: int, item_type: Any) -> PublishBatch:
+def parse_publish(
+    body: Any, max_message_bytes: int, item_type: Any, partitions: int = MAX_PARTITIONS
+) -> PublishBatch:
     """Validates a publish batch in one pass; the first bad message's position is ``index``.
 
     ``item_type`` is storage's PublishItem (passed in to keep this module free of
-    the storage engine's imports).
+    the storage engine's imports); ``partitions`` is the topic's partition count
+    (what it will have once auto-created), so an explicit partition past it is
+    reported at its own index like any other bad message.
     """
     obj = _as_object(body, "the request body")
     _check_fields(obj, frozenset({"messages"}), "the publish request")
@@ -251,7 +256,11 @@ def parse_publish(body: Any, max_message_bytes: int, item_type: Any) -> PublishB
     for index, message in enumerate(messages):
         try:
             record, partition = _parse_message(message, max_message_bytes)
-        except (BadRequest, ValidationError, MessageTooLarge) as exc:
+            if partition is not None and partition >= partitions:
+                raise PartitionNotFound(
+                    f"partition {partition} does not exist (the topic has {partitions})"
+                )
+        except (BadRequest, ValidationError, MessageTooLarge, PartitionNotFound) as exc:
             exc.extra["index"] = index
             raise
         if partition is not None and partition > max_partition:
