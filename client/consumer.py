@@ -137,7 +137,9 @@ class Consumer:
             raise ValueError(f"credit must be 1..{MAX_CREDIT}")
         base = url.rstrip("/").replace("http", "ws", 1)
         query = {"credit": str(credit)} | ({"token": token} if token else {})
-        self.ws_url = f"{base}/v1/subscriptions/{quote(subscription, safe='')}/ws?{urlencode(query)}"
+        self.ws_url = (
+            f"{base}/v1/subscriptions/{quote(subscription, safe='')}/ws?{urlencode(query)}"
+        )
         self.subscription = subscription
         self.credit = credit
         self.ack_interval = ack_interval_ms / 1000
@@ -280,7 +282,9 @@ class Consumer:
                     # Never blocks: the server sends no more than the credit given.
                     self._inbox.put_nowait(Message.from_json(item, self))
             elif kind == "error":
-                log.warning("server refused a frame: %s %s", frame.get("code"), frame.get("message"))
+                log.warning(
+                    "server refused a frame: %s %s", frame.get("code"), frame.get("message")
+                )
         # The server closed the connection normally or going away; find out why.
         if ws.close_code is not None and ws.close_code in TERMINAL_CLOSE_CODES:
             raise ConsumerClosedError(ws.close_code, ws.close_reason or "")
@@ -288,8 +292,11 @@ class Consumer:
 
     async def _write_loop(self, ws: ClientConnection) -> None:
         while True:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a
+            # cancellation that races the event, and this task is cancelled on close.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._outgoing.wait(), self.ack_interval)
+                async with asyncio.timeout(self.ack_interval):
+                    await self._outgoing.wait()
             self._outgoing.clear()
             await self._flush(ws)
 

@@ -161,7 +161,8 @@ class ConsumerConnection:
                     return
                 if self._close is not None:
                     code, reason = self._close
-                    await self.websocket.close(code, reason)
+                    # A close reason is at most 123 bytes (RFC 6455 §5.5).
+                    await self.websocket.close(code, reason.encode()[:123].decode(errors="ignore"))
                     return
         except (WebSocketDisconnect, WebSocketDisconnected, OSError) as exc:
             # uvicorn raises ClientDisconnected (an OSError) or Starlette turns it into
