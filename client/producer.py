@@ -144,11 +144,14 @@ class Producer:
             while messages:
                 try:
                     results = await with_retries(
-                        functools.partial(self._post, topic, messages), self.retries, self.max_retry_wait
+                        functools.partial(self._post, topic, messages),
+                        self.retries,
+                        self.max_retry_wait,
                     )
                 except HeraldClientError as exc:
                     bad = exc.index
-                    if exc.status != 400 or bad is None or not 0 <= bad < len(messages):
+                    # 400, 404 partition_not_found and 413 all name the bad message.
+                    if bad is None or not 400 <= exc.status < 500 or not 0 <= bad < len(messages):
                         raise
                     # PROTOCOL §2: one bad message rejects the batch; only it fails, the
                     # records of other send() calls that shared the request go again.
@@ -204,7 +207,9 @@ def _encode(
     return orjson.dumps(message)
 
 
-def _settle(future: asyncio.Future[SendResult | None], outcome: SendResult | Exception | None) -> None:
+def _settle(
+    future: asyncio.Future[SendResult | None], outcome: SendResult | Exception | None
+) -> None:
     if future.done():
         return
     if isinstance(outcome, Exception):
