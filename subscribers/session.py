@@ -22,7 +22,9 @@ from subscribers.frames import (
 from subscribers.wire import acked_frame, ready_frame, record_json
 
 if TYPE_CHECKING:
-    from delivery.engine import Delivery, DeliveryEngine
+    from delivery.engine import DeliveryEngine
+
+    from delivery.events import Delivery
 
 
 class ConsumerSession:
