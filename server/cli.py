@@ -171,7 +171,9 @@ def run_serve(args: argparse.Namespace) -> int:
         port=config.port,
         loop="uvloop",
         http="httptools",
-        ws="websockets",
+        # The websockets library through its sans-I/O protocol: uvicorn deprecated its
+        # legacy `websockets` implementation (it warns at every start).
+        ws="websockets-sansio",
         lifespan="on",
         log_config=None,  # configure_logging already routed uvicorn's loggers
         access_log=False,
