@@ -1,0 +1,328 @@
+"""DeliveryEngine: the subscriptions of a server and their consumers (docs/architecture.md,
+"Engine API"). What server/ and subscribers/ call.
+
+Each subscription has a sans-I/O SubscriptionCore (delivery/core.py) driven by a
+SubscriptionRuntime (delivery/runtime.py). The engine owns the app-wide work under
+start/stop: the runtimes' workers and one cursor flusher, which persists dirty cursors at
+most every ``cursor_flush_interval`` so that after a crash no record acked more than 1 s
+earlier is redelivered (PROTOCOL §3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from delivery.config import StartAt, SubscriptionConfig
+from delivery.core import SubscriptionCore
+from delivery.events import Delivery
+from delivery.runtime import ConsumerSink, SubscriptionRuntime
+from storage.cursors import CursorSnapshot, PartitionCursor
+from storage.engine import Storage
+from storage.errors import (
+    PartitionNotFound,
+    SubscriptionConflict,
+    SubscriptionNotFound,
+    TopicNotFound,
+)
+from storage.topic import Topic, wall_clock_ms
+
+__all__ = ["ConsumerSink", "Delivery", "DeliveryEngine", "SeekTarget"]
+
+log = logging.getLogger("herald.delivery")
+
+CLOSE_DELETED = 4410  # PROTOCOL §3 close codes
+CLOSE_SHUTDOWN = 1001
+
+# "earliest" | "latest" | {"timestamp": T} | StartAt | {"offsets": {p: o}} | {p: o}
+SeekTarget = str | StartAt | Mapping[Any, Any]
+
+
+class DeliveryEngine:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+        cursor_flush_interval: float = 0.2,
+    ) -> None:
+        self.storage = storage
+        self._clock = clock
+        self._wall_ms = wall_ms
+        self._flush_interval = cursor_flush_interval
+        self._runtimes: dict[str, SubscriptionRuntime] = {}
+        self._consumers: dict[str, SubscriptionRuntime] = {}  # consumer id -> runtime
+        self._ids = itertools.count(1)
+        self._admin = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Load subscriptions from meta.db, restore their cursors, start delivering."""
+        configs = await asyncio.to_thread(self.storage.metadata.subscriptions)
+        for name, data in configs.items():
+            config = SubscriptionConfig.from_storage(data)
+            topic = self.storage.topic(config.topic)
+            if topic is None:
+                log.warning("subscription %s: topic %s is gone; skipped", name, config.topic)
+                continue
+            cursor = await asyncio.to_thread(self.storage.cursors.load, name)
+            if cursor is None:
+                cursor = await self._initial_cursor(topic, config.start)
+            cursor = _fit_cursor(cursor, topic)
+            self._open_runtime(name, config, topic, cursor)
+        self._flusher = asyncio.create_task(self._flush_loop(), name="herald-cursor-flusher")
+
+    async def stop(self) -> None:
+        """SIGTERM (PROTOCOL §3): close consumers with 1001 — after which their frames are
+        no longer applied — and persist every cursor with its attempt counts."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.wait([self._flusher])
+            self._flusher = None
+        runtimes = list(self._runtimes.values())
+        for runtime in runtimes:
+            for consumer in runtime.close_sinks(CLOSE_SHUTDOWN, "server shutting down"):
+                self._consumers.pop(consumer, None)
+        await asyncio.gather(*(runtime.stop() for runtime in runtimes))
+        results = await asyncio.gather(
+            *(self._save(runtime, with_attempts=True) for runtime in runtimes),
+            return_exceptions=True,
+        )
+        for runtime, result in zip(runtimes, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("persisting the cursor of %s failed", runtime.name, exc_info=result)
+
+    # ------------------------------------------------------------------ subscriptions
+
+    async def create_subscription(
+        self, name: str, config: SubscriptionConfig, given: Collection[str] | None = None
+    ) -> tuple[SubscriptionConfig, bool]:
+        """(config, created). An existing subscription whose fields in ``given`` (default:
+        all but ``start``) equal ``config``'s is returned as (existing, False); else
+        SubscriptionConflict. Raises TopicNotFound: auto-creating is the server's call."""
+        async with self._admin:
+            existing = self._runtimes.get(name)
+            if existing is not None:
+                if not config_matches(existing.config, config, given):
+                    raise SubscriptionConflict(
+                        f"subscription {name!r} exists with a different config"
+                    )
+                return existing.config, False
+            topic = self.storage.topic(config.topic)
+            if topic is None:
+                raise TopicNotFound(f"topic {config.topic!r} does not exist")
+            cursor = await self._initial_cursor(topic, config.start)
+            # The start position is fixed now: a restart must not move "latest".
+            await asyncio.to_thread(self.storage.cursors.save, name, cursor)
+            await asyncio.to_thread(
+                self.storage.metadata.put_subscription, name, config.to_storage()
+            )
+            self._open_runtime(name, config, topic, cursor)
+            return config, True
+
+    async def delete_subscription(self, name: str) -> None:
+        """Consumers are closed with 4410; the cursor and the config are deleted."""
+        async with self._admin:
+            runtime = self._runtimes.pop(name, None)
+            if runtime is None:
+                raise SubscriptionNotFound(f"subscription {name!r} does not exist")
+            await self._discard(runtime)
+            await asyncio.to_thread(self.storage.metadata.delete_subscription, name)
+
+    async def topic_deleted(self, topic: str) -> None:
+        """The topic is gone (Storage.delete_topic already removed the configs from
+        meta.db): its subscriptions are deleted and their consumers closed with 4410."""
+        async with self._admin:
+            for name in [n for n, r in self._runtimes.items() if r.config.topic == topic]:
+                runtime = self._runtimes.pop(name)
+                await self._discard(runtime)
+                await asyncio.to_thread(self.storage.metadata.delete_subscription, name)
+
+    def get(self, name: str) -> SubscriptionConfig:
+        return self._runtime(name).config
+
+    def names(self) -> list[str]:
+        return list(self._runtimes)
+
+    def stats(self, name: str) -> dict[str, Any]:
+        """PROTOCOL §5 stats."""
+        runtime = self._runtime(name)
+        runtime.refresh_bounds()
+        return runtime.core.stats().as_dict()
+
+    def pause_reason(self, name: str) -> str:
+        """no_credit | max_in_flight | backoff | none — for the console."""
+        runtime = self._runtime(name)
+        runtime.refresh_bounds()
+        return runtime.core.pause_reason().value
+
+    async def seek(self, name: str, target: SeekTarget) -> None:
+        """PROTOCOL §2 seek: "earliest", "latest", {"timestamp": T} (or a StartAt), or
+        per-partition offsets ({p: o} or {"offsets": {p: o}}); past the end means the end.
+        Raises PartitionNotFound (nothing changed) for a partition that does not exist."""
+        runtime = self._runtime(name)
+        offsets = await self._resolve_seek(runtime.topic, target)
+        runtime.core.seek(offsets)
+        runtime.wake()
+
+    # ------------------------------------------------------------------ consumers
+
+    def attach(self, name: str, sink: ConsumerSink, credit: int) -> str:
+        """Attach a consumer with its initial credit; returns its consumer id. Records
+        go to ``sink.send`` from the next loop iteration on."""
+        runtime = self._runtime(name)
+        consumer = f"{name}#{next(self._ids)}"
+        runtime.core.attach(consumer, credit)
+        runtime.sinks[consumer] = sink
+        self._consumers[consumer] = runtime
+        runtime.wake()
+        return consumer
+
+    def detach(self, consumer_id: str) -> None:
+        """PROTOCOL §3: its in-flight records go back for redelivery at once. Idempotent."""
+        runtime = self._consumers.pop(consumer_id, None)
+        if runtime is None:
+            return
+        runtime.sinks.pop(consumer_id, None)
+        runtime.core.detach(consumer_id, self._clock())
+        runtime.wake()
+
+    def grant_credit(self, consumer_id: str, n: int) -> None:
+        runtime = self._consumer(consumer_id)
+        runtime.core.grant_credit(consumer_id, n)
+        runtime.wake()
+
+    def ack(self, consumer_id: str, ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        """(ok, unknown). Any consumer of the subscription may ack any of its records."""
+        runtime = self._consumer(consumer_id)
+        result = runtime.core.ack(ids)
+        if result[0]:
+            runtime.wake()  # room under max_in_flight
+        return result
+
+    def nack(self, consumer_id: str, ids: Sequence[str], delay_ms: int | None) -> None:
+        runtime = self._consumer(consumer_id)
+        runtime.core.nack(ids, delay_ms, self._clock())
+        runtime.wake()
+
+    def extend(self, consumer_id: str, ids: Sequence[str], ms: int) -> None:
+        runtime = self._consumer(consumer_id)
+        runtime.core.extend(ids, ms, self._clock())
+        runtime.wake()  # the timer may have to move
+
+    # ------------------------------------------------------------------ internals
+
+    def _runtime(self, name: str) -> SubscriptionRuntime:
+        runtime = self._runtimes.get(name)
+        if runtime is None:
+            raise SubscriptionNotFound(f"subscription {name!r} does not exist")
+        return runtime
+
+    def _consumer(self, consumer_id: str) -> SubscriptionRuntime:
+        runtime = self._consumers.get(consumer_id)
+        if runtime is None:
+            raise SubscriptionNotFound(f"consumer {consumer_id!r} is not attached")
+        return runtime
+
+    def _open_runtime(
+        self, name: str, config: SubscriptionConfig, topic: Topic, cursor: CursorSnapshot
+    ) -> None:
+        core = SubscriptionCore(config, cursor)
+        runtime = SubscriptionRuntime(name, config, topic, core, self.storage, self._clock)
+        self._runtimes[name] = runtime
+        runtime.refresh_bounds()
+        runtime.start()
+
+    async def _discard(self, runtime: SubscriptionRuntime) -> None:
+        for consumer in runtime.close_sinks(CLOSE_DELETED, "subscription deleted"):
+            self._consumers.pop(consumer, None)
+        await runtime.stop()
+        async with runtime.save_lock:  # a flush in progress must not resurrect the file
+            await asyncio.to_thread(self.storage.cursors.delete, runtime.name)
+
+    async def _initial_cursor(self, topic: Topic, start: StartAt) -> CursorSnapshot:
+        partitions = {}
+        for partition in topic.partitions:
+            if start.position == "earliest":
+                offset = partition.start_offset
+            elif start.position == "timestamp" and start.timestamp is not None:
+                offset = await partition.offset_for_timestamp(start.timestamp)
+            else:
+                offset = partition.end_offset
+            partitions[partition.partition] = PartitionCursor(offset)
+        return CursorSnapshot(partitions, {})
+
+    async def _resolve_seek(self, topic: Topic, target: SeekTarget) -> dict[int, int]:
+        if isinstance(target, str):
+            target = StartAt(target)
+        if isinstance(target, Mapping) and set(target) == {"timestamp"}:
+            target = StartAt("timestamp", int(target["timestamp"]))
+        if isinstance(target, StartAt):
+            if target.position not in ("earliest", "latest", "timestamp"):
+                raise ValueError(f"unknown seek position {target.position!r}")
+            cursor = await self._initial_cursor(topic, target)
+            return {p: c.ack_floor for p, c in cursor.partitions.items()}
+        raw = target.get("offsets", target) if "offsets" in target else target
+        offsets: dict[int, int] = {}
+        for key, value in raw.items():
+            p = int(key)
+            if not 0 <= p < len(topic.partitions):
+                raise PartitionNotFound(f"topic {topic.name!r} has no partition {p}")
+            partition = topic.partitions[p]
+            # Past the end means the end; below the log start, the start.
+            offsets[p] = min(max(int(value), partition.start_offset), partition.end_offset)
+        return offsets
+
+    async def _save(self, runtime: SubscriptionRuntime, *, with_attempts: bool = False) -> None:
+        async with runtime.save_lock:
+            if runtime.name not in self._runtimes:
+                return  # deleted meanwhile
+            snapshot = runtime.core.snapshot(with_attempts=with_attempts)
+            try:
+                await asyncio.to_thread(self.storage.cursors.save, runtime.name, snapshot)
+            except BaseException:
+                runtime.core.dirty = True  # try again on the next flush
+                raise
+
+    async def _flush_loop(self) -> None:
+        """Persist dirty cursors at most every flush interval (PROTOCOL §3: acks are
+        persisted with the cursor; ≤ 1 s may be lost to a crash)."""
+        while True:
+            await asyncio.sleep(self._flush_interval)
+            dirty = [r for r in self._runtimes.values() if r.core.dirty]
+            if not dirty:
+                continue
+            results = await asyncio.gather(*(self._save(r) for r in dirty), return_exceptions=True)
+            for runtime, result in zip(dirty, results, strict=True):
+                if isinstance(result, Exception):
+                    log.error("persisting the cursor of %s failed", runtime.name, exc_info=result)
+
+
+def config_matches(
+    existing: SubscriptionConfig, new: SubscriptionConfig, given: Collection[str] | None
+) -> bool:
+    """PROTOCOL §2 PUT: 200 if every field given equals the config; `start` not compared."""
+    old, fresh = existing.to_storage(), new.to_storage()
+    fields = set(old) if given is None else set(given)
+    return all(old.get(f) == fresh.get(f) for f in fields if f != "start")
+
+
+def _fit_cursor(cursor: CursorSnapshot, topic: Topic) -> CursorSnapshot:
+    """One cursor per partition of the topic (a cursor file from an older layout might
+    lack some): missing partitions start at the log start."""
+    partitions = {
+        p.partition: cursor.partitions.get(p.partition) or PartitionCursor(p.start_offset)
+        for p in topic.partitions
+    }
+    return CursorSnapshot(partitions, cursor.attempts)
