@@ -61,7 +61,8 @@ async def put_subscription(request: Request) -> Response:
             if not subscription_config_matches(existing, config, given):
                 raise SubscriptionConflict(f"subscription {name!r} exists with a different config")
             return json_response(subscription_body(engine, name), 200)
-        _, created = await engine.create_subscription(name, config)
+        # `given`: the engine compares the same fields if a racing PUT created it first.
+        _, created = await engine.create_subscription(name, config, given)
     return json_response(subscription_body(engine, name), 201 if created else 200)
 
 

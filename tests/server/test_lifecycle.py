@@ -221,3 +221,34 @@ def _crash_and_verify(server: HeraldProcess, topic: str, seconds: float, rounds:
         f"{server.url}/v1/topics/{topic}/messages", json={"messages": retry}, timeout=30
     ).json()
     assert all(r["duplicate"] for r in results["results"])
+
+
+async def test_sigterm_closes_consumers_with_1001_and_persists_their_acks(
+    herald_server: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    import websockets
+
+    topic, sub = unique("ws"), unique("s")
+    ws_url = herald_server.url.replace("http", "ws", 1)
+    async with httpx.AsyncClient(base_url=herald_server.url) as http:
+        await http.put(f"/v1/subscriptions/{sub}", json={"topic": topic, "start": "earliest"})
+        await http.post(
+            f"/v1/topics/{topic}/messages", json={"messages": [{"value": i} for i in range(4)]}
+        )
+    async with websockets.connect(f"{ws_url}/v1/subscriptions/{sub}/ws?credit=2") as ws:
+        assert json.loads(await ws.recv())["type"] == "ready"
+        delivered: list[str] = []
+        while len(delivered) < 2:
+            frame = json.loads(await ws.recv())
+            delivered += [m["id"] for m in frame["messages"]]
+        await ws.send(json.dumps({"type": "ack", "ids": delivered, "req": 1}))
+        assert json.loads(await ws.recv())["ok"] == delivered
+        assert await asyncio.to_thread(herald_server.terminate) == 0
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+    herald_server.restart()
+    async with httpx.AsyncClient(base_url=herald_server.url) as http:
+        stats = (await http.get(f"/v1/subscriptions/{sub}")).json()["stats"]
+    assert stats["partitions"] == [{"partition": 0, "ack_floor": 2}]
+    assert stats["backlog"] == 2
