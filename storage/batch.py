@@ -34,6 +34,7 @@ import itertools
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import crc32c
 
@@ -142,6 +143,55 @@ def _encode_headers(headers: Mapping[str, str]) -> bytes:
     return b"".join(out)
 
 
+# Record is a frozen slotted dataclass: its generated __init__ sets each field through
+# object.__setattr__, which costs more than the rest of decoding. These slot setters
+# build the very same objects, about twice as fast, for the hot paths below.
+_new_record = object.__new__
+_slots: Any = vars(Record)  # field name -> slot descriptor
+_set_partition = _slots["partition"].__set__
+_set_offset = _slots["offset"].__set__
+_set_timestamp = _slots["timestamp"].__set__
+_set_value = _slots["value"].__set__
+_set_kind = _slots["kind"].__set__
+_set_key = _slots["key"].__set__
+_set_headers = _slots["headers"].__set__
+_set_producer = _slots["producer_id"].__set__
+
+
+def _record(
+    partition: int,
+    offset: int,
+    timestamp: int,
+    value: bytes,
+    kind: ValueKind,
+    key: str | None,
+    headers: Mapping[str, str],
+    producer_id: str | None,
+) -> Record:
+    record = _new_record(Record)
+    _set_partition(record, partition)
+    _set_offset(record, offset)
+    _set_timestamp(record, timestamp)
+    _set_value(record, value)
+    _set_kind(record, kind)
+    _set_key(record, key)
+    _set_headers(record, headers)
+    _set_producer(record, producer_id)
+    return record
+
+
+def make_records(
+    partition: int, first_offset: int, timestamp: int, records: Sequence[NewRecord]
+) -> list[Record]:
+    """The Records an append of ``records`` at ``first_offset`` made."""
+    return [
+        _record(
+            partition, first_offset + i, timestamp, r.value, r.kind, r.key, r.headers, r.producer_id
+        )
+        for i, r in enumerate(records)
+    ]
+
+
 def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at ``pos``; raises CorruptLog if it cannot be a batch header."""
     if len(buf) - pos < HEADER_SIZE:
@@ -198,7 +248,7 @@ def decode_batch(
             value_end = p + vlen
             if base + delta >= from_offset:
                 out.append(
-                    Record(
+                    _record(
                         partition,
                         base + delta,
                         ts,

@@ -14,9 +14,11 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from storage.batch import make_records
 from storage.errors import StorageUnavailable
 from storage.partition_log import LogConfig, PartitionLog
 from storage.record import Acks, NewRecord, Record
@@ -26,48 +28,72 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_BYTES = 32 * 1024 * 1024
 _RECORD_OVERHEAD = 160  # rough bytes of a Record object beyond its value, for the cache bound
-_COMPACT_AT = 4096  # dropped cache slots before the list is compacted
+_COMPACT_AT = 1024  # dropped cache chunks before the lists are compacted
 
 T = TypeVar("T")
 AppendListener = Callable[["Partition"], None]
 
 
-class TailCache:
-    """The most recent records of a partition, contiguous, bounded by bytes."""
+@dataclass(slots=True, eq=False)
+class _Chunk:
+    """One appended batch in the cache; its Record objects are made on the first read
+    that touches it and kept, so appends nobody reads cost no Record construction."""
 
-    def __init__(self, max_bytes: int, end_offset: int) -> None:
+    first_offset: int
+    timestamp: int
+    items: Sequence[NewRecord] | list[Record]
+    size: int
+    materialized: bool = False
+
+    def records(self, partition: int) -> list[Record]:
+        if not self.materialized:
+            self.items = make_records(partition, self.first_offset, self.timestamp, self.items)  # type: ignore[arg-type]
+            self.materialized = True
+        return self.items  # type: ignore[return-value]
+
+
+class TailCache:
+    """The most recent batches of a partition, contiguous, bounded by bytes."""
+
+    def __init__(self, partition: int, max_bytes: int, end_offset: int) -> None:
+        self._partition = partition
         self._max_bytes = max_bytes
-        self._records: list[Record] = []
-        self._first = 0  # index of the oldest live record in _records
-        self.start_offset = end_offset  # offset of _records[_first], or end when empty
+        self._chunks: list[_Chunk] = []
+        self._starts: list[int] = []  # first offset of each chunk, for bisect
+        self._head = 0  # index of the oldest live chunk
+        self.start_offset = end_offset  # first cached offset, or the end when empty
         self.end_offset = end_offset
         self._bytes = 0
 
-    def add(self, records: list[Record]) -> None:
-        if records[0].offset != self.end_offset:  # not contiguous (never expected): restart
-            self._records, self._first, self._bytes = [], 0, 0
-            self.start_offset = records[0].offset
-        self._records += records
-        self._bytes += sum(len(r.value) for r in records) + _RECORD_OVERHEAD * len(records)
-        self.end_offset = records[-1].offset + 1
-        while self._bytes > self._max_bytes and self.start_offset < self.end_offset:
+    def add(self, first: int, timestamp: int, records: Sequence[NewRecord]) -> None:
+        if first != self.end_offset:  # not contiguous (never expected): start over
+            self._chunks, self._starts, self._head, self._bytes = [], [], 0, 0
+            self.start_offset = first
+        size = sum(len(r.value) for r in records) + _RECORD_OVERHEAD * len(records)
+        self._chunks.append(_Chunk(first, timestamp, records, size))
+        self._starts.append(first)
+        self._bytes += size
+        self.end_offset = first + len(records)
+        while self._bytes > self._max_bytes and self._head < len(self._chunks):
             self._drop_oldest()
 
     def drop_below(self, offset: int) -> None:
-        """Forget records below ``offset`` (deleted by retention)."""
-        while self.start_offset < min(offset, self.end_offset):
+        """Forget whole batches below ``offset`` (deleted by retention)."""
+        while self._head < len(self._chunks) and self._next_start(self._head) <= offset:
             self._drop_oldest()
-        if self.start_offset == self.end_offset and offset > self.end_offset:
+        if self._head == len(self._chunks) and offset > self.end_offset:
             self.start_offset = self.end_offset = offset
 
+    def _next_start(self, i: int) -> int:
+        return self._starts[i + 1] if i + 1 < len(self._starts) else self.end_offset
+
     def _drop_oldest(self) -> None:
-        record = self._records[self._first]
-        self._bytes -= len(record.value) + _RECORD_OVERHEAD
-        self._first += 1
-        self.start_offset += 1
-        if self._first >= _COMPACT_AT and self._first * 2 >= len(self._records):
-            del self._records[: self._first]
-            self._first = 0
+        self._bytes -= self._chunks[self._head].size
+        self._head += 1
+        self.start_offset = self._next_start(self._head - 1)
+        if self._head >= _COMPACT_AT and self._head * 2 >= len(self._chunks):
+            del self._chunks[: self._head], self._starts[: self._head]
+            self._head = 0
 
     def read(self, offset: int, max_records: int, max_bytes: int) -> list[Record] | None:
         """Records from ``offset`` as Partition.read would return them; None when
@@ -76,24 +102,32 @@ class TailCache:
             return None
         if offset >= self.end_offset:
             return []
-        i = self._first + offset - self.start_offset
-        out = self._records[i : i + max_records]
+        i = bisect.bisect_right(self._starts, offset, lo=self._head) - 1
+        out: list[Record] = []
         budget = max_bytes
-        for n, record in enumerate(out):
-            budget -= len(record.value)
-            if budget < 0:
-                return out[: max(n, 1)]  # at least one record, even a large one
+        while i < len(self._chunks) and len(out) < max_records:
+            chunk = self._chunks[i]
+            records = chunk.records(self._partition)
+            skip = offset - chunk.first_offset if not out else 0
+            for record in records[skip : skip + max_records - len(out)]:
+                budget -= len(record.value)
+                if budget < 0 and out:
+                    return out  # at least one record, even a large one
+                out.append(record)
+            i += 1
         return out
 
     def find_timestamp(self, timestamp: int) -> int | None:
         """The first cached offset with a timestamp >= ``timestamp``, or the end; None
         when an earlier record, not cached, might be the answer."""
-        if self.start_offset == self.end_offset:
+        if self._head == len(self._chunks) or self._chunks[self._head].timestamp >= timestamp:
             return None
-        if self._records[self._first].timestamp >= timestamp:
-            return None
-        i = bisect.bisect_left(self._records, timestamp, lo=self._first, key=lambda r: r.timestamp)
-        return self.start_offset + i - self._first
+        i = bisect.bisect_left(self._chunks, timestamp, lo=self._head, key=_chunk_timestamp)
+        return self._starts[i] if i < len(self._chunks) else self.end_offset
+
+
+def _chunk_timestamp(chunk: _Chunk) -> int:
+    return chunk.timestamp
 
 
 class Partition:
@@ -117,7 +151,7 @@ class Partition:
         self._writer: Writer = self._writers.assign()
         self._reader = reader
         self._end = partition_log.end_offset
-        self._cache = TailCache(cache_bytes, self._end)
+        self._cache = TailCache(self.partition, cache_bytes, self._end)
         self._listeners: list[AppendListener] = []
         self._waiters: dict[int, set[asyncio.Future[bool]]] = {}
         self._closed = False
@@ -180,13 +214,7 @@ class Partition:
 
     def _on_written(self, first: int, timestamp: int, records: Sequence[NewRecord]) -> None:
         # On the loop, in log order: the batch is now visible.
-        p = self.partition
-        self._cache.add(
-            [
-                Record(p, first + i, timestamp, r.value, r.kind, r.key, r.headers, r.producer_id)
-                for i, r in enumerate(records)
-            ]
-        )
+        self._cache.add(first, timestamp, records)
         self._end = first + len(records)
         self._wake_waiters()
         for listener in list(self._listeners):
