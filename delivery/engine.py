@@ -183,6 +183,9 @@ class DeliveryEngine:
         go to ``sink.send`` from the next loop iteration on."""
         runtime = self._runtime(name)
         consumer = f"{name}#{next(self._ids)}"
+        if self._stopped:
+            sink.close(CLOSE_SHUTDOWN, "server shutting down")
+            return consumer
         runtime.core.attach(consumer, credit)
         runtime.sinks[consumer] = sink
         self._consumers[consumer] = runtime

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from delivery.config import Backoff, StartAt, SubscriptionConfig
+from delivery.config import Backoff, DeliveryMode, StartAt, SubscriptionConfig
 from delivery.engine import Delivery, DeliveryEngine
 from storage.config import TopicConfig
 from storage.engine import Storage
@@ -283,6 +283,24 @@ async def test_acks_survive_a_restart_and_unacked_records_come_back_with_next_at
         await storage.close()
 
 
+async def test_attach_after_stop_is_closed_with_1001(engine):
+    await engine.create_subscription("s", sub())
+    await engine.stop()
+    sink = Sink()
+    engine.attach("s", sink, 10)
+    assert sink.closed is not None and sink.closed[0] == 1001
+
+
+async def test_at_most_once_records_count_as_acked_when_sent(storage, engine):
+    await engine.create_subscription("s", sub(delivery=DeliveryMode.AT_MOST_ONCE))
+    await publish(storage, "t", 3, partition=0)
+    sink = Sink()
+    engine.attach("s", sink, 10)
+    await until(lambda: len(sink.deliveries) == 3)
+    stats = engine.stats("s")
+    assert (stats["acked_total"], stats["backlog"], stats["in_flight"]) == (3, 0, 0)
+
+
 async def test_acked_cursor_is_flushed_without_a_stop(storage, engine):
     await engine.create_subscription("s", sub())
     await publish(storage, "t", 3, partition=0)
@@ -330,3 +348,32 @@ async def test_many_records_flow_through_in_offset_order(storage, engine):
     await until(drain)
     assert [d.record.offset for d in sink.deliveries] == list(range(5000))
     assert engine.stats("s")["backlog"] == 0
+
+
+async def test_retention_past_the_cursor_is_skipped_and_counted_as_expired(tmp_path):
+    now = [time.time_ns() // 1_000_000]
+    storage = await Storage.open(tmp_path / "d", segment_bytes=256, wall_ms=lambda: now[0])
+    await storage.create_topic("t", TopicConfig(retention_ms=1000))
+    engine = DeliveryEngine(storage, cursor_flush_interval=0.02)
+    await engine.start()
+    try:
+        await engine.create_subscription("s", sub())
+        for _ in range(20):
+            await publish(storage, "t", 5)
+        now[0] += 10_000
+        await publish(storage, "t", 1)  # a fresh segment that stays
+        await storage.run_retention()
+        topic = storage.topic("t")
+        assert topic is not None
+        start = topic.partitions[0].start_offset
+        assert start > 0
+        stats = engine.stats("s")
+        assert stats["expired_total"] == start
+        assert stats["partitions"][0]["ack_floor"] == start
+        sink = Sink()
+        engine.attach("s", sink, 1000)
+        await until(lambda: len(sink.deliveries) == 101 - start)
+        assert sink.deliveries[0].record.offset == start
+    finally:
+        await engine.stop()
+        await storage.close()
