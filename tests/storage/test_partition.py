@@ -267,3 +267,19 @@ async def test_a_failed_write_fails_the_append_and_leaves_the_log_whole(tmp_path
     assert [r.offset for r in log.read(0, 100, 10**9)] == list(range(24))
     assert log.read(3, 1, 10**9)[0].value == b"small0"
     log.close()
+
+
+async def test_cached_reads_span_batches_and_keep_their_limits(tmp_path, pool):
+    partition = await open_partition(tmp_path, pool)
+    for i in range(4):
+        await partition.append(records(3, tag=f"b{i}-", size=10), Acks.LEADER)
+    spanning = partition.read_cached(2, 5, 10**6)
+    assert spanning is not None
+    assert [r.offset for r in spanning] == [2, 3, 4, 5, 6]
+    assert [r.value[:4] for r in spanning] == [b"b0-2", b"b1-0", b"b1-1", b"b1-2", b"b2-0"]
+    by_bytes = partition.read_cached(1, 100, 3 * 14)
+    assert by_bytes is not None and [r.offset for r in by_bytes] == [1, 2, 3]
+    assert partition.read_cached(11, 100, 1) == [(await partition.read(11, 1, 1))[0]]
+    from_files = await asyncio.to_thread(partition.log.read, 0, 100, 10**6)
+    assert partition.read_cached(0, 100, 10**6) == from_files  # same records either way
+    await partition.close()
