@@ -28,26 +28,26 @@ class _IndexFile:
 
     def __init__(self, path: Path, entry: struct.Struct) -> None:
         self.path = path
-        self._entry = entry
+        self.entry = entry
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     def load(self) -> list[tuple[int, ...]]:
         """Every entry in the file; raises CorruptLog when its size is not whole entries."""
         data = _read_all(self._fd)
-        if len(data) % self._entry.size:
+        if len(data) % self.entry.size:
             raise CorruptLog(f"{self.path.name}: truncated entry")
-        return list(self._entry.iter_unpack(data))
+        return list(self.entry.iter_unpack(data))
 
     def write(self, *fields: int) -> None:
-        os.write(self._fd, self._entry.pack(*fields))
+        os.write(self._fd, self.entry.pack(*fields))
 
     def reset(self, entries: list[tuple[int, ...]]) -> None:
         os.ftruncate(self._fd, 0)
         if entries:
-            os.write(self._fd, b"".join(self._entry.pack(*e) for e in entries))
+            os.write(self._fd, b"".join(self.entry.pack(*e) for e in entries))
 
     def truncate(self, count: int) -> None:
-        os.ftruncate(self._fd, count * self._entry.size)
+        os.ftruncate(self._fd, count * self.entry.size)
 
     def fsync(self) -> None:
         os.fsync(self._fd)
@@ -124,6 +124,9 @@ class OffsetIndex:
     def close(self) -> None:
         self._file.close()
 
+    def reopen(self) -> None:
+        self._file = _IndexFile(self.path, self._file.entry)
+
 
 class TimeIndex:
     """First timestamp of a batch → its offset, for the same batches as the OffsetIndex."""
@@ -178,3 +181,6 @@ class TimeIndex:
 
     def close(self) -> None:
         self._file.close()
+
+    def reopen(self) -> None:
+        self._file = _IndexFile(self.path, self._file.entry)

@@ -76,6 +76,8 @@ class PartitionLog:
                 # Each segment's tail is checked: only the last can be torn by a crash
                 # (rolls fsync the old one), and it costs a scan of ~one index interval.
                 self.recovered_bytes += segment.recover()
+            for segment in segments[:-1]:
+                segment.seal()
             if not segments:
                 segments.append(LogSegment(self.directory, 0, self.config.index_interval_bytes))
                 fsync_dir(self.directory)
@@ -162,7 +164,7 @@ class PartitionLog:
 
     def _roll(self) -> None:
         old = self._segments[-1]
-        old.flush_all()  # only the active segment may then hold unsynced bytes
+        old.seal()  # only the active segment may then hold unsynced bytes
         new = LogSegment(self.directory, old.next_offset, self.config.index_interval_bytes)
         try:
             fsync_dir(self.directory)
@@ -222,6 +224,7 @@ class PartitionLog:
             self._segments = self._segments[:-1]
             newest.delete()
         active = self._segments[-1]
+        active.unseal()
         keep = active.truncate_to_offset(offset, self.partition)
         self.last_timestamp = self._newest_timestamp()
         if keep:

@@ -49,6 +49,7 @@ class LogSegment:
         except OSError:
             os.close(self._fd)
             raise
+        self.sealed = False  # files closed: see seal()
         self.size = os.fstat(self._fd).st_size  # readers never look past this
         self.next_offset = base_offset
         self.first_timestamp: int | None = None  # of the first batch: segment age
@@ -96,9 +97,27 @@ class LogSegment:
         self.time_index.fsync()
 
     def close(self) -> None:
+        if self.sealed:
+            return
+        self.sealed = True
         os.close(self._fd)
         self.offset_index.close()
         self.time_index.close()
+
+    def seal(self) -> None:
+        """fsync and close the files of a segment that takes no more appends: only the
+        active segment of a partition keeps descriptors open (readers open their own)."""
+        if not self.sealed:
+            self.flush_all()
+            self.close()
+
+    def unseal(self) -> None:
+        """Open the files again to append (a truncation made this segment active)."""
+        if self.sealed:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+            self.offset_index.reopen()
+            self.time_index.reopen()
+            self.sealed = False
 
     def delete(self) -> None:
         self.close()

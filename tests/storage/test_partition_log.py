@@ -66,6 +66,8 @@ def test_segments_roll_at_segment_bytes_and_reads_cross_them(log):
     fill(log, 40)
     assert len(log.segments) > 3
     assert all(s.size <= SMALL.segment_bytes for s in log.segments)
+    # Only the active segment keeps its files open; the others were fsynced and closed.
+    assert [s.sealed for s in log.segments] == [True] * (len(log.segments) - 1) + [False]
     assert [s.path.name[:20] for s in log.segments] == [
         f"{s.base_offset:020d}" for s in log.segments
     ]
@@ -173,6 +175,9 @@ def test_truncate_to_cuts_inside_a_batch_and_appends_continue(log):
     log.truncate_to(10)
     assert log.end_offset == 10
     assert len(log.segments) == 1
+    assert log.append([rec(10)], 3001) == 10
+    assert [r.value for r in log.read(9, 5, 10**9)] == [b"value-9", b"value-10"]
+    log.truncate_to(10)
     log.truncate_to(0)
     assert (log.start_offset, log.end_offset, log.size_bytes) == (0, 0, 0)
 
