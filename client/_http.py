@@ -3,6 +3,7 @@ errors, and retries of 429 / 503 / connection failures honouring Retry-After."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -13,7 +14,6 @@ from tenacity import (
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
 )
 
 from client.errors import HeraldClientError
@@ -34,11 +34,22 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, httpx.TransportError)
 
 
+def exponential_backoff(initial: float, maximum: float) -> Callable[[RetryCallState], float]:
+    """Wait n: min(maximum, initial·2^(n-1)), jittered within [0.5·d, d] so that
+    clients cut off together do not come back together."""
+
+    def wait(state: RetryCallState) -> float:
+        delay = min(maximum, initial * 2 ** (state.attempt_number - 1))
+        return delay * random.uniform(0.5, 1.0)
+
+    return wait
+
+
 class _WaitRetryAfter:
     """Retry-After when the server gave one, else jittered exponential backoff."""
 
     def __init__(self, max_wait: float) -> None:
-        self._backoff = wait_exponential_jitter(initial=0.05, max=max_wait)
+        self._backoff = exponential_backoff(0.05, max_wait)
 
     def __call__(self, state: RetryCallState) -> float:
         outcome = state.outcome

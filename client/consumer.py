@@ -8,6 +8,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import random
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 import websockets
-from tenacity import AsyncRetrying, retry_if_exception, wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 from websockets.asyncio.client import ClientConnection
 
 from client._http import DEFAULT_URL
@@ -148,6 +149,7 @@ class Consumer:
         self.open_timeout = open_timeout
         self.consumer_id: str | None = None
         self.connections = 0  # how many times a connection became ready
+        self._ready_attempt = 0
         self._headers = {"authorization": f"Bearer {token}"} if token else None
         # At most `credit` messages: the server never sends more than the credit given.
         self._inbox: asyncio.Queue[Message] = asyncio.Queue(maxsize=credit)
@@ -233,17 +235,24 @@ class Consumer:
         try:
             retrying = AsyncRetrying(
                 retry=retry_if_exception(_worth_reconnecting),
-                wait=wait_exponential_jitter(initial=self.min_backoff, max=self.max_backoff),
+                wait=self._reconnect_wait,
             )
             async for attempt in retrying:
                 with attempt:
-                    await self._session()
+                    await self._session(attempt.retry_state.attempt_number)
         except Exception as exc:  # handed to the iterating application, not swallowed
             self._failure = exc
         finally:
             self._done.set()
 
-    async def _session(self) -> None:
+    def _reconnect_wait(self, state: RetryCallState) -> float:
+        # The backoff starts again from min_backoff after every connection that got
+        # as far as `ready`, so a long-lived consumer does not wait max_backoff.
+        failures = max(1, state.attempt_number - self._ready_attempt)
+        delay = min(self.max_backoff, self.min_backoff * 2 ** (failures - 1))
+        return delay * random.uniform(0.5, 1.0)
+
+    async def _session(self, attempt: int) -> None:
         """One connection: ready, then read and write until it ends (raises on loss)."""
         async with websockets.connect(
             self.ws_url,
@@ -257,6 +266,7 @@ class Consumer:
                     raise ConnectionError(f"expected a ready frame, got {ready.get('type')!r}")
                 self.consumer_id = ready.get("consumer")
                 self.connections += 1
+                self._ready_attempt = attempt
                 self._ws = ws
                 self._owed_credit = 0  # the new connection starts with `credit` again
                 # The writer is owned by this connection: cancelled and awaited with it.
