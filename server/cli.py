@@ -131,10 +131,28 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         help="seconds between retention passes",
     )
     p.add_argument(
+        "--flush-interval",
+        dest="flush_interval_s",
+        type=float,
+        help="seconds between fsyncs of acks=1 data (default 1; 0 = only when needed)",
+    )
+    p.add_argument(
         "--shutdown-timeout",
         dest="shutdown_timeout_s",
         type=float,
         help="grace for running requests on SIGTERM",
+    )
+    p.add_argument(
+        "--ws-ping-interval",
+        type=float,
+        help=f"seconds between WebSocket pings (default {defaults.ws_ping_interval:g}; "
+        "env HERALD_WS_PING_INTERVAL)",
+    )
+    p.add_argument(
+        "--ws-ping-timeout",
+        type=float,
+        help=f"seconds a WebSocket peer has to answer a ping (default "
+        f"{defaults.ws_ping_timeout:g}; env HERALD_WS_PING_TIMEOUT)",
     )
     p.set_defaults(func=run_serve)
 
@@ -156,7 +174,10 @@ def run_serve(args: argparse.Namespace) -> int:
             "log_level",
             "access_log",
             "retention_interval_s",
+            "flush_interval_s",
             "shutdown_timeout_s",
+            "ws_ping_interval",
+            "ws_ping_timeout",
         )
     }
     try:
@@ -179,8 +200,8 @@ def run_serve(args: argparse.Namespace) -> int:
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=int(config.shutdown_timeout_s),
-        ws_ping_interval=20.0,  # PROTOCOL §3: pings every 20 s, 20 s to answer
-        ws_ping_timeout=20.0,
+        ws_ping_interval=config.ws_ping_interval,  # PROTOCOL §3: a consumer missing pings
+        ws_ping_timeout=config.ws_ping_timeout,  # is dropped and its in-flight given back
     )
     server = HeraldServer(uv_config, config)
     server.run()

@@ -39,8 +39,13 @@ class ServerConfig:
     log_level: str = "info"
     access_log: bool = False  # one line per request; off so hot paths do not pay for it
     retention_interval_s: float = 60.0  # how often whole expired segments are deleted
+    # acks=1 appends reach the disk within this many seconds even when no acks=all
+    # append forces an fsync (as Redis's appendfsync everysec); 0 turns it off.
+    flush_interval_s: float = 1.0
     shutdown_timeout_s: float = 10.0  # grace for in-flight requests on SIGTERM
     max_pending_unacked_publishes: int = 256  # acks=0 batches being appended at once
+    ws_ping_interval: float = 20.0  # PROTOCOL §3: consumers are pinged every 20 s ...
+    ws_ping_timeout: float = 20.0  # ... and dropped when the pong is 20 s late
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:
@@ -53,6 +58,8 @@ class ServerConfig:
             raise ConfigError("size limits must be positive")
         if self.max_pending_unacked_publishes < 1:
             raise ConfigError("max_pending_unacked_publishes must be positive")
+        if self.ws_ping_interval <= 0 or self.ws_ping_timeout <= 0:
+            raise ConfigError("ws_ping_interval and ws_ping_timeout must be positive")
 
     @property
     def base_url(self) -> str:
