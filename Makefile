@@ -24,6 +24,7 @@ run: $(VENV)/.installed
 
 ## Install everything the tests need, lint, type-check and run the whole suite.
 test: $(VENV)/.installed-test
+	@command -v java >/dev/null || { echo "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_ARGS)
