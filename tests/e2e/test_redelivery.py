@@ -1,0 +1,272 @@
+"""Credit, deadlines, nack, extend, dead letters and ordering (PROTOCOL §2 config, §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from tests.conftest import HeraldProcess
+from tests.e2e import ack, eventually, stats
+from tests.subscribers import (
+    make_subscription,
+    nothing_arrives,
+    publish,
+    receive_records,
+    recv_json,
+    send_json,
+    ws_url,
+)
+
+FAST_BACKOFF = {"min_ms": 50, "max_ms": 50}
+
+
+@pytest.fixture
+async def http(shared_herald: HeraldProcess) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=shared_herald.url, timeout=60) as client:
+        yield client
+
+
+def consumer(server: HeraldProcess, name: str, credit: int) -> websockets.connect:
+    return websockets.connect(ws_url(server.url, f"/v1/subscriptions/{name}/ws?credit={credit}"))
+
+
+async def one_record(ws: Any, within: float = 10.0) -> dict[str, Any]:
+    [record] = await receive_records(ws, 1, within)
+    return record
+
+
+async def test_credit_is_never_exceeded_across_many_frames(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("cr"), unique("crs")
+    await make_subscription(http, name, topic)
+    await publish(http, topic, list(range(200)))
+    granted, received = 0, 0
+    async with consumer(shared_herald, name, 0) as ws:
+        await recv_json(ws)
+        for n in (1, 2, 3, 5, 8, 13, 21, 34, 55):
+            await send_json(ws, {"type": "credit", "n": n})
+            granted += n
+            while received < granted:
+                frame = await recv_json(ws)
+                assert frame["type"] == "deliver"
+                received += len(frame["messages"])
+                assert received <= granted, "PROTOCOL §3: never more than the credit"
+            assert await nothing_arrives(ws, 0.1)
+    assert received == granted == 142
+
+
+async def test_unacked_record_is_redelivered_after_the_deadline_with_attempt_2(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("dl"), unique("dls")
+    await make_subscription(http, name, topic, ack_deadline_ms=200, retry_backoff=FAST_BACKOFF)
+    await publish(http, topic, ["late"])
+    async with consumer(shared_herald, name, 5) as ws:
+        await recv_json(ws)
+        first = await one_record(ws)
+        sent = time.monotonic()
+        again = await one_record(ws)
+        assert time.monotonic() - sent >= 0.2 - 0.02, "not before the ack deadline"
+        assert (again["id"], first["attempt"], again["attempt"]) == (first["id"], 1, 2)
+        assert (await ack(ws, [again["id"]]))["ok"] == [again["id"]]
+        assert await nothing_arrives(ws, 0.5), "an acked record is not redelivered"
+
+
+async def test_nack_with_delay_is_not_redelivered_before_the_delay(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("nd"), unique("nds")
+    await make_subscription(http, name, topic, ack_deadline_ms=60_000)
+    await publish(http, topic, ["n"])
+    async with consumer(shared_herald, name, 5) as ws:
+        await recv_json(ws)
+        first = await one_record(ws)
+        nacked = time.monotonic()
+        await send_json(ws, {"type": "nack", "ids": [first["id"]], "delay_ms": 600})
+        again = await one_record(ws)
+        assert time.monotonic() - nacked >= 0.6 - 0.02
+        assert (again["id"], again["attempt"]) == (first["id"], 2)
+
+
+async def test_nack_without_delay_waits_for_the_backoff(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("nb"), unique("nbs")
+    backoff = {"min_ms": 400, "max_ms": 400}  # jittered within [320, 400] ms
+    await make_subscription(http, name, topic, ack_deadline_ms=60_000, retry_backoff=backoff)
+    await publish(http, topic, ["n"])
+    async with consumer(shared_herald, name, 5) as ws:
+        await recv_json(ws)
+        first = await one_record(ws)
+        nacked = time.monotonic()
+        await send_json(ws, {"type": "nack", "ids": [first["id"]]})
+        again = await one_record(ws)
+        assert time.monotonic() - nacked >= 0.32 - 0.02
+        assert (again["id"], again["attempt"]) == (first["id"], 2)
+
+
+async def test_extend_postpones_redelivery(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("ex"), unique("exs")
+    await make_subscription(http, name, topic, ack_deadline_ms=300, retry_backoff=FAST_BACKOFF)
+    await publish(http, topic, ["x"])
+    async with consumer(shared_herald, name, 5) as ws:
+        await recv_json(ws)
+        first = await one_record(ws)
+        extended = time.monotonic()
+        await send_json(ws, {"type": "extend", "ids": [first["id"], "7-7", "junk"], "ms": 1500})
+        assert await nothing_arrives(ws, 1.0), "the old 300 ms deadline no longer applies"
+        again = await one_record(ws)
+        assert time.monotonic() - extended >= 1.5 - 0.02
+        assert (again["id"], again["attempt"]) == (first["id"], 2)
+
+
+async def test_record_is_dead_lettered_after_max_deliveries_with_source_headers(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name, dead = unique("dq"), unique("dqs"), unique("dead")
+    await make_subscription(http, name, topic, max_deliveries=2, dead_letter_topic=dead)
+    reply = await http.post(
+        f"/v1/topics/{topic}/messages",
+        json={"messages": [{"value": {"a": 1}, "key": "k", "headers": {"h": "v"}}]},
+    )
+    [result] = reply.json()["results"]
+    async with consumer(shared_herald, name, 5) as ws:
+        await recv_json(ws)
+        for attempt in (1, 2):
+            record = await one_record(ws)
+            assert record["attempt"] == attempt
+            await send_json(ws, {"type": "nack", "ids": [record["id"]], "delay_ms": 0})
+        assert await nothing_arrives(ws, 0.3), "no third delivery"
+        read = await http.get(
+            f"/v1/topics/{dead}/partitions/0/messages", params={"offset": 0, "wait_ms": 10_000}
+        )
+        assert read.status_code == 200, read.text
+        [letter] = read.json()["messages"]
+        assert letter["value"] == {"a": 1} and letter["key"] == "k"
+        assert letter["headers"] == {
+            "h": "v",
+            "herald-source-topic": topic,
+            "herald-source-partition": str(result["partition"]),
+            "herald-source-offset": str(result["offset"]),
+            "herald-source-deliveries": "2",
+            "herald-source-reason": "max_deliveries",
+        }
+        ack_reply = await ack(ws, [record["id"]])
+        assert ack_reply["unknown"] == [record["id"]], "dead-lettered records are not in flight"
+    current = await stats(http, name)
+    assert current["dead_lettered_total"] == 1
+    assert (current["backlog"], current["in_flight"]) == (0, 0)
+    assert current["partitions"] == [{"partition": 0, "ack_floor": 1}]
+
+
+async def test_without_dead_letter_topic_the_record_is_dropped_and_counted(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("dr"), unique("drs")
+    await make_subscription(
+        http, name, topic, max_deliveries=1, dead_letter_topic=None, ack_deadline_ms=200,
+        retry_backoff=FAST_BACKOFF,
+    )  # fmt: skip
+    await publish(http, topic, ["drop me", "keep me"])
+    async with consumer(shared_herald, name, 5) as ws:
+        await recv_json(ws)
+        records = await receive_records(ws, 2)
+        await ack(ws, [records[1]["id"]])
+        # The first one's 200 ms deadline passes: one delivery was all it had.
+        assert await nothing_arrives(ws, 0.8)
+
+    async def dropped() -> bool:
+        return (await stats(http, name))["dead_lettered_total"] == 1
+
+    await eventually(dropped, what="dead_lettered_total == 1")
+    current = await stats(http, name)
+    assert (current["backlog"], current["in_flight"], current["acked_total"]) == (0, 0, 1)
+    assert current["partitions"] == [{"partition": 0, "ack_floor": 2}]
+    topics = (await http.get("/v1/topics")).json()["topics"]
+    assert [t["name"] for t in topics if t["name"].startswith(name)] == [], "no topic made"
+
+
+async def test_max_in_flight_holds_across_consumers(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("mf"), unique("mfs")
+    await make_subscription(http, name, topic, max_in_flight=3)
+    async with consumer(shared_herald, name, 10) as one, consumer(shared_herald, name, 10) as two:
+        await recv_json(one)
+        await recv_json(two)
+        await publish(http, topic, list(range(10)))
+        got: dict[str, list[dict[str, Any]]] = {"one": [], "two": []}
+
+        async def drain(label: str, ws: Any) -> None:
+            while not await nothing_arrives_into(ws, got[label]):
+                pass
+
+        await asyncio.gather(drain("one", one), drain("two", two))
+        held = got["one"] + got["two"]
+        assert len(held) == 3, "PROTOCOL §3: never more than max_in_flight unacked"
+        owner = one if got["one"] else two
+        mine = got["one"] if got["one"] else got["two"]
+        await ack(owner, [mine[0]["id"]])
+        more: list[dict[str, Any]] = []
+        for ws in (one, two):
+            while not await nothing_arrives_into(ws, more):
+                pass
+        assert len(more) == 1, "one ack frees one slot"
+        assert (await stats(http, name))["in_flight"] == 3
+
+
+async def nothing_arrives_into(ws: Any, into: list[dict[str, Any]], seconds: float = 0.4) -> bool:
+    """True if nothing arrives within `seconds`; else add the delivered records to `into`."""
+    try:
+        frame = await recv_json(ws, seconds)
+    except TimeoutError:
+        return True
+    if frame["type"] == "deliver":
+        into.extend(frame["messages"])
+    return False
+
+
+async def test_ordered_by_key_keeps_one_in_flight_per_key_and_order_across_redelivery(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("ok"), unique("oks")
+    await make_subscription(http, name, topic, ordered_by_key=True, ack_deadline_ms=60_000)
+    messages = [
+        {"value": "a0", "key": "a"}, {"value": "a1", "key": "a"}, {"value": "a2", "key": "a"},
+        {"value": "b0", "key": "b"}, {"value": "b1", "key": "b"},
+        {"value": "n0", "key": None}, {"value": "n1", "key": None},
+    ]  # fmt: skip
+    reply = await http.post(f"/v1/topics/{topic}/messages", json={"messages": messages})
+    assert reply.status_code == 200
+    async with consumer(shared_herald, name, 100) as ws:
+        await recv_json(ws)
+        first = await receive_records(ws, 4)
+        # One per key; keyless records are never held back.
+        assert sorted(r["value"] for r in first) == ["a0", "b0", "n0", "n1"]
+        assert await nothing_arrives(ws), "a1 and b1 wait for their key"
+        by_value = {r["value"]: r for r in first}
+        await send_json(ws, {"type": "nack", "ids": [by_value["a0"]["id"]], "delay_ms": 0})
+        again = await one_record(ws)
+        assert (again["value"], again["attempt"]) == ("a0", 2), "a0 again before a1"
+        await ack(ws, [by_value["b0"]["id"]])
+        assert (await one_record(ws))["value"] == "b1", "key b is not held back by key a"
+        order = ["a0"]
+        while order[-1] != "a2":
+            record = await one_record(ws) if len(order) > 1 else None
+            if record is None:
+                await ack(ws, [again["id"]], req="a0")
+                record = await one_record(ws)
+            order.append(record["value"])
+            assert await nothing_arrives(ws, 0.2), "one in flight per key"
+            if record["value"] != "a2":
+                await ack(ws, [record["id"]], req=record["value"])
+        assert order == ["a0", "a1", "a2"]
