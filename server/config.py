@@ -44,6 +44,12 @@ class ServerConfig:
     flush_interval_s: float = 1.0
     shutdown_timeout_s: float = 10.0  # grace for in-flight requests on SIGTERM
     max_pending_unacked_publishes: int = 256  # acks=0 batches being appended at once
+    # PROTOCOL §6 (server/auth.py): without an auth file the server is open.
+    auth_file: Path | None = None
+    audit_log: Path | None = None  # JSON lines of server/audit.py; None: the server log
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    webhook_ca_file: Path | None = None  # extra CA bundle webhook deliveries trust
     ws_ping_interval: float = 20.0  # PROTOCOL §3: consumers are pinged every 20 s ...
     ws_ping_timeout: float = 20.0  # ... and dropped when the pong is 20 s late
 
@@ -58,6 +64,8 @@ class ServerConfig:
             raise ConfigError("size limits must be positive")
         if self.max_pending_unacked_publishes < 1:
             raise ConfigError("max_pending_unacked_publishes must be positive")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key go together")
         if self.ws_ping_interval <= 0 or self.ws_ping_timeout <= 0:
             raise ConfigError("ws_ping_interval and ws_ping_timeout must be positive")
 
@@ -76,14 +84,18 @@ class ServerConfig:
             if raw is not None and raw != "":
                 values[f.name] = _convert(f.name, raw, cls._field_type(f.name))
         values.update({k: v for k, v in overrides.items() if v is not None})
-        if "data_dir" in values:
-            values["data_dir"] = Path(values["data_dir"])
+        for name in _PATH_FIELDS:
+            if values.get(name) is not None:
+                values[name] = Path(values[name])
         return cls(**values)
 
     @staticmethod
     def _field_type(name: str) -> type:
         default = getattr(ServerConfig(), name)
-        return type(default) if not isinstance(default, Path) else Path
+        return Path if name in _PATH_FIELDS else type(default)
+
+
+_PATH_FIELDS = ("data_dir", "auth_file", "audit_log", "tls_cert", "tls_key", "webhook_ca_file")
 
 
 def _convert(name: str, raw: str, kind: type) -> Any:
