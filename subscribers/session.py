@@ -23,7 +23,6 @@ from subscribers.wire import acked_frame, ready_frame, record_json
 
 if TYPE_CHECKING:
     from delivery.engine import DeliveryEngine
-
     from delivery.events import Delivery
 
 

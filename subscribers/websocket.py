@@ -32,7 +32,6 @@ from subscribers.tail import TailRegistry, TailSession, TailStart
 
 if TYPE_CHECKING:
     from delivery.engine import DeliveryEngine
-
     from storage.engine import Storage
 
 log = logging.getLogger(__name__)
