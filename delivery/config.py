@@ -26,16 +26,26 @@ class Breaker:
 
 
 @dataclass(frozen=True, slots=True)
+class PreviousSecret:
+    """docs/protocol.md `push.previous_secrets`: a secret still signed with, next to the
+    current one, until ``expires_at`` (wall clock ms) — for rotating secrets."""
+
+    secret: str
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
 class PushConfig:
     url: str
     secret: str  # "whsec_<base64>"; never shown by GET
     max_in_flight: int = 16
     timeout_ms: int = 10_000
     breaker: Breaker = field(default_factory=Breaker)
+    previous_secrets: tuple[PreviousSecret, ...] = ()
 
     def public_dict(self) -> dict[str, Any]:
         """The push config as GET shows it: without the secret."""
-        return {
+        shown: dict[str, Any] = {
             "url": self.url,
             "max_in_flight": self.max_in_flight,
             "timeout_ms": self.timeout_ms,
@@ -45,6 +55,9 @@ class PushConfig:
                 "max_open_ms": self.breaker.max_open_ms,
             },
         }
+        if self.previous_secrets:  # docs/protocol.md: shown only when given, without secrets
+            shown["previous_secrets"] = [{"expires_at": p.expires_at} for p in self.previous_secrets]
+        return shown
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +106,9 @@ class SubscriptionConfig:
         data = self.public_dict()
         if self.push is not None:
             data["push"]["secret"] = self.push.secret
+            data["push"]["previous_secrets"] = [
+                {"secret": p.secret, "expires_at": p.expires_at} for p in self.push.previous_secrets
+            ]
         return data
 
     @classmethod
@@ -117,5 +133,9 @@ class SubscriptionConfig:
                 max_in_flight=push["max_in_flight"],
                 timeout_ms=push["timeout_ms"],
                 breaker=Breaker(**push["breaker"]),
+                previous_secrets=tuple(
+                    PreviousSecret(p["secret"], p["expires_at"])
+                    for p in push.get("previous_secrets", ())
+                ),
             ),
         )

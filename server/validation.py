@@ -30,6 +30,7 @@ from delivery.config import (
     Backoff,
     Breaker,
     DeliveryMode,
+    PreviousSecret,
     PushConfig,
     StartAt,
     SubscriptionConfig,
@@ -352,7 +353,13 @@ _SUB_FIELDS = frozenset(
         "push",
     }
 )
-_PUSH_FIELDS = frozenset({"url", "secret", "max_in_flight", "timeout_ms", "breaker"})
+_PUSH_FIELDS = frozenset(
+    {"url", "secret", "max_in_flight", "timeout_ms", "breaker", "previous_secrets"}
+)
+_PREVIOUS_SECRET_FIELDS = frozenset({"secret", "expires_at"})
+MAX_PREVIOUS_SECRETS = 5
+# Standard Webhooks: keys of 24..64 bytes; 16 (128 bits) is the least HMAC-SHA256 should get.
+SECRET_BYTES = (16, 64)
 _BREAKER_FIELDS = frozenset({"failures", "open_ms", "max_open_ms"})
 _BACKOFF_FIELDS = frozenset({"min_ms", "max_ms"})
 _MAX_BACKOFF_MS = 3_600_000
@@ -443,12 +450,10 @@ def _parse_push(value: Any) -> PushConfig:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadRequest("push.url must be an absolute http:// or https:// URL")
-    secret = _as_str(secret, "push.secret")
-    if not secret.startswith("whsec_"):
-        raise BadRequest('push.secret must be "whsec_" followed by base64')
-    if not b64decode_strict(secret[len("whsec_") :], "push.secret"):
-        raise ValidationError("push.secret must hold at least one byte of key")
+    secret = _parse_secret(secret, "push.secret")
     values: dict[str, Any] = {"url": url, "secret": secret}
+    if (v := _given(obj, "previous_secrets")) is not _MISSING:
+        values["previous_secrets"] = _parse_previous_secrets(v)
     if (v := _given(obj, "max_in_flight")) is not _MISSING:
         values["max_in_flight"] = _int_in(v, "push.max_in_flight", 1, 1000)
     if (v := _given(obj, "timeout_ms")) is not _MISSING:
@@ -456,6 +461,39 @@ def _parse_push(value: Any) -> PushConfig:
     if (v := _given(obj, "breaker")) is not _MISSING:
         values["breaker"] = _parse_breaker(v)
     return PushConfig(**values)
+
+
+def _parse_secret(value: Any, field: str) -> str:
+    secret = _as_str(value, field)
+    if not secret.startswith("whsec_"):
+        raise BadRequest(f'{field} must be "whsec_" followed by base64')
+    low, high = SECRET_BYTES
+    if not low <= len(b64decode_strict(secret[len("whsec_") :], field)) <= high:
+        raise ValidationError(f"{field} must decode to {low}..{high} bytes of key")
+    return secret
+
+
+def _parse_previous_secrets(value: Any) -> tuple[PreviousSecret, ...]:
+    """docs/protocol.md: secrets still signed with until `expires_at` (rotation)."""
+    if not isinstance(value, list):
+        raise BadRequest("push.previous_secrets must be an array")
+    if len(value) > MAX_PREVIOUS_SECRETS:
+        raise ValidationError(f"push.previous_secrets holds at most {MAX_PREVIOUS_SECRETS}")
+    parsed = []
+    for i, item in enumerate(value):
+        field = f"push.previous_secrets[{i}]"
+        obj = _as_object(item, field)
+        _check_fields(obj, _PREVIOUS_SECRET_FIELDS, field)
+        secret, expires_at = _given(obj, "secret"), _given(obj, "expires_at")
+        if secret is _MISSING or expires_at is _MISSING:
+            raise BadRequest(f"{field} needs secret and expires_at")
+        parsed.append(
+            PreviousSecret(
+                _parse_secret(secret, f"{field}.secret"),
+                _int_in(expires_at, f"{field}.expires_at", 0),
+            )
+        )
+    return tuple(parsed)
 
 
 def _parse_breaker(value: Any) -> Breaker:

@@ -232,7 +232,7 @@ def test_subscription_defaults_are_filled_and_given_fields_tracked() -> None:
 
 
 def test_subscription_full_config() -> None:
-    secret = "whsec_" + base64.b64encode(b"key").decode()
+    secret = "whsec_" + base64.b64encode(b"0123456789abcdef").decode()
     config, _ = parse_subscription_config(
         {
             "topic": "t",
