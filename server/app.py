@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from server import metrics, openapi, routes_subscriptions, routes_topics
+from server.access import AccessControlMiddleware, access_guard, watching
 from server.config import ServerConfig
 from server.errors import (
     EXCEPTION_HANDLERS,
@@ -186,6 +187,7 @@ def websocket_routes() -> list[BaseRoute]:
 
 def create_app(config: ServerConfig | None = None) -> Starlette:
     config = config or ServerConfig()
+    guard = access_guard(config.auth_file)  # PROTOCOL §6; None: an open server
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -198,7 +200,8 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         app.state.background = runtime.background
         log.info("recovered %s; serving", config.data_dir)
         try:
-            yield
+            async with watching(guard):
+                yield
         finally:
             await runtime.close(app.state)
             log.info("stopped")
@@ -215,6 +218,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         routes=routes,
         middleware=[
             Middleware(RequestContextMiddleware, access_log_enabled=config.access_log),
+            Middleware(AccessControlMiddleware, guard=guard),
             Middleware(InternalErrorMiddleware),
         ],
         exception_handlers=dict(EXCEPTION_HANDLERS),

@@ -27,6 +27,12 @@ from typing import Any
 import uvicorn
 
 from server.config import LOG_FORMATS, LOG_LEVELS, ConfigError, ServerConfig
+from server.security_cli import (
+    SECURITY_FIELDS,
+    add_security_flags,
+    add_token_command,
+    uvicorn_security_options,
+)
 
 
 class HeraldServer(uvicorn.Server):
@@ -154,11 +160,14 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         help=f"seconds a WebSocket peer has to answer a ping (default "
         f"{defaults.ws_ping_timeout:g}; env HERALD_WS_PING_TIMEOUT)",
     )
+    add_security_flags(p)
     p.set_defaults(func=run_serve)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from server.app import create_app  # imported here so client commands start fast
+    from server.audit import configure_audit
+    from server.auth import AuthFileError
     from server.logging import configure_logging
 
     overrides = {
@@ -178,6 +187,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "shutdown_timeout_s",
             "ws_ping_interval",
             "ws_ping_timeout",
+            *SECURITY_FIELDS,
         )
     }
     try:
@@ -186,8 +196,14 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"herald serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log_format, config.log_level)
+    configure_audit(config.audit_log)
+    try:
+        app = create_app(config)
+    except AuthFileError as exc:
+        print(f"herald serve: auth file: {exc}", file=sys.stderr)
+        return 2
     uv_config = uvicorn.Config(
-        create_app(config),
+        app,
         host=config.host,
         port=config.port,
         loop="uvloop",
@@ -202,6 +218,7 @@ def run_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=int(config.shutdown_timeout_s),
         ws_ping_interval=config.ws_ping_interval,  # PROTOCOL §3: a consumer missing pings
         ws_ping_timeout=config.ws_ping_timeout,  # is dropped and its in-flight given back
+        **uvicorn_security_options(config),  # TLS, frame and idle caps (PROTOCOL §6)
     )
     server = HeraldServer(uv_config, config)
     server.run()
@@ -229,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="herald", description="Herald push-delivery pub/sub")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_command(subparsers)
+    add_token_command(subparsers)
     for register in _client_registrars():
         register(subparsers)
     return parser

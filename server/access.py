@@ -1,0 +1,269 @@
+"""The one place every request and WebSocket is checked against the auth file (PROTOCOL §6).
+
+``AccessControlMiddleware`` classifies each request by method and path into
+a rule (``RULES``) and checks the caller's token against it before any route
+runs. A path no rule names needs ``admin``: routes added later are closed by
+default until someone classifies them here. Refusals are the Unauthorized /
+Forbidden errors of storage/errors.py, rendered by the same function as every
+other error (STYLE principle 5): problem JSON for HTTP, and for WebSockets an
+accept followed by close 4401 / 4403 (PROTOCOL §3: refusals are close codes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import signal
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server import audit
+from server.auth import Credentials, Principal
+from server.errors import herald_error_response
+from storage.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
+
+log = logging.getLogger("herald.auth")
+
+WATCH_INTERVAL_S = 1.0
+_VERIFY_SLOTS = 4  # scrypt verifications at once (~16 MiB each)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What a caller needs: ``role`` on the topic named by ``topic`` (a path parameter),
+    or on the topic of the subscription named by ``subscription``. ``open`` needs nothing."""
+
+    role: str  # "open" | "admin" | "metrics" | "publish" | "subscribe" | "topic"
+    topic: str | None = None
+    subscription: str | None = None
+
+
+OPEN = Rule("open")
+ADMIN = Rule("admin")
+METRICS = Rule("metrics")  # the metrics role, or admin
+
+_SEG = r"(?P<{}>[^/]+)"
+
+
+def _path(template: str) -> re.Pattern[str]:
+    pattern = re.sub(r"\{(\w+)\}", lambda m: _SEG.format(m.group(1)), template)
+    return re.compile(f"^{pattern}$")
+
+
+# (scope type, methods or None for any, path) -> rule. Anything not listed needs admin.
+RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
+    ("http", frozenset({"GET", "HEAD"}), _path("/healthz"), OPEN),
+    ("http", frozenset({"GET", "HEAD"}), _path("/openapi.json"), OPEN),
+    # The console's static files carry no data; its API calls are checked like any other.
+    ("http", frozenset({"GET", "HEAD"}), re.compile(r"^/console(/[^?]*)?$"), OPEN),
+    ("http", frozenset({"GET", "HEAD"}), _path("/metrics"), METRICS),
+    ("http", frozenset({"GET", "HEAD"}), _path("/v1/stats"), METRICS),
+    ("websocket", None, _path("/v1/stats/ws"), METRICS),
+    # Inspecting a topic: anyone who may publish to it or subscribe on it.
+    ("http", frozenset({"GET", "HEAD"}), _path("/v1/topics/{topic}"), Rule("topic", "topic")),
+    ("http", frozenset({"POST"}), _path("/v1/topics/{topic}/messages"), Rule("publish", "topic")),
+    (
+        "http",
+        frozenset({"GET", "HEAD"}),
+        _path("/v1/topics/{topic}/partitions/{p}/messages"),
+        Rule("subscribe", "topic"),
+    ),
+    ("websocket", None, _path("/v1/topics/{topic}/ws"), Rule("subscribe", "topic")),
+    (
+        "http",
+        frozenset({"GET", "HEAD"}),
+        _path("/v1/subscriptions/{name}"),
+        Rule("subscribe", subscription="name"),
+    ),
+    (
+        "http",
+        frozenset({"POST"}),
+        _path("/v1/subscriptions/{name}/seek"),
+        Rule("subscribe", subscription="name"),
+    ),
+    (
+        "websocket",
+        None,
+        _path("/v1/subscriptions/{name}/ws"),
+        Rule("subscribe", subscription="name"),
+    ),
+    # Everything else (lists, topic and subscription create/delete, redrive, webhook
+    # attempts, routes not written yet) falls through to ADMIN.
+]
+
+
+def classify(scope_type: str, method: str, path: str) -> tuple[Rule, dict[str, str]]:
+    for kind, methods, pattern, rule in RULES:
+        if kind != scope_type or (methods is not None and method not in methods):
+            continue
+        match = pattern.match(path)
+        if match:
+            return rule, {k: unquote(v) for k, v in match.groupdict().items()}
+    return ADMIN, {}
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """``Authorization: Bearer`` always; ``?token=`` only on WebSockets (browsers)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            return None
+    if scope["type"] == "websocket":
+        for key, value in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
+            if key == "token" and value:
+                return value
+    return None
+
+
+class AccessGuard:
+    """The credentials in force, their reloads (SIGHUP, file change) and the checks."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self.credentials = credentials
+        self._verify_slots = asyncio.Semaphore(_VERIFY_SLOTS)
+
+    async def principal(self, token: str | None) -> Principal:
+        if token is None:
+            raise Unauthorized("a bearer token is required")
+        found = self.credentials.cached(token)
+        if found is None:
+            async with self._verify_slots:
+                found = await asyncio.to_thread(self.credentials.verify, token)
+        if found is None:
+            raise Unauthorized("the token is not valid")
+        return found
+
+    def authorize(
+        self, principal: Principal, rule: Rule, params: dict[str, str], lookup: Callable[[str], str]
+    ) -> None:
+        if rule.role == "topic":
+            topic = params[rule.topic or "topic"]
+            allowed = principal.may("publish", topic) or principal.may("subscribe", topic)
+        elif rule.subscription is not None:
+            allowed = principal.is_admin or self._may_subscription(
+                principal, rule.role, params[rule.subscription], lookup
+            )
+        elif rule.topic is not None:
+            allowed = principal.may(rule.role, params[rule.topic])
+        else:
+            allowed = principal.may(rule.role)
+        if not allowed:
+            raise Forbidden(f"token {principal.token_id} may not do this")
+
+    @staticmethod
+    def _may_subscription(
+        principal: Principal, role: str, name: str, lookup: Callable[[str], str]
+    ) -> bool:
+        try:
+            topic = lookup(name)
+        except SubscriptionNotFound:
+            return False  # only admins learn which subscriptions exist
+        return principal.may(role, topic)
+
+    async def watch(self) -> None:
+        """Reload on SIGHUP and when the file's mtime changes (checked every second)."""
+        loop = asyncio.get_running_loop()
+        hup = asyncio.Event()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, hup.set)
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(WATCH_INTERVAL_S):
+                        await hup.wait()
+                if hup.is_set():
+                    hup.clear()
+                    log.info("SIGHUP: reloading %s", self.credentials.path)
+                    await asyncio.to_thread(self.credentials.reload)
+                elif await asyncio.to_thread(self.credentials.changed):
+                    await asyncio.to_thread(self.credentials.reload)
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGHUP)
+
+
+class AccessControlMiddleware:
+    """Checks every request (``guard`` None: an open server) and audits admin actions."""
+
+    def __init__(self, app: ASGIApp, *, guard: AccessGuard | None) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        if self.guard is not None:
+            rule, params = classify(scope["type"], scope.get("method", "GET"), scope["path"])
+            if rule is not OPEN:
+                try:
+                    principal = await self.guard.principal(bearer_token(scope))
+                    self.guard.authorize(
+                        principal, rule, params, lambda name: _topic_of(scope, name)
+                    )
+                except HeraldError as exc:
+                    audit.auth_failure(scope, exc)
+                    await _refuse(scope, receive, send, exc)
+                    return
+                scope.setdefault("state", {})["principal"] = principal
+        if scope["type"] != "http" or audit.audited_action(scope["method"], scope["path"]) is None:
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noting_status)
+        finally:
+            audit.request_done(scope, status)
+
+
+def _topic_of(scope: Scope, subscription: str) -> str:
+    topic: str = scope["app"].state.engine.get(subscription).topic
+    return topic
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, exc: HeraldError) -> None:
+    if scope["type"] == "http":
+        await herald_error_response(exc)(scope, receive, send)
+        return
+    # PROTOCOL §3/§6: a WebSocket is refused by accepting it and closing 4401 / 4403.
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return
+    await send({"type": "websocket.accept"})
+    code = 4401 if isinstance(exc, Unauthorized) else 4403
+    await send({"type": "websocket.close", "code": code, "reason": exc.code})
+
+
+def access_guard(auth_file: Path | None) -> AccessGuard | None:
+    """The guard of an auth file (a bad file at startup is fatal: AuthFileError), or None."""
+    return None if auth_file is None else AccessGuard(Credentials(auth_file))
+
+
+@contextlib.asynccontextmanager
+async def watching(guard: AccessGuard | None) -> AsyncIterator[None]:
+    """Runs ``guard.watch()`` for the app's lifetime (under the lifespan, STYLE principle 4)."""
+    if guard is None:
+        yield
+        return
+    task = asyncio.create_task(guard.watch(), name="herald-auth-watch")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,75 @@
+"""The audit log: who changed what, and who was refused (JSON lines, no secrets).
+
+Its own logger, ``herald.audit``; ``configure_audit(path)`` sends it to a file
+of its own (one JSON object per line) instead of the server log. An entry names
+the caller by token id only, never by token.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from starlette.types import Scope
+
+from storage.errors import HeraldError
+
+audit_log = logging.getLogger("herald.audit")
+
+
+class _JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = getattr(record, "audit", None) or {"event": record.getMessage()}
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure_audit(path: Path | None) -> None:
+    """With a path, audit entries go to that file only (appended, one JSON line each)."""
+    if path is None:
+        return
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(_JsonLines())
+    audit_log.handlers[:] = [handler]
+    audit_log.propagate = False
+    audit_log.setLevel(logging.INFO)
+
+
+def record(event: str, scope: Scope | None = None, **fields: Any) -> None:
+    entry: dict[str, Any] = {"ts": round(time.time(), 3), "event": event}
+    if scope is not None:
+        principal = scope.get("state", {}).get("principal")
+        entry["token_id"] = principal.token_id if principal is not None else None
+        client = scope.get("client")
+        entry["client"] = client[0] if client else None
+        entry["method"] = scope.get("method", "WS")
+        entry["path"] = scope.get("path")
+    entry.update(fields)
+    audit_log.info("%s", event, extra={"audit": entry})
+
+
+def auth_failure(scope: Scope, exc: HeraldError) -> None:
+    record("auth_failure", scope, code=exc.code)
+
+
+def request_done(scope: Scope, status: int) -> None:
+    """Audited admin actions (PROTOCOL §2 create/delete, seek, redrive) once answered."""
+    action = audited_action(scope.get("method", ""), scope.get("path", ""))
+    if action is not None:
+        record(action, scope, status=status)
+
+
+def audited_action(method: str, path: str) -> str | None:
+    parts = path.strip("/").split("/")
+    if len(parts) < 3 or parts[0] != "v1":
+        return None
+    if parts[1] == "topics" and len(parts) == 3 and method in ("PUT", "DELETE"):
+        return "topic_created" if method == "PUT" else "topic_deleted"
+    if parts[1] == "subscriptions":
+        if len(parts) == 3 and method in ("PUT", "DELETE"):
+            return "subscription_created" if method == "PUT" else "subscription_deleted"
+        if len(parts) == 4 and method == "POST" and parts[3] in ("seek", "redrive"):
+            return f"subscription_{parts[3]}"
+    return None

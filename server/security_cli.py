@@ -1,0 +1,85 @@
+"""The security side of the ``herald`` command: serve flags and ``herald token create``.
+
+Kept apart from cli.py so ``herald serve`` reads as the server's settings and
+this file as PROTOCOL §6's: credentials, TLS, the audit log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from server.auth import ROLES, new_token, toml_entry
+from server.config import ServerConfig
+
+SECURITY_FIELDS = ("auth_file", "audit_log", "tls_cert", "tls_key", "webhook_ca_file")
+
+# A WebSocket frame larger than this is refused by uvicorn (close 1009); consumer
+# frames (credit, ack, nack, extend) are small, so 1 MiB leaves ample room.
+WS_MAX_FRAME_BYTES = 1024 * 1024
+# Idle keep-alive connections are closed after this many seconds.
+KEEP_ALIVE_TIMEOUT_S = 5
+
+
+def add_security_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--auth-file",
+        type=Path,
+        help="TOML credentials file (PROTOCOL §6); without it the server is open (env HERALD_AUTH_FILE)",
+    )
+    p.add_argument("--audit-log", type=Path, help="append audit entries (JSON lines) to this file")
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate chain: serve HTTPS and WSS")
+    p.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    p.add_argument(
+        "--webhook-ca-file",
+        type=Path,
+        help="PEM CA bundle webhook deliveries trust besides the system's",
+    )
+
+
+def uvicorn_security_options(config: ServerConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "ws_max_size": WS_MAX_FRAME_BYTES,
+        "timeout_keep_alive": KEEP_ALIVE_TIMEOUT_S,
+    }
+    if config.tls_cert is not None:
+        options["ssl_certfile"] = str(config.tls_cert)
+        options["ssl_keyfile"] = str(config.tls_key)
+    return options
+
+
+def add_token_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("token", help="manage credentials of the auth file")
+    commands = p.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    create = commands.add_parser(
+        "create", help="print a new token and the auth-file lines (its hash) to add"
+    )
+    create.add_argument(
+        "--role",
+        action="append",
+        choices=ROLES,
+        required=True,
+        help="repeat for several roles",
+    )
+    create.add_argument(
+        "--topics",
+        action="append",
+        default=[],
+        help="topic name pattern for publish/subscribe (orders.*); repeat or comma-separate",
+    )
+    create.set_defaults(func=run_token_create)
+
+
+def run_token_create(args: argparse.Namespace) -> int:
+    roles = list(dict.fromkeys(args.role))
+    topics = [t.strip() for item in args.topics for t in item.split(",") if t.strip()]
+    if {"publish", "subscribe"} & set(roles) and not topics:
+        print("herald token create: publish/subscribe need --topics", file=sys.stderr)
+        return 2
+    token_id, token = new_token()
+    print(f"token: {token}")
+    print("# add to the auth file (the server reloads it on change or SIGHUP):")
+    print(toml_entry(token_id, token, roles, topics), end="")
+    return 0

@@ -1,0 +1,100 @@
+"""The auth file is reloaded on change and on SIGHUP, and a bad file keeps the old tokens."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from server.auth import new_token, toml_entry
+from tests.conftest import PROJECT_ROOT, HeraldProcess
+from tests.security.conftest import write_auth_file
+
+
+def status_with(server: HeraldProcess, token: str) -> int:
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.get(f"{server.url}/v1/topics", headers=headers, timeout=10).status_code
+
+
+def eventually(predicate: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def add_admin(auth_file: Path) -> str:
+    token_id, token = new_token()
+    auth_file.write_text(auth_file.read_text() + "\n" + toml_entry(token_id, token, ["admin"], []))
+    return token
+
+
+def test_changed_file_is_reloaded_and_a_bad_one_keeps_the_old_tokens(
+    herald_factory: Callable[..., HeraldProcess], tmp_path: Path
+) -> None:
+    auth_file = tmp_path / "auth.toml"
+    first = write_auth_file(auth_file, {"admin": (["admin"], [])})["admin"]
+    server = herald_factory("--auth-file", str(auth_file))
+    assert status_with(server, first) == 200
+
+    second = add_admin(auth_file)
+    assert eventually(lambda: status_with(server, second) == 200)
+
+    auth_file.write_text(auth_file.read_text() + "\n[tokens.zz\n")  # not TOML
+    assert eventually(lambda: "not reloaded" in server.log())
+    assert status_with(server, first) == 200
+    assert status_with(server, second) == 200
+
+
+def test_sighup_reloads_even_when_the_mtime_did_not_move(
+    herald_factory: Callable[..., HeraldProcess], tmp_path: Path
+) -> None:
+    auth_file = tmp_path / "auth.toml"
+    first = write_auth_file(auth_file, {"admin": (["admin"], [])})["admin"]
+    server = herald_factory("--auth-file", str(auth_file))
+    before = auth_file.stat()
+    second = add_admin(auth_file)
+    os.utime(auth_file, ns=(before.st_atime_ns, before.st_mtime_ns))
+    time.sleep(1.5)  # two mtime checks pass without seeing a change
+    assert status_with(server, second) == 401
+    os.kill(server.pid, signal.SIGHUP)
+    assert eventually(lambda: status_with(server, second) == 200)
+    assert status_with(server, first) == 200
+
+
+def test_a_bad_auth_file_at_startup_is_fatal(tmp_path: Path) -> None:
+    auth_file = tmp_path / "auth.toml"
+    auth_file.write_text('[tokens.1234abcd]\nhash = "plain"\nroles = ["admin"]\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "serve", "--port", "0", "--auth-file", str(auth_file),
+         "--data-dir", str(tmp_path / "d")],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "hash must be" in done.stderr
+
+
+def test_token_create_prints_a_token_and_only_its_hash_for_the_file(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "token", "create", "--role", "publish",
+         "--topics", "orders.*"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    token = done.stdout.splitlines()[0].removeprefix("token: ")
+    entry = done.stdout.split("\n", 2)[2]
+    assert token.startswith("hrd_") and token not in entry
+    assert 'roles = ["publish"]' in entry and 'topics = ["orders.*"]' in entry
+    from server.auth import Credentials
+
+    (tmp_path / "auth.toml").write_text(entry)
+    principal = Credentials(tmp_path / "auth.toml").verify(token)
+    assert principal is not None and principal.may("publish", "orders.eu")
+    assert not principal.may("publish", "billing") and not principal.may("subscribe", "orders.eu")
