@@ -13,6 +13,7 @@ from client.admin import Admin
 from client.consumer import Consumer, Message
 from client.errors import ConsumerClosedError, HeraldClientError
 from client.producer import Producer, SendResult
+from client.webhooks import WebhookVerificationError, verify_webhook
 
 __all__ = [
     "Admin",
@@ -22,4 +23,6 @@ __all__ = [
     "Message",
     "Producer",
     "SendResult",
+    "WebhookVerificationError",
+    "verify_webhook",
 ]

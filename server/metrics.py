@@ -100,7 +100,14 @@ _SUBSCRIPTION_FAMILIES = (
     ("herald_backlog_records", "backlog", "gauge", "Records not yet acked, in-flight included."),
     ("herald_in_flight_records", "in_flight", "gauge", "Records sent and not yet acked."),
     ("herald_consumers", "consumers", "gauge", "Consumers attached to the subscription."),
+    # Push subscriptions only (docs/protocol.md "Webhook push").
+    ("herald_webhook_requests_total", "endpoint_requests_total", "counter", "Webhook POSTs answered, failed or timed out."),
+    ("herald_webhook_failures_total", "endpoint_failures_total", "counter", "Webhook POSTs that did not get a 2xx."),
+    ("herald_webhook_breaker_opened_total", "breaker_opened_total", "counter", "Times the endpoint's circuit breaker opened."),
+    ("herald_webhook_concurrency_limit", "endpoint_concurrency", "gauge", "The endpoint's current adaptive limit of concurrent POSTs."),
+    ("herald_webhook_requests_in_flight", "endpoint_in_flight", "gauge", "Webhook POSTs waiting for an answer."),
 )  # fmt: skip
+_BREAKER_STATES = ("closed", "open", "half_open")
 
 
 def render(
@@ -156,8 +163,20 @@ def render(
             (
                 ({"subscription": name}, stats.get(key, 0))
                 for name, stats in subscription_stats.items()
+                if key in stats or not key.startswith(("endpoint_", "breaker_"))
             ),
         )
+    out.family(
+        "herald_webhook_endpoint_state",
+        "gauge",
+        "1 for the push endpoint's breaker state (closed, open, half_open), else 0.",
+        (
+            ({"subscription": name, "state": state}, int(stats["endpoint_state"] == state))
+            for name, stats in subscription_stats.items()
+            if "endpoint_state" in stats
+            for state in _BREAKER_STATES
+        ),
+    )
     out.histogram(
         "herald_publish_duration_seconds",
         "Time from a publish request's arrival to its answer.",

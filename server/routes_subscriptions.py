@@ -22,10 +22,14 @@ from server.validation import (
 from storage.errors import BadRequest, PartitionNotFound, SubscriptionConflict, SubscriptionNotFound
 
 
-def subscription_body(engine: Any, name: str) -> dict[str, Any]:
-    """The GET /v1/subscriptions/{name} body: config with defaults filled, and §5 stats."""
+def subscription_body(engine: Any, name: str, webhooks: Any = None) -> dict[str, Any]:
+    """The GET /v1/subscriptions/{name} body: config with defaults filled, and §5 stats
+    (with the push members of docs/protocol.md for a push subscription)."""
     config: SubscriptionConfig = engine.get(name)
-    return {"name": name, "config": config.public_dict(), "stats": engine.stats(name)}
+    stats = engine.stats(name)
+    if webhooks is not None and (push := webhooks.stats(name)) is not None:
+        stats.update(push)
+    return {"name": name, "config": config.public_dict(), "stats": stats}
 
 
 def _existing(engine: Any, name: str) -> SubscriptionConfig | None:
@@ -63,7 +67,8 @@ async def put_subscription(request: Request) -> Response:
             return json_response(subscription_body(engine, name), 200)
         # `given`: the engine compares the same fields if a racing PUT created it first.
         _, created = await engine.create_subscription(name, config, given)
-    return json_response(subscription_body(engine, name), 201 if created else 200)
+        state.webhooks.ensure(name)  # PROTOCOL §4: a push subscription starts delivering
+    return json_response(subscription_body(engine, name, state.webhooks), 201 if created else 200)
 
 
 async def list_subscriptions(request: Request) -> Response:
@@ -80,7 +85,8 @@ async def list_subscriptions(request: Request) -> Response:
 
 async def get_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
-    return json_response(subscription_body(request.app.state.engine, name))
+    state = request.app.state
+    return json_response(subscription_body(state.engine, name, state.webhooks))
 
 
 async def delete_subscription(request: Request) -> Response:
@@ -104,7 +110,7 @@ async def seek(request: Request) -> Response:
             if not 0 <= partition < partitions:
                 raise PartitionNotFound(f"topic {config.topic!r} has no partition {partition}")
     await engine.seek(name, engine_seek_target(target))
-    return json_response(subscription_body(engine, name))
+    return json_response(subscription_body(engine, name, state.webhooks))
 
 
 def engine_seek_target(target: SeekTarget) -> Any:

@@ -1,0 +1,115 @@
+"""A real webhook receiver on a free loopback port, as a user would run one: every
+request is verified with the official `standardwebhooks` package."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from standardwebhooks import Webhook
+
+
+@dataclass
+class Received:
+    at: float  # time.monotonic()
+    headers: dict[str, str]
+    body: bytes
+    message: dict[str, Any] | None  # None: the signature did not verify
+    status: int = 0
+
+
+@dataclass
+class Answer:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+Behaviour = Callable[[Received], Answer]
+
+
+class Receiver:
+    def __init__(self, secrets: Sequence[str], behaviour: Behaviour | None = None) -> None:
+        self.webhooks = [Webhook(s) for s in secrets]
+        self.behaviour: Behaviour = behaviour or (lambda _: Answer())
+        self.received: list[Received] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: the dispatcher reuses connections
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                received = Received(time.monotonic(), headers, body, receiver.verify(body, headers))
+                with receiver.lock:
+                    receiver.received.append(received)
+                answer = receiver.behaviour(received)
+                received.status = answer.status
+                if answer.delay_s:
+                    time.sleep(answer.delay_s)
+                try:
+                    self.send_response(answer.status)
+                    for name, value in answer.headers.items():
+                        self.send_header(name, value)
+                    self.send_header("content-length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"ok")
+                except OSError:
+                    pass  # the dispatcher timed out and hung up
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def verify(self, body: bytes, headers: dict[str, str]) -> dict[str, Any] | None:
+        for webhook in self.webhooks:
+            try:
+                message = webhook.verify(body, headers)
+            except Exception:
+                continue
+            assert isinstance(message, dict)
+            return message
+        return None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def snapshot(self) -> list[Received]:
+        with self.lock:
+            return list(self.received)
+
+    def acked_ids(self) -> set[str]:
+        return {r.message["id"] for r in self.snapshot() if r.message and 200 <= r.status < 300}
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; received: {len(self.received)} requests")
+            time.sleep(0.01)
+
+
+def body_json(received: Received) -> dict[str, Any]:
+    value = json.loads(received.body)
+    assert isinstance(value, dict)
+    return value
