@@ -34,7 +34,10 @@ from server.errors import (
 )
 from server.logging import RequestContextMiddleware
 from server.metrics import Histogram
+from server.routes_webhooks import push_stats
+from server.routes_webhooks import routes as webhook_routes
 from storage.engine import Storage
+from subscribers.webhook import WebhookDispatchers, webhook_verify
 
 log = logging.getLogger("herald.server")
 
@@ -90,6 +93,7 @@ class Runtime:
         self.background = BackgroundAppends(config.max_pending_unacked_publishes)
         self.storage: Storage | None = None
         self.engine: DeliveryEngine | None = None
+        self.webhooks: WebhookDispatchers | None = None  # PROTOCOL §4 push subscriptions
         self._retention: asyncio.Task[None] | None = None
         self._drained = False
         self._closed = False
@@ -99,6 +103,9 @@ class Runtime:
         try:
             self.engine = DeliveryEngine(self.storage)
             await self.engine.start()
+            verify = await asyncio.to_thread(webhook_verify, self.config.webhook_ca_file)
+            self.webhooks = WebhookDispatchers(self.engine, verify=verify)
+            await self.webhooks.start()
         except BaseException:
             await self.storage.close()
             raise
@@ -122,6 +129,8 @@ class Runtime:
         self.stopping.set()
         await self.background.drain()
         if self.engine is not None:
+            if self.webhooks is not None:  # first: unfinished POSTs give their records back
+                await self.webhooks.stop()
             await self.engine.stop()
         tails = getattr(state, "tails", None)  # subscribers.tail.TailRegistry, if any tail ran
         if tails is not None:
@@ -157,7 +166,7 @@ async def healthz(request: Request) -> Response:
 async def metrics_route(request: Request) -> Response:
     state = request.app.state
     engine = state.engine
-    stats = {name: engine.stats(name) for name in sorted(engine.names())}
+    stats = {name: engine.stats(name) | push_stats(state, name) for name in sorted(engine.names())}
     topics = sorted(state.storage.topics(), key=lambda t: t.name)
     text = metrics.render(topics, stats, state.publish_duration)
     return Response(text, media_type=metrics.CONTENT_TYPE)
@@ -196,6 +205,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         app.state.runtime = runtime
         app.state.storage = runtime.storage
         app.state.engine = runtime.engine
+        app.state.webhooks = runtime.webhooks
         app.state.stopping = runtime.stopping
         app.state.background = runtime.background
         log.info("recovered %s; serving", config.data_dir)
@@ -212,6 +222,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         Route("/openapi.json", openapi_route, methods=["GET"]),
         *routes_topics.routes,
         *routes_subscriptions.routes,
+        *webhook_routes,
         *websocket_routes(),
     ]
     app = Starlette(
