@@ -270,3 +270,31 @@ async def test_ordered_by_key_keeps_one_in_flight_per_key_and_order_across_redel
             if record["value"] != "a2":
                 await ack(ws, [record["id"]], req=record["value"])
         assert order == ["a0", "a1", "a2"]
+
+
+async def test_ack_nack_and_extend_apply_whichever_consumer_holds_the_record(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("xc"), unique("xcs")
+    await make_subscription(http, name, topic, ack_deadline_ms=300, retry_backoff=FAST_BACKOFF)
+    async with (
+        consumer(shared_herald, name, 10) as holder,
+        consumer(shared_herald, name, 0) as other,
+    ):
+        await recv_json(holder)
+        await recv_json(other)
+        await publish(http, topic, ["acked", "nacked", "extended"])
+        held = {r["value"]: r for r in await receive_records(holder, 3)}
+        # `other` holds nothing and has no credit, yet its frames act on holder's records.
+        await send_json(other, {"type": "extend", "ids": [held["extended"]["id"]], "ms": 60_000})
+        await send_json(other, {"type": "nack", "ids": [held["nacked"]["id"]], "delay_ms": 0})
+        answer = await ack(other, [held["acked"]["id"]])
+        assert answer["ok"] == [held["acked"]["id"]]
+        [again] = await receive_records(holder, 1)
+        assert (again["value"], again["attempt"]) == ("nacked", 2)
+        await ack(holder, [again["id"]])
+        # "extended" outlives its 300 ms deadline; "acked" never comes back.
+        assert await nothing_arrives(holder, 0.8)
+        assert await nothing_arrives(other, 0.1)
+    current = await stats(http, name)
+    assert (current["acked_total"], current["redelivered_total"]) == (2, 1)
