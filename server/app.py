@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
@@ -23,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
-from server import metrics, openapi, routes_subscriptions, routes_topics
+from server import console, metrics, openapi, routes_stats, routes_subscriptions, routes_topics
 from server.access import AccessControlMiddleware, access_guard, watching
 from server.config import ServerConfig
 from server.errors import (
@@ -224,6 +225,8 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         *routes_subscriptions.routes,
         *webhook_routes,
         *websocket_routes(),
+        *routes_stats.routes,
+        *console.routes,
     ]
     app = Starlette(
         routes=routes,
@@ -238,4 +241,6 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
     app.state.config = config
     app.state.publish_duration = Histogram()
     app.state.admin_lock = asyncio.Lock()
+    app.state.started_ms = time.time_ns() // 1_000_000  # GET /v1/stats uptime
+    app.state.redrives = set()  # subscriptions with a redrive running
     return app

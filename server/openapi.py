@@ -448,6 +448,50 @@ PATHS: dict[str, Any] = {
             },
         },
     },
+    "/v1/subscriptions/{name}/redrive": {
+        "parameters": [_SUBSCRIPTION],
+        "post": {
+            "summary": "Republish the dead-letter topic's records to the source topic "
+            "(rate-limited; ids derived from dead-letter offsets, so a retry is deduplicated)",
+            "requestBody": {
+                "required": False,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {
+                                "rate": _int(1, 10_000, description="records/s, default 500"),
+                                "max_records": _int(1, 1_000_000, description="default 10000"),
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "properties": {
+                            k: {"type": "integer"}
+                            for k in ("scanned", "republished", "duplicates", "skipped")
+                        },
+                    },
+                    "counts of the records scanned, republished, deduplicated, skipped",
+                ),
+                "400": _BAD,
+                "404": _problem("subscription_not_found or topic_not_found"),
+                "409": _problem("redrive_conflict: no dead_letter_topic, or one is running"),
+            },
+        },
+    },
+    "/v1/stats": {
+        "get": {
+            "summary": "One snapshot for the console: server, totals, topics, subscriptions "
+            "(with pause_reason and oldest_unacked_age_ms). GET /v1/stats/ws pushes it "
+            "every second as {type: stats, ...}",
+            "responses": {"200": _json({"type": "object"}, "the snapshot")},
+        }
+    },
 }
 
 
@@ -458,7 +502,8 @@ def document(version: str = "0.1.0") -> dict[str, Any]:
             "title": "Herald",
             "version": version,
             "description": "Push-delivery pub/sub. WebSocket consumers (PROTOCOL §3) are "
-            "GET /v1/subscriptions/{name}/ws and GET /v1/topics/{topic}/ws.",
+            "GET /v1/subscriptions/{name}/ws and GET /v1/topics/{topic}/ws; "
+            "the stats WebSocket is GET /v1/stats/ws; the browser console is /console/.",
         },
         "paths": PATHS,
         "components": {"schemas": SCHEMAS},

@@ -1,0 +1,103 @@
+// Herald console: hash-routed pages fed by the stats snapshot (docs/protocol.md "Stats").
+import { api, ApiError, statsFeed } from "./api.js";
+import { LineChart } from "./chart.js";
+import { h, num, toast } from "./dom.js";
+import { overviewPage } from "./overview.js";
+import { topicsPage } from "./topics.js";
+import { subscriptionsPage } from "./subscriptions.js";
+
+const PAGES = { overview: overviewPage, topics: topicsPage, subscriptions: subscriptionsPage };
+
+// Rates are differences of the counters between two snapshots, per second.
+export const store = { snapshot: null, previous: null, rates: { published: 0, delivered: 0, subs: {} } };
+
+function computeRates(previous, current) {
+  if (!previous) return;
+  const seconds = Math.max(0.001, (current.server.now_ms - previous.server.now_ms) / 1000);
+  const rate = (a, b) => Math.max(0, (a - b) / seconds);
+  store.rates.published = rate(current.totals.published_records_total, previous.totals.published_records_total);
+  store.rates.delivered = rate(current.totals.delivered_total, previous.totals.delivered_total);
+  const before = Object.fromEntries(previous.subscriptions.map((s) => [s.name, s.stats]));
+  store.rates.subs = {};
+  for (const sub of current.subscriptions) {
+    const old = before[sub.name];
+    if (!old) continue;
+    store.rates.subs[sub.name] = {
+      delivered: rate(sub.stats.delivered_total, old.delivered_total),
+      acked: rate(sub.stats.acked_total, old.acked_total),
+      redelivered: rate(sub.stats.redelivered_total, old.redelivered_total),
+      dead_lettered: rate(sub.stats.dead_lettered_total, old.dead_lettered_total),
+    };
+  }
+}
+
+// Charts live for the whole session, so coming back to Overview shows the history.
+export const charts = {
+  published: null,
+  delivered: null,
+};
+const history = { published: [], delivered: [] };
+
+export function attachChart(name, canvas, color) {
+  charts[name]?.destroy();
+  const chart = new LineChart(canvas, { color });
+  chart.points = history[name];
+  charts[name] = chart;
+  chart.draw();
+  return chart;
+}
+
+let current = null;
+
+function route() {
+  const name = (location.hash.replace(/^#\//, "").split("/")[0]) || "overview";
+  const page = PAGES[name] ? name : "overview";
+  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === page);
+  const main = document.getElementById("page");
+  current?.leave?.();
+  main.replaceChildren();
+  current = PAGES[page](main);
+  if (store.snapshot) current.update(store.snapshot);
+}
+
+function onSnapshot(snapshot) {
+  store.previous = store.snapshot;
+  store.snapshot = snapshot;
+  computeRates(store.previous, snapshot);
+  if (store.previous) {
+    for (const name of ["published", "delivered"]) {
+      history[name].push(store.rates[name]);
+      if (history[name].length > 120) history[name].shift();
+      charts[name]?.draw();
+    }
+  }
+  current?.update(snapshot);
+}
+
+function onState(state) {
+  const dot = document.getElementById("live-dot");
+  dot.className = `dot ${state === "down" ? "bad" : "ok"}`;
+  document.getElementById("live-text").textContent =
+    state === "live" ? "live" : state === "polling" ? "live (polling)" : "server unreachable";
+}
+
+// Admin actions: a 403 means the token lacks the admin right (PROTOCOL §6).
+export async function adminAction(label, run) {
+  try {
+    const result = await run();
+    return result;
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 403) {
+      toast(`${label}: not allowed — this needs a token with the admin right.`, true);
+    } else {
+      toast(`${label} failed: ${error.message}`, true);
+    }
+    return undefined;
+  }
+}
+
+export { api, h, num };
+
+window.addEventListener("hashchange", route);
+route();
+statsFeed(onSnapshot, onState);

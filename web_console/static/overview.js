@@ -1,0 +1,43 @@
+import { attachChart, store } from "./app.js";
+import { compact } from "./chart.js";
+import { bytes, duration, h, num } from "./dom.js";
+
+export function overviewPage(main) {
+  const cards = h("div.grid", { id: "overview-cards" });
+  const chartBox = (name, title, color) => {
+    const canvas = h("canvas.chart", { id: `chart-${name}` });
+    const now = h("span.now", { id: `rate-${name}` }, "—");
+    const box = h("div.card", {}, h("div.chart-head", {}, h("h2", {}, title), now), canvas);
+    return { box, canvas, color };
+  };
+  const pub = chartBox("published", "Publish rate (records/s)", "--accent");
+  const del = chartBox("delivered", "Deliver rate (records/s)", "--accent-2");
+  main.append(h("h1", {}, "Overview"), cards, h("div.charts", {}, pub.box, del.box));
+  attachChart("published", pub.canvas, pub.color);
+  attachChart("delivered", del.canvas, del.color);
+
+  return {
+    update(s) {
+      const t = s.totals;
+      const card = (label, value, id) =>
+        h("div.card", {}, h("div.label", {}, label), h("div.value", { id }, value));
+      cards.replaceChildren(
+        card("Health", "OK", "stat-health"),
+        card("Uptime", duration(s.server.uptime_ms), "stat-uptime"),
+        card("Published", num(t.published_records_total), "stat-published"),
+        card("Delivered", num(t.delivered_total), "stat-delivered"),
+        card("Acked", num(t.acked_total), "stat-acked"),
+        card("Dead-lettered", num(t.dead_lettered_total), "stat-dead"),
+        card("Backlog", num(t.backlog), "stat-backlog"),
+        card("In flight", num(t.in_flight), "stat-inflight"),
+        card("Consumers", num(t.consumers), "stat-consumers"),
+        card("Topics", num(t.topics), "stat-topics"),
+        card("Subscriptions", num(t.subscriptions), "stat-subscriptions"),
+        card("Storage", bytes(t.storage_bytes), "stat-storage"),
+      );
+      document.getElementById("rate-published").textContent = `${compact(store.rates.published)}/s`;
+      document.getElementById("rate-delivered").textContent = `${compact(store.rates.delivered)}/s`;
+      document.title = `Herald ${s.server.version}`;
+    },
+  };
+}

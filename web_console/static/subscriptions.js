@@ -1,0 +1,132 @@
+import { adminAction, store } from "./app.js";
+import { api, ApiError } from "./api.js";
+import { compact } from "./chart.js";
+import { confirmDialog, duration, h, num, toast } from "./dom.js";
+
+const PAUSE = {
+  none: ["delivering", "ok"],
+  no_credit: ["paused: no consumer credit", "warn"],
+  max_in_flight: ["paused: max_in_flight reached", "warn"],
+  backoff: ["paused: backoff", "warn"],
+  circuit_open: ["paused: webhook circuit open", "bad"],
+};
+
+export function subscriptionsPage(main) {
+  let selected = null;
+  const table = h("div.panel", { id: "subs-table" });
+  const detail = h("div", { id: "sub-detail" });
+  main.append(h("h1", {}, "Subscriptions"), table, detail);
+
+  function pause(sub) {
+    const [text, kind] = PAUSE[sub.pause_reason] || [`paused: ${sub.pause_reason}`, "warn"];
+    const idle = sub.pause_reason === "no_credit" && sub.stats.consumers === 0;
+    return h(`span.badge.${idle ? "" : kind}`, { dataset: { pause: sub.pause_reason } }, idle ? "no consumers" : text);
+  }
+
+  return {
+    update(s) {
+      const rows = s.subscriptions.map((sub) => {
+        const r = store.rates.subs[sub.name] || {};
+        return h("tr.selectable" + (sub.name === selected ? ".selected" : ""), {
+          dataset: { subscription: sub.name },
+          onclick: () => { selected = sub.name; render(sub); },
+        },
+          h("td", {}, sub.name), h("td", {}, sub.topic),
+          h("td.num", {}, num(sub.stats.backlog)), h("td.num", {}, num(sub.stats.in_flight)),
+          h("td.num", {}, num(sub.stats.consumers)),
+          h("td.num", {}, `${num(sub.stats.delivered_total)} · ${compact(r.delivered || 0)}/s`),
+          h("td.num", {}, `${num(sub.stats.acked_total)} · ${compact(r.acked || 0)}/s`),
+          h("td.num", {}, num(sub.stats.redelivered_total)),
+          h("td.num", {}, num(sub.stats.dead_lettered_total)),
+          h("td.num", {}, duration(sub.oldest_unacked_age_ms)),
+          h("td", {}, pause(sub)));
+      });
+      table.replaceChildren(h("table", {},
+        h("thead", {}, h("tr", {}, ...["Subscription", "Topic"].map((x) => h("th", {}, x)),
+          ...["Backlog", "In flight", "Consumers", "Delivered", "Acked", "Redelivered", "Dead-lettered",
+            "Oldest unacked"].map((x) => h("th.num", {}, x)), h("th", {}, "Delivery"))),
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted", { colspan: 11 }, "No subscriptions yet.")))));
+      const sub = s.subscriptions.find((x) => x.name === selected);
+      if (sub) document.getElementById("sub-stats")?.replaceChildren(...statRows(sub));
+    },
+  };
+
+  function statRows(sub) {
+    const r = store.rates.subs[sub.name] || {};
+    const row = (k, v, id) => h("tr", {}, h("th", {}, k), h("td", { id }, v));
+    return [
+      row("Delivery", pause(sub), "sub-pause"),
+      row("Backlog", num(sub.stats.backlog), "sub-backlog"),
+      row("In flight", num(sub.stats.in_flight)),
+      row("Delivered", `${num(sub.stats.delivered_total)} (${compact(r.delivered || 0)}/s)`),
+      row("Acked", `${num(sub.stats.acked_total)} (${compact(r.acked || 0)}/s)`, "sub-acked"),
+      row("Redelivered", `${num(sub.stats.redelivered_total)} (${compact(r.redelivered || 0)}/s)`),
+      row("Dead-lettered", `${num(sub.stats.dead_lettered_total)} (${compact(r.dead_lettered || 0)}/s)`, "sub-dead"),
+      row("Oldest unacked", duration(sub.oldest_unacked_age_ms)),
+      row("Ack floors", sub.stats.partitions.map((p) => `p${p.partition}: ${p.ack_floor}`).join(", "), "sub-floors"),
+    ];
+  }
+
+  function render(sub) {
+    const n = encodeURIComponent(sub.name);
+    const when = h("input", { id: "seek-time", type: "datetime-local", step: 1 });
+    const seek = async (target, label) => {
+      const done = await adminAction("Seek", () => api("POST", `/v1/subscriptions/${n}/seek`, target));
+      if (done) toast(`${sub.name}: seeked to ${label}`);
+    };
+    const dlq = sub.config.dead_letter_topic;
+    const redrive = async () => {
+      const ok = await confirmDialog("Redrive dead letters?",
+        `Republish the records of ${dlq} to ${sub.topic}. Records already redriven are skipped (deduplicated).`);
+      if (!ok) return;
+      const done = await adminAction("Redrive", () => api("POST", `/v1/subscriptions/${n}/redrive`, {}));
+      if (done) {
+        const text = `Redrive: ${done.republished} republished, ${done.duplicates} already redriven, ${done.skipped} from other topics`;
+        document.getElementById("redrive-result").textContent = text;
+        toast(text);
+      }
+    };
+    const push = sub.config.push;
+    const webhook = h("div.panel", { id: "webhook" }, h("h2", {}, "Webhook"),
+      push ? h("p", {}, "Endpoint ", h("code", {}, push.url || JSON.stringify(push))) : h("p.muted", {}, "Not a push subscription."),
+      h("div", { id: "attempts" }, push ? "Loading attempt log…" : null));
+    if (push) loadAttempts(n, webhook.querySelector("#attempts"));
+    detail.replaceChildren(h("div.split", {},
+      h("div.panel", {}, h("h2", {}, sub.name), h("table", {}, h("tbody", { id: "sub-stats" }, statRows(sub)))),
+      h("div", {},
+        h("div.panel", {}, h("h2", {}, "Seek"),
+          h("div.row", {},
+            h("button", { id: "seek-earliest", onclick: () => seek({ to: "earliest" }, "earliest") }, "Earliest"),
+            h("button", { id: "seek-latest", onclick: () => seek({ to: "latest" }, "latest") }, "Latest")),
+          h("div.row", {}, when, h("button", {
+            id: "seek-timestamp",
+            onclick: () => when.value && seek({ timestamp: new Date(when.value).getTime() }, when.value),
+          }, "Seek to time"))),
+        h("div.panel", {}, h("h2", {}, "Dead letters"),
+          dlq ? h("div.row", {}, h("span", {}, "Topic ", h("code", {}, dlq)),
+            h("button.danger", { id: "redrive", onclick: redrive }, "Redrive to source…"))
+            : h("p.muted", {}, "No dead_letter_topic: dead letters are dropped and counted."),
+          h("p.muted", { id: "redrive-result" })),
+        webhook)));
+  }
+}
+
+// GET /v1/subscriptions/{name}/attempts comes with webhook push; older servers answer 404.
+async function loadAttempts(n, box) {
+  try {
+    const data = await api("GET", `/v1/subscriptions/${n}/attempts`);
+    const attempts = data.attempts || [];
+    const state = data.endpoint?.state || data.state;
+    box.replaceChildren(
+      state ? h("p", {}, "Endpoint state ", h("span.badge", {}, state)) : "",
+      attempts.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["Time", "Record", "Attempt", "Status", "Latency", "Error"].map((x) => h("th", {}, x)))),
+        h("tbody", {}, attempts.slice(-50).reverse().map((a) => h("tr", {},
+          h("td", {}, a.timestamp ? new Date(a.timestamp).toLocaleTimeString() : "—"),
+          h("td", {}, a.id ?? "—"), h("td", {}, a.attempt ?? "—"), h("td", {}, a.status ?? "—"),
+          h("td", {}, a.duration_ms != null ? `${a.duration_ms} ms` : "—"), h("td", {}, a.error ?? ""))))) :
+        h("p.muted", {}, "No attempts yet."));
+  } catch (error) {
+    box.replaceChildren(h("p.muted", {}, error instanceof ApiError && (error.status === 404 || error.status === 405)
+      ? "This server has no attempt log." : `Attempt log unavailable: ${error.message}`));
+  }
+}

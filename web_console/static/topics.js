@@ -1,0 +1,156 @@
+import { adminAction } from "./app.js";
+import { api, socketUrl } from "./api.js";
+import { bytes, duration, h, num, toast } from "./dom.js";
+
+const PAGE = 20;
+
+export function topicsPage(main) {
+  let selected = null;
+  const table = h("div.panel", { id: "topics-table" });
+  const detail = h("div", { id: "topic-detail" });
+  const name = h("input", { id: "new-topic-name", placeholder: "topic name", required: true });
+  const partitions = h("input", { id: "new-topic-partitions", type: "number", min: 1, max: 256, value: 1, style: "width:6em" });
+  const retention = h("input", { id: "new-topic-retention", type: "number", min: 1, placeholder: "retention hours", style: "width:10em" });
+  const create = h("form.row", {
+    onsubmit: async (event) => {
+      event.preventDefault();
+      const config = { partitions: Number(partitions.value) };
+      if (retention.value) config.retention_ms = Number(retention.value) * 3600_000;
+      const done = await adminAction("Create topic", () =>
+        api("PUT", `/v1/topics/${encodeURIComponent(name.value)}`, config));
+      if (done) { toast(`Topic ${done.name} ready`); name.value = ""; }
+    },
+  }, name, partitions, retention, h("button.primary", { type: "submit", id: "create-topic" }, "Create topic"));
+  main.append(h("h1", {}, "Topics"), h("div.panel", {}, h("h2", {}, "Create a topic"), create), table, detail);
+
+  function select(topic) {
+    selected = topic.name;
+    detail.replaceChildren(topicDetail(topic));
+  }
+
+  return {
+    update(s) {
+      const rows = s.topics.map((t) => h("tr.selectable" + (t.name === selected ? ".selected" : ""), {
+        onclick: () => select(t), dataset: { topic: t.name },
+      },
+        h("td", {}, t.name),
+        h("td.num", {}, t.partitions.length),
+        h("td.num", {}, num(t.messages_total)),
+        h("td.num", {}, bytes(t.partitions.reduce((a, p) => a + p.bytes, 0))),
+        h("td", {}, t.config.retention_ms == null ? "unlimited" : duration(t.config.retention_ms)),
+        h("td", {}, t.config.retention_bytes == null ? "—" : bytes(t.config.retention_bytes)),
+      ));
+      table.replaceChildren(h("table", {},
+        h("thead", {}, h("tr", {}, h("th", {}, "Topic"), h("th.num", {}, "Partitions"),
+          h("th.num", {}, "Published"), h("th.num", {}, "Bytes"), h("th", {}, "Retention"),
+          h("th", {}, "Retention bytes/partition"))),
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted", { colspan: 6 }, "No topics yet.")))));
+      const topic = s.topics.find((t) => t.name === selected);
+      const parts = document.getElementById("partitions-body");
+      if (topic && parts) parts.replaceChildren(...partitionRows(topic));
+    },
+    leave() { detail.firstChild?.stop?.(); },
+  };
+}
+
+function partitionRows(topic) {
+  return topic.partitions.map((p) => h("tr", {}, h("td", {}, p.partition), h("td.num", {}, num(p.start_offset)),
+    h("td.num", {}, num(p.end_offset)), h("td.num", {}, bytes(p.bytes))));
+}
+
+function messageView(m) {
+  let value;
+  if (m.value_b64 !== undefined) {
+    const raw = atob(m.value_b64);
+    value = [...raw].map((c) => c.charCodeAt(0).toString(16).padStart(2, "0")).join(" ");
+    value = `bytes (${raw.length}): ${value}`;
+  } else {
+    value = JSON.stringify(m.value, null, 2);
+  }
+  const headers = Object.entries(m.headers || {});
+  return h("div.message", { dataset: { offset: m.offset } },
+    h("div.meta", {},
+      h("span", {}, "partition ", h("b", {}, m.partition)),
+      h("span", {}, "offset ", h("b", {}, m.offset)),
+      h("span", {}, new Date(m.timestamp).toISOString()),
+      h("span", {}, "key ", h("b", {}, m.key ?? "—")),
+      headers.length ? h("span", {}, "headers ", h("b", {}, headers.map(([k, v]) => `${k}=${v}`).join(", "))) : null),
+    h("pre.value", {}, value));
+}
+
+function topicDetail(topic) {
+  const t = encodeURIComponent(topic.name);
+  const partition = h("select", { id: "browse-partition" },
+    topic.partitions.map((p) => h("option", { value: p.partition }, `partition ${p.partition}`)));
+  const mode = h("select", { id: "browse-mode" }, h("option", { value: "offset" }, "from offset"),
+    h("option", { value: "timestamp" }, "from time"));
+  const offset = h("input", { id: "browse-offset", type: "number", min: 0, value: 0, style: "width:9em" });
+  const time = h("input", { id: "browse-time", type: "datetime-local", step: 1, hidden: true });
+  mode.onchange = () => { offset.hidden = mode.value !== "offset"; time.hidden = mode.value === "offset"; };
+  const list = h("div.messages", { id: "browse-messages" });
+  const info = h("span.muted", { id: "browse-info" });
+  let first = 0, next = 0;
+
+  async function load(query) {
+    try {
+      const data = await api("GET", `/v1/topics/${t}/partitions/${partition.value}/messages?${query}&limit=${PAGE}`);
+      list.replaceChildren(...(data.messages.length ? data.messages.map(messageView) : [h("p.muted", {}, "No records here.")]));
+      first = data.messages.length ? data.messages[0].offset : data.next_offset;
+      next = data.next_offset;
+      info.textContent = data.messages.length ? `offsets ${first}–${next - 1}` : `at offset ${next}`;
+    } catch (error) { list.replaceChildren(h("p.error", {}, error.message)); }
+  }
+  const go = () => (mode.value === "offset" || !time.value
+    ? load(`offset=${Number(offset.value) || 0}`)
+    : load(`timestamp=${new Date(time.value).getTime()}`));
+  const prev = () => load(`offset=${Math.max(0, first - PAGE)}`);
+  const fwd = () => load(`offset=${next}`);
+
+  // Live tail: the ephemeral WebSocket (PROTOCOL §3); pausing stops granting credit.
+  const tailList = h("div.messages", { id: "tail-messages" });
+  const tailButton = h("button", { id: "tail-toggle" }, "Start tail");
+  const tailState = h("span.muted", { id: "tail-state" }, "stopped");
+  let socket = null, paused = false;
+  const stop = () => { socket?.close(); socket = null; };
+  tailButton.onclick = () => {
+    if (!socket) {
+      paused = false;
+      socket = new WebSocket(socketUrl(`/v1/topics/${t}/ws?from=latest&credit=100`));
+      socket.onopen = () => { tailState.textContent = "live"; tailButton.textContent = "Pause"; };
+      socket.onmessage = (event) => {
+        const frame = JSON.parse(event.data);
+        if (frame.type !== "deliver") return;
+        for (const m of frame.messages) tailList.prepend(messageView(m));
+        while (tailList.children.length > 200) tailList.lastChild.remove();
+        if (!paused) socket.send(JSON.stringify({ type: "credit", n: frame.messages.length }));
+        else socket.pending = (socket.pending || 0) + frame.messages.length;
+      };
+      socket.onclose = (event) => {
+        tailState.textContent = event.code === 4410 ? "topic deleted" : "stopped";
+        tailButton.textContent = "Start tail"; socket = null;
+      };
+    } else if (!paused) {
+      paused = true; tailState.textContent = "paused"; tailButton.textContent = "Resume";
+    } else {
+      paused = false; tailState.textContent = "live"; tailButton.textContent = "Pause";
+      if (socket.pending) socket.send(JSON.stringify({ type: "credit", n: socket.pending }));
+      socket.pending = 0;
+    }
+  };
+
+  const root = h("div.split", {},
+    h("div", {},
+      h("div.panel", {}, h("h2", {}, `Partitions of ${topic.name}`), h("table", {},
+        h("thead", {}, h("tr", {}, h("th", {}, "Partition"), h("th.num", {}, "Start offset"),
+          h("th.num", {}, "End offset"), h("th.num", {}, "Bytes"))),
+        h("tbody", { id: "partitions-body" }, partitionRows(topic)))),
+      h("div.panel", {}, h("h2", {}, "Browse messages"),
+        h("div.row", {}, partition, mode, offset, time, h("button.primary", { id: "browse-load", onclick: go }, "Load")),
+        h("div.row", {}, h("button", { id: "browse-prev", onclick: prev }, "← Back"),
+          h("button", { id: "browse-next", onclick: fwd }, "Forward →"), info),
+        list)),
+    h("div.panel", {}, h("h2", {}, "Live tail"),
+      h("div.row", {}, tailButton, h("button", { onclick: stop }, "Stop"), tailState), tailList));
+  root.stop = stop;
+  return root;
+}
