@@ -298,3 +298,26 @@ async def test_ack_nack_and_extend_apply_whichever_consumer_holds_the_record(
         assert await nothing_arrives(other, 0.1)
     current = await stats(http, name)
     assert (current["acked_total"], current["redelivered_total"]) == (2, 1)
+
+
+async def test_dead_letter_topic_is_created_even_with_auto_create_off(
+    herald_factory: Callable[..., HeraldProcess], unique: Callable[[str], str]
+) -> None:
+    server = herald_factory("--no-auto-create")
+    topic, name, dead = unique("na"), unique("nas"), unique("nad")
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        assert (await http.put(f"/v1/topics/{topic}")).status_code == 201
+        await make_subscription(http, name, topic, max_deliveries=1, dead_letter_topic=dead)
+        assert (await http.get(f"/v1/topics/{dead}")).status_code == 404
+        await publish(http, topic, ["poison"])
+        async with consumer(server, name, 1) as ws:
+            await recv_json(ws)
+            record = await one_record(ws)
+            await send_json(ws, {"type": "nack", "ids": [record["id"]], "delay_ms": 0})
+
+            async def dead_lettered() -> bool:
+                return (await stats(http, name))["dead_lettered_total"] == 1
+
+            await eventually(dead_lettered, what="the dead letter")
+        read = await http.get(f"/v1/topics/{dead}/partitions/0/messages")
+        assert [m["value"] for m in read.json()["messages"]] == ["poison"]
