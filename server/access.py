@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from server import audit
 from server.auth import Credentials, Principal
 from server.errors import herald_error_response
+from server.limits import PublishLimiter
 from storage.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
 
 log = logging.getLogger("herald.auth")
@@ -128,6 +129,7 @@ class AccessGuard:
 
     def __init__(self, credentials: Credentials) -> None:
         self.credentials = credentials
+        self.publish_limiter = PublishLimiter()
         self._verify_slots = asyncio.Semaphore(_VERIFY_SLOTS)
 
     async def principal(self, token: str | None) -> Principal:
@@ -213,7 +215,9 @@ class AccessControlMiddleware:
                     audit.auth_failure(scope, exc)
                     await _refuse(scope, receive, send, exc)
                     return
-                scope.setdefault("state", {})["principal"] = principal
+                state = scope.setdefault("state", {})
+                state["principal"] = principal
+                state["publish_limiter"] = self.guard.publish_limiter  # limits.charge_publish
         if scope["type"] != "http" or audit.audited_action(scope["method"], scope["path"]) is None:
             await self.app(scope, receive, send)
             return

@@ -33,6 +33,7 @@ from server.errors import (
     ServiceStopping,
     problem_response,
 )
+from server.limits import ClientLimitsMiddleware
 from server.logging import RequestContextMiddleware
 from server.metrics import Histogram
 from server.routes_webhooks import push_stats
@@ -232,6 +233,11 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         routes=routes,
         middleware=[
             Middleware(RequestContextMiddleware, access_log_enabled=config.access_log),
+            Middleware(
+                ClientLimitsMiddleware,
+                max_per_client=config.max_requests_per_client,
+                body_timeout_s=config.body_timeout_s,
+            ),
             Middleware(AccessControlMiddleware, guard=guard),
             Middleware(InternalErrorMiddleware),
         ],

@@ -207,7 +207,6 @@ def run_serve(args: argparse.Namespace) -> int:
         host=config.host,
         port=config.port,
         loop="uvloop",
-        http="httptools",
         # The websockets library through its sans-I/O protocol: uvicorn deprecated its
         # legacy `websockets` implementation (it warns at every start).
         ws="websockets-sansio",

@@ -50,6 +50,9 @@ class ServerConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     webhook_ca_file: Path | None = None  # extra CA bundle webhook deliveries trust
+    max_requests_per_client: int = 256  # requests + WebSockets at once per client address
+    body_timeout_s: float = 10.0  # a request body that stalls this long gets 408
+    header_timeout_s: float = 10.0  # a connection must send a request's headers within this
     ws_ping_interval: float = 20.0  # PROTOCOL §3: consumers are pinged every 20 s ...
     ws_ping_timeout: float = 20.0  # ... and dropped when the pong is 20 s late
 

@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from server.config import ServerConfig
 from server.errors import ServiceStopping
+from server.limits import charge_publish
 from server.routing import method_route
 from server.validation import (
     PublishBatch,
@@ -182,6 +183,7 @@ async def publish(request: Request) -> Response:
     batch: PublishBatch = parse_publish(
         parse_json(raw), config.max_message_bytes, PublishItem, partitions
     )
+    charge_publish(request.scope, len(batch.items), len(raw))  # PROTOCOL §6 rate limits
     topic = await ensure_topic(request, name, batch.max_partition, batch.max_partition_index)
     if acks is Acks.NONE:
         # PROTOCOL §2: acks=0 is answered at once; the append runs under the

@@ -13,6 +13,7 @@ from typing import Any
 
 from server.auth import ROLES, new_token, toml_entry
 from server.config import ServerConfig
+from server.http_protocol import guarded_protocol
 
 SECURITY_FIELDS = ("auth_file", "audit_log", "tls_cert", "tls_key", "webhook_ca_file")
 
@@ -41,6 +42,7 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
 
 def uvicorn_security_options(config: ServerConfig) -> dict[str, Any]:
     options: dict[str, Any] = {
+        "http": guarded_protocol(config.header_timeout_s),  # httptools + header deadline
         "ws_max_size": WS_MAX_FRAME_BYTES,
         "timeout_keep_alive": KEEP_ALIVE_TIMEOUT_S,
     }

@@ -1,0 +1,168 @@
+"""Protection of the front end (PROTOCOL §6): publish rate limits per token, concurrent
+requests and WebSockets per client address, and a deadline for request bodies.
+
+* ``TokenBucket`` / ``PublishLimiter``: messages/s and bytes/s per token from the
+  auth file. A publish is admitted when the bucket holds what it costs (capped at
+  one second's worth, so a batch larger than a second's allowance is still
+  admitted when the bucket is full, and its debt is paid back before the next);
+  otherwise 429 ``rate_limited`` with ``Retry-After`` in whole seconds.
+* ``ClientLimitsMiddleware``: at most ``max_per_client`` requests and WebSockets
+  at once per client address (429 / close 1013), and a body that does not move
+  for ``body_timeout_s`` ends the request with 408 ``request_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server.auth import Principal
+from server.errors import herald_error_response
+from storage.errors import HeraldError, RateLimited
+
+MAX_REQUESTS_PER_CLIENT = 256
+BODY_TIMEOUT_S = 10.0
+
+
+class RequestTimeout(HeraldError):
+    """The request body stalled (docs/protocol.md: ``request_timeout``)."""
+
+    code, status, title = "request_timeout", 408, "Request Timeout"
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    rate: float  # tokens per second; also the capacity (one second's worth)
+    clock: Callable[[], float] = time.monotonic
+    tokens: float = field(init=False)
+    stamp: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = self.rate
+        self.stamp = self.clock()
+
+    def refill(self) -> None:
+        now = self.clock()
+        self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    def wait_for(self, cost: float) -> float:
+        """Seconds until ``cost`` would be admitted (0: now). Call ``refill`` first."""
+        needed = min(cost, self.rate)
+        return 0.0 if self.tokens >= needed else (needed - self.tokens) / self.rate
+
+    def take(self, cost: float) -> None:
+        self.tokens -= cost
+
+
+class PublishLimiter:
+    """The buckets of every token with limits; a reload with new rates starts them fresh."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._buckets: dict[str, tuple[tuple[float | None, float | None], list[TokenBucket]]] = {}
+
+    def charge(self, principal: Principal, messages: int, size: int) -> None:
+        rates = (principal.messages_per_second, principal.bytes_per_second)
+        if rates == (None, None):
+            return
+        known = self._buckets.get(principal.token_id)
+        if known is None or known[0] != rates:
+            buckets = [TokenBucket(r, self._clock) if r is not None else None for r in rates]
+            known = (rates, [b for b in buckets if b is not None])
+            self._buckets[principal.token_id] = known
+        costs = [c for c, r in zip((messages, size), rates, strict=True) if r is not None]
+        pairs = list(zip(known[1], costs, strict=True))
+        for bucket, _ in pairs:
+            bucket.refill()
+        wait = max(bucket.wait_for(cost) for bucket, cost in pairs)
+        if wait > 0:
+            raise RateLimited(
+                f"token {principal.token_id} is over its publish rate",
+                retry_after=max(1, math.ceil(wait)),
+            )
+        for bucket, cost in pairs:
+            bucket.take(cost)
+
+
+def charge_publish(scope: Scope, messages: int, size: int) -> None:
+    """Charges a publish to its token's buckets (set by server/access.py); no-op when open."""
+    state = scope.get("state", {})
+    principal = state.get("principal")
+    limiter = state.get("publish_limiter")
+    if principal is not None and limiter is not None:
+        limiter.charge(principal, messages, size)
+
+
+class ClientLimitsMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_per_client: int = MAX_REQUESTS_PER_CLIENT,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+    ) -> None:
+        self.app = app
+        self.max_per_client = max_per_client
+        self.body_timeout_s = body_timeout_s
+        self._active: dict[str, int] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        address = client[0] if client else ""
+        active = self._active.get(address, 0)
+        if active >= self.max_per_client:
+            await _refuse_busy(scope, receive, send, self.max_per_client)
+            return
+        self._active[address] = active + 1
+        try:
+            if scope["type"] == "http":
+                await self.app(scope, self._timed(receive), send)
+            else:
+                await self.app(scope, receive, send)
+        finally:
+            left = self._active[address] - 1
+            if left:
+                self._active[address] = left
+            else:
+                del self._active[address]
+
+    def _timed(self, receive: Receive) -> Receive:
+        timeout = self.body_timeout_s
+        body_done = False
+
+        async def receive_with_deadline() -> Message:
+            # Only the body has a deadline: later receives wait for a disconnect
+            # (long-polls), which may take as long as the response does.
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            try:
+                async with asyncio.timeout(timeout):
+                    message = await receive()
+            except TimeoutError:
+                raise RequestTimeout(f"no request body bytes for {timeout:g} s") from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        return receive_with_deadline
+
+
+async def _refuse_busy(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    if scope["type"] == "http":
+        exc = RateLimited(f"at most {limit} requests at once per client address", retry_after=1)
+        await herald_error_response(exc)(scope, receive, send)
+        return
+    message = await receive()
+    if message["type"] == "websocket.connect":
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 1013, "reason": "too many connections"})
