@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test test-all lint bench clean
+.PHONY: run test test-all lint bench clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +23,16 @@ run: $(VENV)/.installed
 	$(BIN)/herald serve
 
 ## Install everything the tests need, lint, type-check and run the whole suite.
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test chromium
 	@command -v java >/dev/null || { echo "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+## The browser the console tests drive (Debian's chromium; Playwright downloads nothing).
+chromium:
+	@command -v chromium >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
