@@ -64,6 +64,8 @@ class HeraldServer(uvicorn.Server):
             if port == 0 and self.servers and self.servers[0].sockets:
                 port = self.servers[0].sockets[0].getsockname()[1]
             base = ServerConfig(host=self.herald.host, port=port).base_url
+            if self.herald.tls_cert is not None:
+                base = base.replace("http://", "https://", 1)
             print(f"Herald console: {base}/console", flush=True)
             print(f"Herald API:     {base}/v1  (OpenAPI: {base}/openapi.json)", flush=True)
 
