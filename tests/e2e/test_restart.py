@@ -41,3 +41,22 @@ async def test_attempt_counts_survive_a_graceful_restart(
         await recv_json(ws)
         [after] = await receive_records(ws, 1)
         assert (after["id"], after["attempt"]) == (first["id"], 3), "third send after restart"
+
+
+async def test_sigterm_closes_tails_with_1001(
+    herald_server: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic = unique("tt")
+    async with httpx.AsyncClient(base_url=herald_server.url, timeout=30) as http:
+        assert (await http.put(f"/v1/topics/{topic}")).status_code == 201
+    url = ws_url(herald_server.url, f"/v1/topics/{topic}/ws?from=earliest&credit=5")
+    async with websockets.connect(url) as ws:
+        assert (await recv_json(ws))["type"] == "ready"
+        assert await asyncio.to_thread(herald_server.terminate) == 0
+        try:
+            async with asyncio.timeout(10):
+                async for _ in ws:
+                    pass
+        except websockets.ConnectionClosed:
+            pass
+        assert ws.close_code == 1001
