@@ -80,4 +80,6 @@ def _key(secret: str) -> bytes:
         return base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
     except binascii.Error:
         raise ValueError("a webhook secret is 'whsec_' followed by base64") from None
+
+
 verify_webhook = verify  # the name client/__init__.py exports

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import time
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.webhooks.receiver import Answer, Receiver, Received
+from tests.webhooks.receiver import Answer, Received, Receiver
 
 SECRET = "whsec_" + base64.b64encode(b"herald-test-secret-0123456789ab").decode()
 OLD_SECRET = "whsec_" + base64.b64encode(b"herald-old-secret-0123456789abc").decode()
@@ -23,6 +24,12 @@ def push_subscription(
     response = httpx.put(f"{url}/v1/subscriptions/{name}", json=body)
     assert response.status_code == 201, response.text
     return dict(response.json())
+
+
+@pytest.fixture
+def herald_url(shared_herald: Any) -> str:
+    """One server for the tests that never stop it (their names are unique)."""
+    return str(shared_herald.url)
 
 
 def publish(url: str, topic: str, values: list[Any]) -> None:
@@ -51,7 +58,9 @@ def fail_first(k: int) -> Any:
     return behaviour
 
 
-def test_flaky_receiver_gets_every_record_with_growing_backoff(herald_url: str, unique: Any) -> None:
+def test_flaky_receiver_gets_every_record_with_growing_backoff(
+    herald_url: str, unique: Any
+) -> None:
     topic, name = unique("t"), unique("s")
     with Receiver([SECRET], fail_first(3)) as receiver:
         push_subscription(
@@ -72,7 +81,7 @@ def test_flaky_receiver_gets_every_record_with_growing_backoff(herald_url: str, 
         assert [r.message["attempt"] for r in attempts if r.message] == [1, 2, 3, 4]
         assert len({r.headers["webhook-id"] for r in attempts}) == 1  # same id on retries
         assert attempts[0].headers["webhook-id"] == f"{name}:0-{i}"
-        gaps = [b.at - a.at for a, b in zip(attempts, attempts[1:], strict=False)]
+        gaps = [b.at - a.at for a, b in itertools.pairwise(attempts)]
         # d = min·2^(n-1) jittered to [0.8d, d]: 40..50, 80..100, 160..200 ms
         assert gaps[0] >= 0.035 and gaps[1] >= 0.075 and gaps[2] >= 0.155, gaps
         assert gaps[2] > gaps[0]
@@ -83,3 +92,294 @@ def test_flaky_receiver_gets_every_record_with_growing_backoff(herald_url: str, 
     log = httpx.get(f"{herald_url}/v1/subscriptions/{name}/attempts").json()["attempts"]
     assert len(log) == 20 and {a["status"] for a in log} == {500, 200}
     assert {"time", "id", "attempt", "status", "latency_ms", "error"} <= set(log[0])
+
+
+def read_topic(url: str, topic: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/messages", params={"offset": 0})
+    if response.status_code == 404:
+        return []
+    return list(response.json()["messages"])
+
+
+def test_always_failing_receiver_dead_letters_after_max_deliveries(
+    herald_url: str, unique: Any
+) -> None:
+    topic, name, dead = unique("t"), unique("s"), unique("dlq")
+    with Receiver([SECRET], lambda _: Answer(500)) as receiver:
+        push_subscription(
+            herald_url,
+            name,
+            topic,
+            receiver.url,
+            max_deliveries=3,
+            dead_letter_topic=dead,
+            retry_backoff={"min_ms": 10, "max_ms": 50},
+            push={"breaker": {"failures": 1000}},
+        )
+        publish(herald_url, topic, ["a", "b"])
+        wait_until(lambda: len(read_topic(herald_url, dead)) == 2)
+        received = receiver.snapshot()
+    assert sorted(r.message["attempt"] for r in received if r.message) == [1, 1, 2, 2, 3, 3]
+    letters = read_topic(herald_url, dead)
+    assert sorted(m["value"] for m in letters) == ["a", "b"]
+    for letter in letters:
+        headers = letter["headers"]
+        assert headers["herald-source-topic"] == topic
+        assert headers["herald-source-partition"] == "0"
+        assert headers["herald-source-deliveries"] == "3"
+        assert headers["herald-source-reason"] == "max_deliveries"
+    s = stats(herald_url, name)
+    assert s["dead_lettered_total"] == 2 and s["backlog"] == 0
+    assert s["last_status"] == 500 and s["last_error"] == "HTTP 500"
+
+
+def test_a_timeout_is_a_failed_delivery(herald_url: str, unique: Any) -> None:
+    topic, name = unique("t"), unique("s")
+
+    def slow_first(received: Received) -> Answer:
+        assert received.message is not None
+        return Answer(200, delay_s=1.0 if received.message["attempt"] == 1 else 0.0)
+
+    with Receiver([SECRET], slow_first) as receiver:
+        push_subscription(
+            herald_url,
+            name,
+            topic,
+            receiver.url,
+            retry_backoff={"min_ms": 10, "max_ms": 50},
+            push={"timeout_ms": 200},
+        )
+        publish(herald_url, topic, ["x"])
+        wait_until(lambda: stats(herald_url, name)["acked_total"] == 1)
+    attempts = httpx.get(f"{herald_url}/v1/subscriptions/{name}/attempts").json()["attempts"]
+    assert [(a["attempt"], a["status"], a["error"]) for a in attempts] == [
+        (1, None, "timeout"),
+        (2, 200, None),
+    ]
+    assert 150 <= attempts[0]["latency_ms"] < 900
+
+
+def test_retry_after_is_honoured(herald_url: str, unique: Any) -> None:
+    topic, name = unique("t"), unique("s")
+
+    def busy_first(received: Received) -> Answer:
+        assert received.message is not None
+        if received.message["attempt"] == 1:
+            return Answer(429, {"retry-after": "1"})
+        return Answer(200)
+
+    with Receiver([SECRET], busy_first) as receiver:
+        push_subscription(
+            herald_url, name, topic, receiver.url, retry_backoff={"min_ms": 10, "max_ms": 5000}
+        )
+        publish(herald_url, topic, ["x"])
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1)
+        first, second = receiver.snapshot()
+    assert first.status == 429 and second.status == 200
+    assert 0.95 <= second.at - first.at < 2.0  # not the 10 ms backoff
+
+
+def test_retry_after_is_capped_by_the_backoff_maximum(herald_url: str, unique: Any) -> None:
+    topic, name = unique("t"), unique("s")
+
+    def unavailable_first(received: Received) -> Answer:
+        assert received.message is not None
+        if received.message["attempt"] == 1:
+            return Answer(503, {"retry-after": "3600"})
+        return Answer(200)
+
+    with Receiver([SECRET], unavailable_first) as receiver:
+        push_subscription(
+            herald_url, name, topic, receiver.url, retry_backoff={"min_ms": 10, "max_ms": 300}
+        )
+        publish(herald_url, topic, ["x"])
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1, timeout=5)
+        first, second = receiver.snapshot()
+    assert 0.25 <= second.at - first.at < 1.5
+
+
+def test_breaker_opens_stops_hammering_probes_and_recovers(herald_url: str, unique: Any) -> None:
+    topic, name = unique("t"), unique("s")
+    healthy_at = time.monotonic() + 1.6
+
+    def down_for_a_while(received: Received) -> Answer:
+        return Answer(200 if received.at >= healthy_at else 500)
+
+    with Receiver([SECRET], down_for_a_while) as receiver:
+        push_subscription(
+            herald_url,
+            name,
+            topic,
+            receiver.url,
+            max_deliveries=0,  # never dead-letter: nothing may be lost
+            retry_backoff={"min_ms": 10, "max_ms": 20},
+            push={
+                "max_in_flight": 4,
+                "breaker": {"failures": 3, "open_ms": 200, "max_open_ms": 400},
+            },
+        )
+        publish(herald_url, topic, [{"n": i} for i in range(20)])
+        wait_until(lambda: stats(herald_url, name)["endpoint_state"] in ("open", "half_open"))
+        time.sleep(max(0.0, healthy_at - time.monotonic() - 0.1))
+        during_outage = [r for r in receiver.snapshot() if r.at < healthy_at]
+        s = stats(herald_url, name)
+        assert s["breaker_opened_total"] >= 2  # failed probes opened it again
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 20)
+    # Without a breaker 1.6 s of 10-20 ms retries would be hundreds of requests; with it:
+    # the first failures (≤ max_in_flight racing) plus one probe per open period
+    # (200, 400, 400, 400 ms).
+    assert len(during_outage) <= 4 + 3 + 6, len(during_outage)
+    assert all(r.message is not None for r in receiver.snapshot())
+    wait_until(lambda: stats(herald_url, name)["acked_total"] == 20)
+    s = stats(herald_url, name)
+    assert s["endpoint_state"] == "closed" and s["backlog"] == 0
+    metrics = httpx.get(f"{herald_url}/metrics").text
+    assert f'herald_webhook_endpoint_state{{subscription="{name}",state="closed"}} 1' in metrics
+    assert f'herald_webhook_breaker_opened_total{{subscription="{name}"}}' in metrics
+
+
+def test_a_slow_endpoint_does_not_delay_another_subscription(herald_url: str, unique: Any) -> None:
+    topic, slow_name, fast_name = unique("t"), unique("slow"), unique("fast")
+    with (
+        Receiver([SECRET], lambda _: Answer(200, delay_s=1.5)) as slow,
+        Receiver([SECRET]) as fast,
+    ):
+        push_subscription(herald_url, slow_name, topic, slow.url, push={"max_in_flight": 2})
+        push_subscription(herald_url, fast_name, topic, fast.url)
+        latencies = []
+        for i in range(10):
+            sent = time.monotonic()
+            publish(herald_url, topic, [{"n": i}])
+            fast.wait_for(lambda n=i: len(fast.acked_ids()) == n + 1, timeout=5)
+            latencies.append(fast.snapshot()[-1].at - sent)
+        assert len(slow.snapshot()) <= 4  # the slow one is still busy
+    assert max(latencies) < 0.5, latencies
+
+
+@pytest.mark.parametrize("stop", ["kill", "terminate"])
+def test_a_restart_mid_retry_loses_nothing(herald_server: Any, unique: Any, stop: str) -> None:
+    topic, name = unique("t"), unique("s")
+    healthy = {"yes": False}
+
+    def until_fixed(received: Received) -> Answer:
+        return Answer(200 if healthy["yes"] else 503)
+
+    with Receiver([SECRET], until_fixed) as receiver:
+        push_subscription(
+            herald_server.url,
+            name,
+            topic,
+            receiver.url,
+            max_deliveries=0,
+            retry_backoff={"min_ms": 20, "max_ms": 100},
+            push={"breaker": {"failures": 1000}},
+        )
+        publish(herald_server.url, topic, [{"n": i} for i in range(10)])
+        receiver.wait_for(lambda: len(receiver.snapshot()) >= 20)
+        if stop == "kill":
+            herald_server.kill()
+        else:
+            assert herald_server.terminate() == 0
+        healthy["yes"] = True
+        herald_server.restart()
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 10)
+        assert {f"0-{i}" for i in range(10)} == receiver.acked_ids()
+    wait_until(lambda: stats(herald_server.url, name)["backlog"] == 0)
+
+
+def test_secret_rotation_signs_with_both_secrets(herald_url: str, unique: Any) -> None:
+    topic, name = unique("t"), unique("s")
+    expires_at = int(time.time() * 1000) + 60_000
+    with Receiver([OLD_SECRET]) as old_receiver, Receiver([SECRET]) as new_receiver:
+        previous = [{"secret": OLD_SECRET, "expires_at": expires_at}]
+        body = push_subscription(
+            herald_url, name, topic, old_receiver.url, push={"previous_secrets": previous}
+        )
+        assert body["config"]["push"]["previous_secrets"] == [{"expires_at": expires_at}]
+        push_subscription(
+            herald_url, unique("s"), topic, new_receiver.url, push={"previous_secrets": previous}
+        )
+        publish(herald_url, topic, ["x"])
+        old_receiver.wait_for(lambda: len(old_receiver.acked_ids()) == 1)
+        new_receiver.wait_for(lambda: len(new_receiver.acked_ids()) == 1)
+        (received,) = old_receiver.snapshot()
+    assert len(received.headers["webhook-signature"].split(" ")) == 2
+
+
+def test_an_expired_previous_secret_is_no_longer_signed_with(herald_url: str, unique: Any) -> None:
+    topic, name = unique("t"), unique("s")
+    previous = [{"secret": OLD_SECRET, "expires_at": int(time.time() * 1000) - 1}]
+    with Receiver([SECRET]) as receiver:
+        push_subscription(
+            herald_url, name, topic, receiver.url, push={"previous_secrets": previous}
+        )
+        publish(herald_url, topic, ["x"])
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1)
+        (received,) = receiver.snapshot()
+    assert len(received.headers["webhook-signature"].split(" ")) == 1
+
+
+@pytest.mark.parametrize(
+    ("push", "code"),
+    [
+        ({"url": "ftp://example.com/x", "secret": SECRET}, "bad_request"),
+        ({"url": "http:///nohost", "secret": SECRET}, "bad_request"),
+        ({"url": "http://example.com", "secret": "whsec_!!!"}, "bad_request"),
+        ({"url": "http://example.com", "secret": "nope"}, "bad_request"),
+        ({"url": "http://example.com", "secret": "whsec_" + "A" * 8}, "validation_error"),
+        ({"url": "http://example.com", "secret": "whsec_" + "A" * 100}, "validation_error"),
+        ({"url": "http://example.com", "secret": SECRET, "previous_secrets": {}}, "bad_request"),
+        (
+            {
+                "url": "http://example.com",
+                "secret": SECRET,
+                "previous_secrets": [{"secret": SECRET}],
+            },
+            "bad_request",
+        ),
+        (
+            {
+                "url": "http://example.com",
+                "secret": SECRET,
+                "previous_secrets": [{"secret": "whsec_AA==", "expires_at": 1}],
+            },
+            "validation_error",
+        ),
+    ],
+)
+def test_bad_push_configs_are_400(
+    herald_url: str, unique: Any, push: dict[str, Any], code: str
+) -> None:
+    response = httpx.put(
+        f"{herald_url}/v1/subscriptions/{unique('s')}", json={"topic": unique("t"), "push": push}
+    )
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.json()["code"] == code
+
+
+def test_attempts_of_an_unknown_subscription_are_404(herald_url: str, unique: Any) -> None:
+    response = httpx.get(f"{herald_url}/v1/subscriptions/{unique('nope')}/attempts")
+    assert response.status_code == 404
+    assert response.json()["code"] == "subscription_not_found"
+
+
+def test_deleting_a_push_subscription_stops_its_requests(herald_url: str, unique: Any) -> None:
+    topic, name = unique("t"), unique("s")
+    with Receiver([SECRET], lambda _: Answer(500)) as receiver:
+        push_subscription(
+            herald_url,
+            name,
+            topic,
+            receiver.url,
+            max_deliveries=0,
+            retry_backoff={"min_ms": 10, "max_ms": 20},
+            push={"breaker": {"failures": 1000}},
+        )
+        publish(herald_url, topic, ["x"])
+        receiver.wait_for(lambda: len(receiver.snapshot()) >= 3)
+        assert httpx.delete(f"{herald_url}/v1/subscriptions/{name}").status_code == 204
+        time.sleep(0.1)
+        count = len(receiver.snapshot())
+        time.sleep(0.3)
+        assert len(receiver.snapshot()) == count
