@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_none
 
 from delivery.config import SubscriptionConfig
 from delivery.engine import DeliveryEngine
@@ -43,6 +44,18 @@ log = logging.getLogger("herald.webhook")
 DEADLINE_SLACK_MS = 1_000  # a request's record stays in flight this long past timeout_ms
 RESTART_AFTER_FAILURE_S = 1.0
 MAX_RESPONSE_BYTES = 64 * 1024  # of a receiver's answer body we read (and drop)
+
+# A pooled keep-alive connection the endpoint closed while idle fails at once with "server
+# disconnected": a transport glitch, not an answer — one immediate retry on a fresh
+# connection, so it does not spend a delivery attempt. Every other failure is the delivery
+# core's to retry, with the subscription's backoff.
+def _stale_connection_retry() -> AsyncRetrying:
+    return AsyncRetrying(  # one per request: a retrying object keeps per-call state
+        stop=stop_after_attempt(2),
+        retry=retry_if_exception_type(httpx.RemoteProtocolError),
+        wait=wait_none(),
+        reraise=True,
+    )
 
 Verify = ssl.SSLContext | str | bool  # httpx's `verify`: a custom CA comes in here
 
@@ -239,9 +252,14 @@ class WebhookDispatcher:
         error: str | None = None
         retry_after_ms: int | None = None
         try:
-            async with client.stream("POST", self.push.url, content=body, headers=headers) as r:
-                status = r.status_code
-                await _drain(r)
+            async for connection_attempt in _stale_connection_retry():
+                with connection_attempt:
+                    async with client.stream(
+                        "POST", self.push.url, content=body, headers=headers
+                    ) as r:
+                        status = r.status_code
+                        await _drain(r)
+            assert status is not None
             if not 200 <= status < 300:
                 error = f"HTTP {status}"
                 if status in (429, 503):

@@ -25,7 +25,7 @@ class Received:
 
 @dataclass
 class Answer:
-    status: int = 200
+    status: int = 200  # 0: close the connection without answering
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
 
@@ -53,6 +53,9 @@ class Receiver:
                     receiver.received.append(received)
                 answer = receiver.behaviour(received)
                 received.status = answer.status
+                if answer.status == 0:  # hang up without an answer
+                    self.close_connection = True
+                    return
                 if answer.delay_s:
                     time.sleep(answer.delay_s)
                 try:

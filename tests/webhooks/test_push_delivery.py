@@ -383,3 +383,24 @@ def test_deleting_a_push_subscription_stops_its_requests(herald_url: str, unique
         count = len(receiver.snapshot())
         time.sleep(0.3)
         assert len(receiver.snapshot()) == count
+
+
+def test_a_dropped_connection_is_retried_at_once_without_spending_an_attempt(
+    herald_url: str, unique: Any
+) -> None:
+    topic, name = unique("t"), unique("s")
+    calls = {"n": 0}
+
+    def hang_up_once(received: Received) -> Answer:
+        calls["n"] += 1
+        return Answer(0 if calls["n"] == 1 else 200)
+
+    with Receiver([SECRET], hang_up_once) as receiver:
+        push_subscription(herald_url, name, topic, receiver.url)
+        publish(herald_url, topic, ["x"])
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1)
+        first, second = receiver.snapshot()
+    assert first.message and second.message
+    assert first.message["attempt"] == second.message["attempt"] == 1
+    attempts = httpx.get(f"{herald_url}/v1/subscriptions/{name}/attempts").json()["attempts"]
+    assert [(a["attempt"], a["status"]) for a in attempts] == [(1, 200)]
