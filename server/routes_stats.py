@@ -24,6 +24,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from delivery.config import SubscriptionConfig
 from server.routes_topics import ADMIN_BODY_LIMIT, json_response, topic_body
+from server.routes_webhooks import push_stats
 from server.routing import method_route
 from server.validation import check_name, parse_json, read_body
 from storage.errors import BadRequest, HeraldError, SubscriptionNotFound, TopicNotFound
@@ -80,12 +81,17 @@ async def subscription_snapshot(state: Any, name: str, now_ms: int) -> dict[str,
     age = None
     if topic is not None and stats["backlog"] > 0:
         age = await oldest_unacked_age_ms(topic, stats["partitions"], now_ms)
+    push = push_stats(state, name)
+    pause = engine.pause_reason(name)
+    if push.get("endpoint_state") == "open":  # PROTOCOL §4: the breaker grants no credit
+        pause = "circuit_open"
     return {
         "name": name,
         "topic": config.topic,
         "config": config.public_dict(),
         "stats": stats,
-        "pause_reason": engine.pause_reason(name),
+        "push": push or None,
+        "pause_reason": pause,
         "oldest_unacked_age_ms": age,
     }
 

@@ -31,6 +31,8 @@ def test_console_loads_cleanly_and_its_counters_and_chart_move(herald_url: str, 
     )
     assert page.inner_text("#stat-topics") == "1"
     screenshot(page, "overview")
+    page.emulate_media(color_scheme="dark")
+    screenshot(page, "overview-dark")
     page.set_viewport_size({"width": 420, "height": 800})
     screenshot(page, "overview-narrow")
     assert page.console_errors == []

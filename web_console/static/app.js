@@ -1,7 +1,7 @@
 // Herald console: hash-routed pages fed by the stats snapshot (docs/protocol.md "Stats").
 import { api, ApiError, statsFeed } from "./api.js";
 import { LineChart } from "./chart.js";
-import { h, num, toast } from "./dom.js";
+import { duration, h, num, toast } from "./dom.js";
 import { overviewPage } from "./overview.js";
 import { topicsPage } from "./topics.js";
 import { subscriptionsPage } from "./subscriptions.js";
@@ -72,9 +72,12 @@ function onSnapshot(snapshot) {
     }
   }
   current?.update(snapshot);
+  document.getElementById("server-info").textContent =
+    `v${snapshot.server.version} · up ${duration(snapshot.server.uptime_ms)}`;
 }
 
 function onState(state) {
+  store.state = state;
   const dot = document.getElementById("live-dot");
   dot.className = `dot ${state === "down" ? "bad" : "ok"}`;
   document.getElementById("live-text").textContent =

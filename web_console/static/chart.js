@@ -7,6 +7,8 @@ export class LineChart {
     this.points = [];
     this.resize = () => this.draw();
     window.addEventListener("resize", this.resize);
+    this.scheme = matchMedia("(prefers-color-scheme: dark)");
+    this.scheme.addEventListener("change", this.resize);  // colours come from the CSS
   }
 
   push(value) {
@@ -60,7 +62,10 @@ export class LineChart {
     ctx.globalAlpha = 1;
   }
 
-  destroy() { window.removeEventListener("resize", this.resize); }
+  destroy() {
+    window.removeEventListener("resize", this.resize);
+    this.scheme.removeEventListener("change", this.resize);
+  }
 }
 
 function niceMax(v) {
@@ -73,5 +78,5 @@ export function compact(n) {
   if (n >= 1e9) return `${+(n / 1e9).toFixed(1)}G`;
   if (n >= 1e6) return `${+(n / 1e6).toFixed(1)}M`;
   if (n >= 1e3) return `${+(n / 1e3).toFixed(1)}k`;
-  return `${+n.toFixed(1)}`;
+  return `${+n.toFixed(n < 10 ? 2 : 1)}`;
 }

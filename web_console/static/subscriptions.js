@@ -13,6 +13,7 @@ const PAUSE = {
 
 export function subscriptionsPage(main) {
   let selected = null;
+  let ticks = 0;
   const table = h("div.panel", { id: "subs-table" });
   const detail = h("div", { id: "sub-detail" });
   main.append(h("h1", {}, "Subscriptions"), table, detail);
@@ -48,6 +49,11 @@ export function subscriptionsPage(main) {
         h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted", { colspan: 11 }, "No subscriptions yet.")))));
       const sub = s.subscriptions.find((x) => x.name === selected);
       if (sub) document.getElementById("sub-stats")?.replaceChildren(...statRows(sub));
+      if (sub?.config.push) {
+        document.getElementById("push-stats")?.replaceChildren(...pushRows(sub));
+        const box = document.getElementById("attempts");
+        if (box && ++ticks % 3 === 0) loadAttempts(encodeURIComponent(sub.name), box);
+      }
     },
   };
 
@@ -64,6 +70,20 @@ export function subscriptionsPage(main) {
       row("Dead-lettered", `${num(sub.stats.dead_lettered_total)} (${compact(r.dead_lettered || 0)}/s)`, "sub-dead"),
       row("Oldest unacked", duration(sub.oldest_unacked_age_ms)),
       row("Ack floors", sub.stats.partitions.map((p) => `p${p.partition}: ${p.ack_floor}`).join(", "), "sub-floors"),
+    ];
+  }
+
+  function pushRows(sub) {
+    const p = sub.push || {};
+    const state = p.endpoint_state || "unknown";
+    const kind = state === "closed" ? "ok" : state === "open" ? "bad" : "warn";
+    const row = (k, v) => h("tr", {}, h("th", {}, k), h("td", {}, v ?? "—"));
+    return [
+      row("Endpoint state", h(`span.badge.${kind}`, {}, state)),
+      row("Last status", p.last_status), row("Last error", p.last_error),
+      row("Concurrency", p.endpoint_concurrency), row("In flight", p.endpoint_in_flight),
+      row("Requests / failures", p.endpoint_requests_total == null ? null
+        : `${num(p.endpoint_requests_total)} / ${num(p.endpoint_failures_total)}`),
     ];
   }
 
@@ -89,6 +109,7 @@ export function subscriptionsPage(main) {
     const push = sub.config.push;
     const webhook = h("div.panel", { id: "webhook" }, h("h2", {}, "Webhook"),
       push ? h("p", {}, "Endpoint ", h("code", {}, push.url || JSON.stringify(push))) : h("p.muted", {}, "Not a push subscription."),
+      push ? h("table", {}, h("tbody", { id: "push-stats" }, pushRows(sub))) : null,
       h("div", { id: "attempts" }, push ? "Loading attempt log…" : null));
     if (push) loadAttempts(n, webhook.querySelector("#attempts"));
     detail.replaceChildren(h("div.split", {},
@@ -116,14 +137,13 @@ async function loadAttempts(n, box) {
   try {
     const data = await api("GET", `/v1/subscriptions/${n}/attempts`);
     const attempts = data.attempts || [];
-    const state = data.endpoint?.state || data.state;
     box.replaceChildren(
-      state ? h("p", {}, "Endpoint state ", h("span.badge", {}, state)) : "",
+      h("h2", {}, "Attempt log"),
       attempts.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["Time", "Record", "Attempt", "Status", "Latency", "Error"].map((x) => h("th", {}, x)))),
         h("tbody", {}, attempts.slice(-50).reverse().map((a) => h("tr", {},
-          h("td", {}, a.timestamp ? new Date(a.timestamp).toLocaleTimeString() : "—"),
+          h("td", {}, a.time ? new Date(a.time).toLocaleTimeString() : "—"),
           h("td", {}, a.id ?? "—"), h("td", {}, a.attempt ?? "—"), h("td", {}, a.status ?? "—"),
-          h("td", {}, a.duration_ms != null ? `${a.duration_ms} ms` : "—"), h("td", {}, a.error ?? ""))))) :
+          h("td", {}, a.latency_ms != null ? `${a.latency_ms} ms` : "—"), h("td", {}, a.error ?? ""))))) :
         h("p.muted", {}, "No attempts yet."));
   } catch (error) {
     box.replaceChildren(h("p.muted", {}, error instanceof ApiError && (error.status === 404 || error.status === 405)
