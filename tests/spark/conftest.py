@@ -1,0 +1,87 @@
+"""One local Spark session (`local[2]`) for every Spark test, plus Herald helpers.
+
+Spark needs Java 17: without it these tests fail with a message saying what to
+install (they never skip silently).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+JAVA_HINT = "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail(JAVA_HINT, pytrace=False)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import spark_bridge
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("herald-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.pollingDelay", "50ms")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    spark_bridge.register(session)
+    yield session
+    session.stop()
+
+
+def publish(url: str, topic: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    for i in range(0, len(messages), 5000):
+        r = httpx.post(
+            f"{url}/v1/topics/{topic}/messages", json={"messages": messages[i : i + 5000]}
+        )
+        r.raise_for_status()
+        results.extend(r.json()["results"])
+    return results
+
+
+def read_all(url: str, topic: str, partition: int = 0) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        r = httpx.get(
+            f"{url}/v1/topics/{topic}/partitions/{partition}/messages",
+            params={"offset": offset, "limit": 10000},
+        )
+        r.raise_for_status()
+        page = r.json()
+        out.extend(page["messages"])
+        if not page["messages"]:
+            return out
+        offset = page["next_offset"]
+
+
+def wait_until(
+    check: Callable[[], bool], timeout: float, what: str, query: Any = None
+) -> None:
+    """Poll `check` for at most `timeout` s; a failed `query` fails the wait at once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if query is not None and query.exception() is not None:
+            raise AssertionError(f"the query failed while waiting for {what}: {query.exception()}")
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
