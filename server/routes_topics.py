@@ -39,7 +39,7 @@ from storage.errors import (
     TopicNotFound,
 )
 from storage.record import Acks, Record
-from storage.topic import PublishItem, PublishResult, Topic
+from storage.topic import PublishResult, Topic, publish_item
 from subscribers.wire import json_array, record_json
 
 JSON = "application/json"
@@ -181,7 +181,7 @@ async def publish(request: Request) -> Response:
     existing: Topic | None = state.storage.topic(name)
     partitions = len(existing.partitions) if existing is not None else TopicConfig().partitions
     batch: PublishBatch = parse_publish(
-        parse_json(raw), config.max_message_bytes, PublishItem, partitions
+        parse_json(raw), config.max_message_bytes, publish_item, partitions
     )
     charge_publish(request.scope, len(batch.items), len(raw))  # PROTOCOL §6 rate limits
     topic = await ensure_topic(request, name, batch.max_partition, batch.max_partition_index)

@@ -44,7 +44,7 @@ from storage.errors import (
     PayloadTooLarge,
     ValidationError,
 )
-from storage.record import Acks, NewRecord, ValueKind, message_size
+from storage.record import Acks, NewRecord, ValueKind, message_size, new_record
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
 _INT_TEXT_RE = re.compile(r"-?[0-9]+")
@@ -272,6 +272,14 @@ def parse_publish(
 
 
 def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int | None]:
+    if type(message) is dict and len(message) == 1 and "value" in message:
+        # The common shape, `{"value": ...}`: no key, headers, partition or id to check.
+        value = orjson.dumps(message["value"])
+        if len(value) > max_message_bytes:
+            raise MessageTooLarge(
+                f"a message of {len(value)} bytes is over max_message_bytes ({max_message_bytes})"
+            )
+        return new_record(value, ValueKind.JSON, None, _EMPTY_HEADERS, None), None
     if not isinstance(message, dict):
         raise BadRequest("a message must be a JSON object")
     if not message.keys() <= _MESSAGE_FIELDS:
@@ -311,7 +319,7 @@ def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int
         raise MessageTooLarge(
             f"a message of {size} bytes is over max_message_bytes ({max_message_bytes})"
         )
-    return NewRecord(value, kind, key, headers, producer_id), partition
+    return new_record(value, kind, key, headers, producer_id), partition
 
 
 # ---------------------------------------------------------------- read

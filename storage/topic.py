@@ -13,7 +13,7 @@ from storage.config import TopicConfig
 from storage.dedup import DedupIndex
 from storage.errors import PartitionNotFound, TopicNotFound
 from storage.partition import Partition
-from storage.record import Acks, NewRecord, message_size
+from storage.record import Acks, NewRecord, message_size, slot_constructor
 
 # Rebuilding the dedup index reads the last window in bounded batches.
 _REBUILD_RECORDS = 1000
@@ -31,6 +31,11 @@ class PublishResult:
     partition: int
     offset: int
     duplicate: bool
+
+
+# Fast positional constructors for the per-record objects of a publish.
+publish_item = slot_constructor(PublishItem)
+_publish_result = slot_constructor(PublishResult)
 
 
 def wall_clock_ms() -> int:
@@ -240,7 +245,7 @@ class Topic:
         first_offset, timestamp = await self.partitions[partition].append(records, acks)
         for delta, (index, record) in enumerate(zip(indexes, records, strict=True)):
             offset = first_offset + delta
-            results[index] = PublishResult(partition, offset, False)
+            results[index] = _publish_result(partition, offset, False)
             if record.producer_id is not None:
                 self._dedup.add(record.producer_id, partition, offset, timestamp)
                 owned[record.producer_id].set_result((partition, offset))
