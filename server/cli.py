@@ -31,6 +31,7 @@ from server.security_cli import (
     SECURITY_FIELDS,
     add_security_flags,
     add_token_command,
+    configure_encryption,
     uvicorn_security_options,
 )
 
@@ -199,6 +200,9 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(config.log_format, config.log_level)
     configure_audit(config.audit_log)
+    if (problem := configure_encryption(config)) is not None:
+        print(f"herald serve: {problem}", file=sys.stderr)
+        return 2
     try:
         app = create_app(config)
     except AuthFileError as exc:

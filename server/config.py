@@ -53,6 +53,7 @@ class ServerConfig:
     max_requests_per_client: int = 256  # requests + WebSockets at once per client address
     body_timeout_s: float = 10.0  # a request body that stalls this long gets 408
     header_timeout_s: float = 10.0  # a connection must send a request's headers within this
+    encryption_key_file: Path | None = None  # storage/encryption.py; or HERALD_ENCRYPTION_KEY
     ws_ping_interval: float = 20.0  # PROTOCOL §3: consumers are pinged every 20 s ...
     ws_ping_timeout: float = 20.0  # ... and dropped when the pong is 20 s late
 
@@ -98,7 +99,15 @@ class ServerConfig:
         return Path if name in _PATH_FIELDS else type(default)
 
 
-_PATH_FIELDS = ("data_dir", "auth_file", "audit_log", "tls_cert", "tls_key", "webhook_ca_file")
+_PATH_FIELDS = (
+    "data_dir",
+    "auth_file",
+    "audit_log",
+    "tls_cert",
+    "tls_key",
+    "webhook_ca_file",
+    "encryption_key_file",
+)
 
 
 def _convert(name: str, raw: str, kind: type) -> Any:

@@ -14,8 +14,16 @@ from typing import Any
 from server.auth import ROLES, new_token, toml_entry
 from server.config import ServerConfig
 from server.http_protocol import guarded_protocol
+from storage import encryption
 
-SECURITY_FIELDS = ("auth_file", "audit_log", "tls_cert", "tls_key", "webhook_ca_file")
+SECURITY_FIELDS = (
+    "auth_file",
+    "audit_log",
+    "tls_cert",
+    "tls_key",
+    "webhook_ca_file",
+    "encryption_key_file",
+)
 
 # A WebSocket frame larger than this is refused by uvicorn (close 1009); consumer
 # frames (credit, ack, nack, extend) are small, so 1 MiB leaves ample room.
@@ -38,6 +46,21 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="PEM CA bundle webhook deliveries trust besides the system's",
     )
+    p.add_argument(
+        "--encryption-key-file",
+        type=Path,
+        help="encrypt segment payloads at rest with these keys (lines <id>:<base64 32 bytes>; "
+        "or env HERALD_ENCRYPTION_KEY)",
+    )
+
+
+def configure_encryption(config: ServerConfig) -> str | None:
+    """Sets storage's keyring before Storage opens; an error message, or None when fine."""
+    try:
+        encryption.configure(encryption.Keyring.load(config.encryption_key_file))
+    except (OSError, encryption.KeyFileError) as exc:
+        return f"encryption key: {exc}"
+    return None
 
 
 def uvicorn_security_options(config: ServerConfig) -> dict[str, Any]:
@@ -72,6 +95,9 @@ def add_token_command(subparsers: argparse._SubParsersAction) -> None:
         help="topic name pattern for publish/subscribe (orders.*); repeat or comma-separate",
     )
     create.set_defaults(func=run_token_create)
+    key = subparsers.add_parser("encryption-key", help="print a new encryption key line")
+    key.add_argument("--id", type=int, default=1, help="key id 1..65535 (higher than the last)")
+    key.set_defaults(func=lambda args: print(encryption.new_key_line(args.id)) or 0)
 
 
 def run_token_create(args: argparse.Namespace) -> int:

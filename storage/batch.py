@@ -38,11 +38,12 @@ from typing import Any
 
 import crc32c
 
+from storage import encryption
 from storage.errors import CorruptLog
 from storage.record import NewRecord, Record, ValueKind
 
 MAGIC = 0x48
-ATTR_ENCRYPTED = 0x01  # reserved: record section encrypted with key ``key_id``
+ATTR_ENCRYPTED = encryption.ATTR_ENCRYPTED  # record section encrypted with key ``key_id``
 
 HEADER = struct.Struct("<IIBBHqIqq")
 HEADER_SIZE = HEADER.size  # 40
@@ -132,7 +133,10 @@ def encode_batch(
     buf = bytearray().join(parts)
     struct.pack_into("<I", buf, 0, len(buf))
     struct.pack_into("<I", buf, 4, crc32c.crc32c(memoryview(buf)[_CRC_START:]))
-    return EncodedBatch(bytes(buf), base_offset, len(records), first_ts, last_ts)
+    data = bytes(buf)
+    if encryption.active():  # storage/encryption.py: the record section, AES-GCM
+        data = encryption.seal(data)
+    return EncodedBatch(data, base_offset, len(records), first_ts, last_ts)
 
 
 def _encode_headers(headers: Mapping[str, str]) -> bytes:
@@ -222,7 +226,8 @@ def decode_batch(
 ) -> list[Record]:
     """Decode the records of the (checked) batch at ``pos`` with offset >= ``from_offset``."""
     if header.attributes & ATTR_ENCRYPTED:
-        raise CorruptLog("encrypted batches are not supported yet")
+        plain = encryption.unseal(buf, pos, header.length)  # EncryptionError: key missing/wrong
+        return decode_batch(plain, 0, read_header(plain), partition, from_offset)
     view = memoryview(buf)
     unpack = _RECORD.unpack_from
     rsize = _RECORD.size
