@@ -1,0 +1,95 @@
+"""GET /v1/stats, the stats WebSocket and dead-letter redrive against a real server."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import websockets
+
+from tests.server import assert_problem
+
+DEAD = {"herald-source-topic": "src", "herald-source-partition": "0", "herald-source-offset": "0"}
+
+
+def publish(http: httpx.Client, topic: str, messages: list[dict[str, object]]) -> None:
+    response = http.post(f"/v1/topics/{topic}/messages", json={"messages": messages})
+    assert response.status_code == 200, response.text
+
+
+def test_snapshot_has_totals_topics_and_subscriptions_with_pause_reason_and_age(
+    herald_url: str,
+) -> None:
+    with httpx.Client(base_url=herald_url) as http:
+        publish(http, "src", [{"value": i} for i in range(4)])
+        sub = {"topic": "src", "start": "earliest"}
+        assert http.put("/v1/subscriptions/s1", json=sub).status_code == 201
+        time.sleep(0.05)  # the oldest record is at least this old
+        body = http.get("/v1/stats").json()
+    assert body["server"]["uptime_ms"] >= 0 and body["server"]["version"]
+    assert body["totals"]["published_records_total"] == 4
+    assert body["totals"]["backlog"] == 4 and body["totals"]["subscriptions"] == 1
+    assert body["totals"]["storage_bytes"] > 0
+    assert [t["name"] for t in body["topics"]] == ["src"]
+    assert body["topics"][0]["partitions"][0]["end_offset"] == 4
+    [s1] = body["subscriptions"]
+    assert s1["name"] == "s1" and s1["topic"] == "src" and s1["push"] is None
+    assert s1["pause_reason"] == "no_credit"  # nobody connected
+    assert s1["oldest_unacked_age_ms"] >= 50
+    assert s1["stats"]["backlog"] == 4
+
+
+async def test_stats_websocket_pushes_a_snapshot_every_second(herald_url: str) -> None:
+    ws_url = herald_url.replace("http://", "ws://")
+    async with websockets.connect(f"{ws_url}/v1/stats/ws") as ws:
+        first = json.loads(await ws.recv())
+        started = time.monotonic()
+        async with httpx.AsyncClient(base_url=herald_url) as http:
+            await http.post("/v1/topics/t/messages", json={"messages": [{"value": 1}]})
+        second = json.loads(await ws.recv())
+        assert 0.5 < time.monotonic() - started < 2.5
+    assert first["type"] == second["type"] == "stats"
+    assert first["totals"]["published_records_total"] == 0
+    assert second["totals"]["published_records_total"] == 1
+    assert second["server"]["now_ms"] > first["server"]["now_ms"]
+
+
+def test_redrive_republishes_once_skips_other_topics_and_is_rate_limited(herald_url: str) -> None:
+    with httpx.Client(base_url=herald_url) as http:
+        sub = {"topic": "src", "dead_letter_topic": "dlq"}
+        assert http.put("/v1/subscriptions/s", json=sub).status_code == 201
+        other = {**DEAD, "herald-source-topic": "elsewhere"}
+        publish(http, "dlq", [{"key": f"k{i}", "value": i, "headers": DEAD} for i in range(20)])
+        publish(http, "dlq", [{"value": "not ours", "headers": other}])
+        started = time.monotonic()
+        first = http.post("/v1/subscriptions/s/redrive", json={"rate": 10})
+        elapsed = time.monotonic() - started
+        assert first.status_code == 200, first.text
+        assert first.json() == {
+            "subscription": "s",
+            "dead_letter_topic": "dlq",
+            "scanned": 21,
+            "republished": 20,
+            "duplicates": 0,
+            "skipped": 1,
+        }
+        assert elapsed >= 1.5  # 21 records at 10/s
+        again = http.post("/v1/subscriptions/s/redrive", json={"rate": 10000}).json()
+        assert again["republished"] == 0 and again["duplicates"] == 20
+        records = http.get("/v1/topics/src/partitions/0/messages?limit=100").json()["messages"]
+    assert [r["value"] for r in records] == list(range(20))
+    assert records[3]["key"] == "k3"
+    assert records[3]["headers"] == {"herald-redriven-from": "dlq/0/3"}
+
+
+def test_redrive_errors_are_problem_json(herald_url: str) -> None:
+    with httpx.Client(base_url=herald_url) as http:
+        assert_problem(http.post("/v1/subscriptions/nope/redrive"), 404, "subscription_not_found")
+        assert http.put("/v1/subscriptions/plain", json={"topic": "src"}).status_code == 201
+        assert_problem(http.post("/v1/subscriptions/plain/redrive"), 409, "redrive_conflict")
+        sub = {"topic": "src", "dead_letter_topic": "never.written"}
+        assert http.put("/v1/subscriptions/s", json=sub).status_code == 201
+        assert_problem(http.post("/v1/subscriptions/s/redrive"), 404, "topic_not_found")
+        for body in ({"rate": 0}, {"rate": "fast"}, {"max_records": True}, [1]):
+            assert_problem(http.post("/v1/subscriptions/s/redrive", json=body), 400, "bad_request")
