@@ -45,6 +45,7 @@ DEADLINE_SLACK_MS = 1_000  # a request's record stays in flight this long past t
 RESTART_AFTER_FAILURE_S = 1.0
 MAX_RESPONSE_BYTES = 64 * 1024  # of a receiver's answer body we read (and drop)
 
+
 # A pooled keep-alive connection the endpoint closed while idle fails at once with "server
 # disconnected": a transport glitch, not an answer — one immediate retry on a fresh
 # connection, so it does not spend a delivery attempt. Every other failure is the delivery
@@ -56,6 +57,7 @@ def _stale_connection_retry() -> AsyncRetrying:
         wait=wait_none(),
         reraise=True,
     )
+
 
 Verify = ssl.SSLContext | str | bool  # httpx's `verify`: a custom CA comes in here
 
@@ -367,8 +369,9 @@ class WebhookDispatchers:
 
     def ensure(self, name: str) -> None:
         """Start the dispatcher of ``name`` if it is a push subscription without one."""
-        if self._stopped or name in self._tasks:
-            return
+        running = self._dispatchers.get(name)
+        if self._stopped or (running is not None and not running.closed):
+            return  # a closed one is a deleted subscription's, still winding down
         try:
             config = self.engine.get(name)
         except SubscriptionNotFound:
@@ -377,8 +380,11 @@ class WebhookDispatchers:
             return
         # A fresh context: the dispatcher outlives the request that created it (its log
         # lines must not carry that request's id).
+        # Registered at once, so the PUT that created it already shows its stats.
+        dispatcher = WebhookDispatcher(self.engine, name, config, verify=self.verify)
+        self._dispatchers[name] = dispatcher
         task = asyncio.create_task(
-            self._supervise(name, config),
+            self._supervise(dispatcher),
             name=f"herald-webhook-{name}",
             context=contextvars.Context(),
         )
@@ -402,16 +408,15 @@ class WebhookDispatchers:
             await asyncio.wait(tasks)
 
     def _forget(self, name: str, task: asyncio.Task[None]) -> None:
-        if self._tasks.get(name) is task:
+        if self._tasks.get(name) is task:  # not replaced by a re-created subscription's
             del self._tasks[name]
-            self._dispatchers.pop(name, None)
+            del self._dispatchers[name]
 
-    async def _supervise(self, name: str, config: SubscriptionConfig) -> None:
+    async def _supervise(self, dispatcher: WebhookDispatcher) -> None:
         """Run the dispatcher until its subscription is deleted or the server stops; an
         unexpected failure restarts it (its records were given back on detach)."""
+        name, config = dispatcher.name, dispatcher.config
         while True:
-            dispatcher = WebhookDispatcher(self.engine, name, config, verify=self.verify)
-            self._dispatchers[name] = dispatcher
             try:
                 await dispatcher.run()
             except SubscriptionNotFound:
@@ -419,6 +424,10 @@ class WebhookDispatchers:
             except Exception:
                 log.exception("webhook dispatcher of %s failed; restarting", name)
                 await asyncio.sleep(RESTART_AFTER_FAILURE_S)
+                if self._dispatchers.get(name) is not dispatcher:
+                    return  # replaced meanwhile
+                dispatcher = WebhookDispatcher(self.engine, name, config, verify=self.verify)
+                self._dispatchers[name] = dispatcher
                 continue
             if dispatcher.closed:
                 return

@@ -404,3 +404,16 @@ def test_a_dropped_connection_is_retried_at_once_without_spending_an_attempt(
     assert first.message["attempt"] == second.message["attempt"] == 1
     attempts = httpx.get(f"{herald_url}/v1/subscriptions/{name}/attempts").json()["attempts"]
     assert [(a["attempt"], a["status"]) for a in attempts] == [(1, 200)]
+
+
+def test_a_push_subscription_recreated_at_once_keeps_delivering(
+    herald_url: str, unique: Any
+) -> None:
+    topic, name = unique("t"), unique("s")
+    with Receiver([SECRET]) as receiver:
+        body = push_subscription(herald_url, name, topic, receiver.url)
+        assert body["stats"]["endpoint_state"] == "closed"  # shown by the creating PUT
+        assert httpx.delete(f"{herald_url}/v1/subscriptions/{name}").status_code == 204
+        push_subscription(herald_url, name, topic, receiver.url)
+        publish(herald_url, topic, ["x"])
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1)
