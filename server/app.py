@@ -17,13 +17,13 @@ import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
-from delivery.engine import DeliveryEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
+from delivery.engine import DeliveryEngine
 from server import console, metrics, openapi, routes_stats, routes_subscriptions, routes_topics
 from server.access import AccessControlMiddleware, access_guard, watching
 from server.config import ServerConfig
@@ -97,6 +97,7 @@ class Runtime:
         self.engine: DeliveryEngine | None = None
         self.webhooks: WebhookDispatchers | None = None  # PROTOCOL §4 push subscriptions
         self._retention: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
         self._drained = False
         self._closed = False
 
@@ -112,6 +113,8 @@ class Runtime:
             await self.storage.close()
             raise
         self._retention = asyncio.create_task(self._retention_loop(), name="herald-retention")
+        if self.config.flush_interval_s > 0:
+            self._flusher = asyncio.create_task(self._flush_loop(), name="herald-flush")
 
     async def _retention_loop(self) -> None:
         assert self.storage is not None
@@ -121,6 +124,16 @@ class Runtime:
                 await self.storage.run_retention()
             except Exception:  # one failed pass must not end retention for good
                 log.exception("retention pass failed")
+
+    async def _flush_loop(self) -> None:
+        """Bound what power loss can take from acks=1 appends to about one interval."""
+        assert self.storage is not None
+        while True:
+            await asyncio.sleep(self.config.flush_interval_s)
+            try:
+                await self.storage.flush()
+            except Exception:  # a failed fsync is retried on the next tick
+                log.exception("periodic flush failed")
 
     async def drain(self, state: Any = None) -> None:
         """Stop serving consumers: wake long-polls, finish acks=0 appends, persist cursors,
@@ -145,10 +158,11 @@ class Runtime:
         try:
             await self.drain(state)
         finally:
-            if self._retention is not None:
-                self._retention.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._retention
+            for task in (self._retention, self._flusher):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             if self.storage is not None:
                 await self.storage.close()
 
