@@ -309,11 +309,13 @@ class Receiver:
     async def _room(self) -> None:
         # The buffer holds at most `credit` records; the consumer's own inbox at most
         # `credit` more, since the server sends no more than the credit given.
+        event = self._has_room
+        assert event is not None
         while self._buffered >= self.opts.credit and not self._stopping:
-            self._has_room.clear()
+            event.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(0.1):  # also notices stop()
-                    await self._has_room.wait()
+                    await event.wait()
 
     def _accept(self, message: Message) -> None:
         p, offset = message.partition, message.offset

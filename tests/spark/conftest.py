@@ -73,9 +73,7 @@ def read_all(url: str, topic: str, partition: int = 0) -> list[dict[str, Any]]:
         offset = page["next_offset"]
 
 
-def wait_until(
-    check: Callable[[], bool], timeout: float, what: str, query: Any = None
-) -> None:
+def wait_until(check: Callable[[], bool], timeout: float, what: str, query: Any = None) -> None:
     """Poll `check` for at most `timeout` s; a failed `query` fails the wait at once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -97,7 +97,9 @@ def test_records_arrive_in_order_with_columns_and_acks_follow_commits(
         assert row.topic == topic and row.partition == i % 2
         assert row.id == f"{row.partition}-{row.offset}"
         assert isinstance(row.timestamp, datetime)
-        assert abs(row.timestamp.replace(tzinfo=UTC).timestamp() - datetime.now(UTC).timestamp()) < 600
+        assert (
+            abs(row.timestamp.replace(tzinfo=UTC).timestamp() - datetime.now(UTC).timestamp()) < 600
+        )
         if "value_b64" in m:
             assert row.value is None and bytes(row.value_bytes) == bytes([i, 0, 255])
             assert row.key is None
@@ -184,9 +186,7 @@ def test_crash_in_foreach_batch_replays_the_same_batch(
     assert crashed == [1]
     query = run()
     try:
-        wait_until(
-            lambda: sum(len(b[-1]) for b in batches.values()) >= 120, 90, "all rows", query
-        )
+        wait_until(lambda: sum(len(b[-1]) for b in batches.values()) >= 120, 90, "all rows", query)
     finally:
         query.stop()
     assert len(batches[1]) == 2
