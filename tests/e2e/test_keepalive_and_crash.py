@@ -4,14 +4,18 @@ and loses no unacked record (PROTOCOL §3)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
 import websockets
 
-from tests.conftest import HeraldProcess
+from tests.conftest import PROJECT_ROOT, HeraldProcess
 from tests.e2e import ack
 from tests.subscribers import make_subscription, publish, receive_records, recv_json, ws_url
 
@@ -47,6 +51,28 @@ async def test_consumer_that_stops_answering_pings_is_dropped_and_its_records_go
             assert answer["ok"] == [again["id"]]
     finally:
         silent.transport.abort()
+
+
+@pytest.mark.parametrize(
+    ("flags", "env"),
+    [
+        (["--ws-ping-interval", "0"], {}),
+        (["--ws-ping-timeout", "-1"], {}),
+        ([], {"HERALD_WS_PING_INTERVAL": "soon"}),
+    ],
+)
+def test_bad_ping_settings_fail_fast(tmp_path: Path, flags: list[str], env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "server.cli", "serve", "--data-dir", str(tmp_path / "d"), *flags],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert b"ping" in result.stderr.lower()
+    assert not (tmp_path / "d").exists(), "nothing is created"
 
 
 async def consume_and_kill(server: HeraldProcess, name: str, count: int) -> None:
