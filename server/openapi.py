@@ -233,6 +233,21 @@ SCHEMAS: dict[str, Any] = {
                     "max_open_ms": _int(100, 3600000, default=60000),
                 },
             },
+            "previous_secrets": {
+                "type": "array",
+                "maxItems": 5,
+                "description": "docs/protocol.md: secrets still signed with until expires_at "
+                "(rotation); GET shows only expires_at",
+                "items": {
+                    "type": "object",
+                    "required": ["secret", "expires_at"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "secret": {"type": "string", "pattern": "^whsec_", "writeOnly": True},
+                        "expires_at": _int(0, description="ms since the epoch"),
+                    },
+                },
+            },
         },
     },
     "SubscriptionStats": {
@@ -445,6 +460,38 @@ PATHS: dict[str, Any] = {
                 "200": _json(_ref("Subscription"), "the subscription after the seek"),
                 "400": _BAD,
                 "404": _problem("subscription_not_found or partition_not_found"),
+            },
+        },
+    },
+    "/v1/subscriptions/{name}/attempts": {
+        "parameters": [_SUBSCRIPTION],
+        "get": {
+            "summary": "The last 100 webhook POSTs of a push subscription, oldest first",
+            "responses": {
+                "200": _json(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "subscription": {"type": "string"},
+                            "attempts": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "properties": {
+                                        "time": _int(0),
+                                        "id": {"type": "string"},
+                                        "attempt": _int(1),
+                                        "status": {"type": ["integer", "null"]},
+                                        "latency_ms": {"type": "number"},
+                                        "error": {"type": ["string", "null"]},
+                                    },
+                                },
+                            },
+                        },
+                    },
+                    "the attempt log",
+                ),
+                "404": _problem("subscription_not_found"),
             },
         },
     },
