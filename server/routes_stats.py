@@ -20,7 +20,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from delivery.config import SubscriptionConfig
 from server.routes_topics import ADMIN_BODY_LIMIT, json_response, topic_body
@@ -154,14 +154,16 @@ async def stats_socket(websocket: WebSocket) -> None:
             )
             if done:
                 break
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, WebSocketDisconnected, OSError):
+        # uvicorn raises ClientDisconnected (an OSError) or Starlette turns it into
+        # WebSocketDisconnect; a send after the close is WebSocketDisconnected.
         return
     finally:
         for task in (receiver, stopped):
             task.cancel()
         await asyncio.gather(receiver, stopped, return_exceptions=True)
     if stopping.is_set():
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(WebSocketDisconnect, WebSocketDisconnected, OSError):
             await websocket.close(1001, "server shutting down")
 
 

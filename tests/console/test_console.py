@@ -11,6 +11,12 @@ import httpx
 from tests.console.conftest import screenshot
 
 
+def wait_for_text(page: Any, element_id: str, text: str) -> None:
+    page.wait_for_function(
+        "([id, text]) => document.getElementById(id).textContent === text", arg=[element_id, text]
+    )
+
+
 def publish(url: str, topic: str, messages: list[dict[str, Any]]) -> None:
     response = httpx.post(f"{url}/v1/topics/{topic}/messages", json={"messages": messages})
     assert response.status_code == 200, response.text
@@ -19,13 +25,13 @@ def publish(url: str, topic: str, messages: list[dict[str, Any]]) -> None:
 def test_console_loads_cleanly_and_its_counters_and_chart_move(herald_url: str, page: Any) -> None:
     page.goto(f"{herald_url}/console")
     page.wait_for_selector("#stat-published")
-    page.wait_for_function("document.getElementById('live-text').textContent === 'live'")
+    wait_for_text(page, "live-text", "live")
     assert page.inner_text("#stat-published") == "0"
     blank = page.evaluate("document.getElementById('chart-published').toDataURL()")
     for i in range(6):
         publish(herald_url, "metrics", [{"value": {"n": i * 10 + j}} for j in range(10)])
         time.sleep(0.3)
-    page.wait_for_function("document.getElementById('stat-published').textContent === '60'")
+    wait_for_text(page, "stat-published", "60")
     page.wait_for_function(
         "(blank) => document.getElementById('chart-published').toDataURL() !== blank", arg=blank
     )
@@ -61,12 +67,35 @@ def test_browser_shows_a_published_records_value_and_bytes_as_hex(
     assert page.console_errors == []
 
 
+def test_message_browser_pages_forward_and_back_and_reads_by_time(
+    herald_url: str, page: Any
+) -> None:
+    publish(herald_url, "pages", [{"value": {"n": i}} for i in range(30)])
+    page.goto(f"{herald_url}/console/#/topics")
+    page.click("tr[data-topic=pages]")
+    page.click("#browse-load")
+    wait_for_text(page, "browse-info", "offsets 0\u201319")
+    page.click("#browse-next")
+    wait_for_text(page, "browse-info", "offsets 20\u201329")
+    assert page.locator("#browse-messages .message").count() == 10
+    page.click("#browse-prev")
+    wait_for_text(page, "browse-info", "offsets 0\u201319")
+    page.select_option("#browse-mode", "timestamp")
+    page.fill("#browse-time", "2000-01-01T00:00:00")
+    page.click("#browse-load")
+    wait_for_text(page, "browse-info", "offsets 0\u201319")
+    page.fill("#browse-time", "2999-01-01T00:00:00")
+    page.click("#browse-load")
+    wait_for_text(page, "browse-info", "at offset 30")
+    assert page.console_errors == []
+
+
 def test_live_tail_shows_new_records(herald_url: str, page: Any) -> None:
     publish(herald_url, "live", [{"value": "before"}])
     page.goto(f"{herald_url}/console/#/topics")
     page.click("tr[data-topic=live]")
     page.click("#tail-toggle")
-    page.wait_for_function("document.getElementById('tail-state').textContent === 'live'")
+    wait_for_text(page, "tail-state", "live")
     publish(herald_url, "live", [{"value": "tailed-record"}])
     page.wait_for_selector("#tail-messages .message")
     assert "tailed-record" in page.inner_text("#tail-messages")
@@ -92,11 +121,18 @@ def seek_and_redrive(herald_url: str, http: httpx.Client, page: Any) -> None:
 
     page.goto(f"{herald_url}/console/#/subscriptions")
     page.click("tr[data-subscription=workers]")
-    page.wait_for_function("document.getElementById('sub-backlog').textContent === '5'")
+    wait_for_text(page, "sub-backlog", "5")
+    assert page.inner_text("#dlq-size") == "3 records held"
     page.click("#seek-latest")
-    page.wait_for_function("document.getElementById('sub-backlog').textContent === '0'")
+    wait_for_text(page, "sub-backlog", "0")
     page.click("#seek-earliest")
-    page.wait_for_function("document.getElementById('sub-backlog').textContent === '5'")
+    wait_for_text(page, "sub-backlog", "5")
+    page.fill("#seek-time", "2999-01-01T00:00:00")
+    page.click("#seek-timestamp")
+    wait_for_text(page, "sub-backlog", "0")
+    page.fill("#seek-time", "2000-01-01T00:00:00")
+    page.click("#seek-timestamp")
+    wait_for_text(page, "sub-backlog", "5")
 
     page.click("#redrive")
     page.wait_for_selector("#confirm-dialog[open]")

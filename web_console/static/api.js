@@ -82,6 +82,7 @@ export function statsFeed(onSnapshot, onState) {
     socket.onclose = (event) => {
       if (closed) return;
       if (event.code === 4401) askToken().then(connect);
+      else if (event.code === 4403) onState("forbidden");  // the token lacks the metrics right
       else { startPolling(); setTimeout(connect, 3000); }
     };
   };

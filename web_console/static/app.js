@@ -79,9 +79,13 @@ function onSnapshot(snapshot) {
 function onState(state) {
   store.state = state;
   const dot = document.getElementById("live-dot");
-  dot.className = `dot ${state === "down" ? "bad" : "ok"}`;
-  document.getElementById("live-text").textContent =
-    state === "live" ? "live" : state === "polling" ? "live (polling)" : "server unreachable";
+  dot.className = `dot ${state === "live" || state === "polling" ? "ok" : "bad"}`;
+  const text = {
+    live: "live",
+    polling: "live (polling)",
+    forbidden: "this token may not read stats (needs metrics or admin)",
+  };
+  document.getElementById("live-text").textContent = text[state] || "server unreachable";
 }
 
 // Admin actions: a 403 means the token lacks the admin right (PROTOCOL §6).

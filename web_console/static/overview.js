@@ -22,7 +22,7 @@ export function overviewPage(main) {
       const card = (label, value, id) =>
         h("div.card", {}, h("div.label", {}, label), h("div.value", { id }, value));
       cards.replaceChildren(
-        card("Health", store.state === "down" ? "Unreachable" : "OK", "stat-health"),
+        card("Health", store.state === "live" || store.state === "polling" ? "OK" : "Unreachable", "stat-health"),
         card("Uptime", duration(s.server.uptime_ms), "stat-uptime"),
         card("Published", num(t.published_records_total), "stat-published"),
         card("Delivered", num(t.delivered_total), "stat-delivered"),

@@ -49,6 +49,8 @@ export function subscriptionsPage(main) {
         h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted", { colspan: 11 }, "No subscriptions yet.")))));
       const sub = s.subscriptions.find((x) => x.name === selected);
       if (sub) document.getElementById("sub-stats")?.replaceChildren(...statRows(sub));
+      const size = document.getElementById("dlq-size");
+      if (sub && size) size.textContent = dlqSize(sub.config.dead_letter_topic);
       if (sub?.config.push) {
         document.getElementById("push-stats")?.replaceChildren(...pushRows(sub));
         const box = document.getElementById("attempts");
@@ -85,6 +87,13 @@ export function subscriptionsPage(main) {
       row("Requests / failures", p.endpoint_requests_total == null ? null
         : `${num(p.endpoint_requests_total)} / ${num(p.endpoint_failures_total)}`),
     ];
+  }
+
+  function dlqSize(dlq) {
+    const topic = store.snapshot?.topics.find((t) => t.name === dlq);
+    if (!topic) return "not created yet";
+    const held = topic.partitions.reduce((n, p) => n + p.end_offset - p.start_offset, 0);
+    return `${num(held)} record${held === 1 ? "" : "s"} held`;
   }
 
   function render(sub) {
@@ -124,7 +133,8 @@ export function subscriptionsPage(main) {
             onclick: () => when.value && seek({ timestamp: new Date(when.value).getTime() }, when.value),
           }, "Seek to time"))),
         h("div.panel", {}, h("h2", {}, "Dead letters"),
-          dlq ? h("div.row", {}, h("span", {}, "Topic ", h("code", {}, dlq)),
+          dlq ? h("div.row", {}, h("span", {}, "Topic ", h("code", {}, dlq), " · ",
+            h("span", { id: "dlq-size" }, dlqSize(dlq))),
             h("button.danger", { id: "redrive", onclick: redrive }, "Redrive to source…"))
             : h("p.muted", {}, "No dead_letter_topic: dead letters are dropped and counted."),
           h("p.muted", { id: "redrive-result" })),
