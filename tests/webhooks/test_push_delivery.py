@@ -224,6 +224,8 @@ def test_breaker_opens_stops_hammering_probes_and_recovers(herald_url: str, uniq
         during_outage = [r for r in receiver.snapshot() if r.at < healthy_at]
         s = stats(herald_url, name)
         assert s["breaker_opened_total"] >= 2  # failed probes opened it again
+        assert s["endpoint_concurrency"] == 1  # AIMD: halved on every failure
+        assert s["last_error"] == "HTTP 500"
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 20)
     # Without a breaker 1.6 s of 10-20 ms retries would be hundreds of requests; with it:
     # the first failures (≤ max_in_flight racing) plus one probe per open period
@@ -417,3 +419,46 @@ def test_a_push_subscription_recreated_at_once_keeps_delivering(
         push_subscription(herald_url, name, topic, receiver.url)
         publish(herald_url, topic, ["x"])
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 1)
+
+
+def test_ordered_by_key_holds_a_key_through_its_retries(herald_url: str, unique: Any) -> None:
+    topic, name = unique("t"), unique("s")
+    in_flight: dict[str, int] = {}
+    overlaps = []
+
+    def fail_first_attempt(received: Received) -> Answer:
+        assert received.message is not None
+        key = received.message["key"]
+        in_flight[key] = in_flight.get(key, 0) + 1
+        if in_flight[key] > 1:
+            overlaps.append(key)
+        time.sleep(0.01)
+        in_flight[key] -= 1
+        return Answer(500 if received.message["attempt"] == 1 else 200)
+
+    with Receiver([SECRET], fail_first_attempt) as receiver:
+        push_subscription(
+            herald_url,
+            name,
+            topic,
+            receiver.url,
+            ordered_by_key=True,
+            retry_backoff={"min_ms": 10, "max_ms": 20},
+            push={"breaker": {"failures": 1000}},
+        )
+        messages = [{"key": f"k{i % 2}", "value": i} for i in range(8)]
+        response = httpx.post(
+            f"{herald_url}/v1/topics/{topic}/messages", json={"messages": messages}
+        )
+        assert response.status_code == 200
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 8)
+        received = receiver.snapshot()
+    assert not overlaps
+    for key in ("k0", "k1"):
+        sends = [
+            (r.message["offset"], r.message["attempt"])
+            for r in received
+            if r.message and r.message["key"] == key
+        ]
+        offsets = [o for o, _ in sends]
+        assert offsets == sorted(offsets)  # a key's records go in offset order, retries included
