@@ -116,9 +116,7 @@ def seal(batch: bytes) -> bytes:
     header[_ATTR_AT] |= ATTR_ENCRYPTED
     _KEY_ID.pack_into(header, _KEY_ID_AT, key_id)
     nonce = os.urandom(_NONCE)
-    sealed = _keyring.keys[key_id].encrypt(
-        nonce, batch[_HEADER_SIZE:], bytes(header[_CRC_START:])
-    )
+    sealed = _keyring.keys[key_id].encrypt(nonce, batch[_HEADER_SIZE:], bytes(header[_CRC_START:]))
     buf = header + nonce + sealed
     struct.pack_into("<I", buf, 0, len(buf))
     struct.pack_into("<I", buf, 4, crc32c.crc32c(memoryview(buf)[_CRC_START:]))
