@@ -106,6 +106,7 @@ async def ws_outcome(url: str, headers: dict[str, str]) -> int | None:
 WS_MATRIX = [
     ("/v1/subscriptions/s-orders/ws?credit=1", {"admin", "subscriber"}),
     ("/v1/topics/orders.a/ws", {"admin", "subscriber"}),
+    ("/v1/stats/ws", {"admin", "metrics"}),
 ]
 
 
