@@ -137,3 +137,17 @@ def test_a_stalled_body_gets_408_and_frees_the_request(
         assert answer.startswith(b"HTTP/1.1 408"), answer
         assert b"request_timeout" in answer
         assert time.monotonic() - started < 5
+
+
+async def test_a_websocket_frame_over_the_cap_closes_1009(
+    limited: tuple[HeraldProcess, dict[str, str]],
+) -> None:
+    server, tokens = limited
+    url = server.url.replace("http://", "ws://") + f"/v1/topics/rl/ws?token={tokens['admin']}"
+    async with websockets.connect(url, max_size=None) as ws:
+        await ws.send("x" * (2 * 1024 * 1024))
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            async with asyncio.timeout(10):
+                while True:
+                    await ws.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
