@@ -254,19 +254,22 @@ class WebhookDispatcher:
         error: str | None = None
         retry_after_ms: int | None = None
         try:
-            async for connection_attempt in _stale_connection_retry():
-                with connection_attempt:
-                    async with client.stream(
-                        "POST", self.push.url, content=body, headers=headers
-                    ) as r:
-                        status = r.status_code
-                        await _drain(r)
+            # PROTOCOL §4: a 2xx within timeout_ms, the whole exchange (httpx's own timeouts
+            # are per phase: connect, each read...).
+            async with asyncio.timeout(self.push.timeout_ms / 1000):
+                async for connection_attempt in _stale_connection_retry():
+                    with connection_attempt:
+                        async with client.stream(
+                            "POST", self.push.url, content=body, headers=headers
+                        ) as r:
+                            status = r.status_code
+                            await _drain(r)
             assert status is not None
             if not 200 <= status < 300:
                 error = f"HTTP {status}"
                 if status in (429, 503):
                     retry_after_ms = parse_retry_after(r.headers.get("retry-after"), wall_ms)
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):
             error = "timeout"
         except httpx.ConnectError as exc:
             error = f"connect failed: {exc}" if str(exc) else "connect failed"
