@@ -20,7 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -31,6 +33,7 @@ from pyspark.sql.streaming.datasource import (
 from client.admin import Admin
 from client.consumer import Consumer, Message
 from client.errors import HeraldClientError
+from spark_bridge import SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -349,11 +352,31 @@ class Receiver:
             self._cond.wait_for(lambda: self._buffered > 0 or self._stopping, timeout)
 
 
+# The Arrow form of spark_bridge.SCHEMA, exactly as Spark checks what `read` returns.
+ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+def to_arrow(rows: list[Row]) -> pa.RecordBatch:
+    """Rows as one Arrow batch: executors hand it to Spark without per-row Python work."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(ARROW_SCHEMA)
+    arrays = [
+        pa.array(
+            [list(h.items()) for h in col] if field.name == "headers" else col,
+            type=field.type,
+        )
+        for field, col in zip(ARROW_SCHEMA, columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
 @dataclass(frozen=True)
 class HeraldPartition(InputPartition):
-    """The rows of one Herald partition for one batch (pickled to an executor)."""
+    """The records of one Herald partition for one batch, as Arrow (pickled to an
+    executor). `first` and `end` are the Herald offsets it covers."""
 
-    rows: list[Row]
+    batch: pa.RecordBatch
+    first: int
+    end: int
 
 
 class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -476,13 +499,13 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 wanted = set(missing)
                 rows.extend(r for r in fetched if r[2] in wanted)
                 rows.sort(key=lambda r: r[2])
-            result.append(HeraldPartition(rows))
+            result.append(HeraldPartition(to_arrow(rows), first, last))
         receiver.set_planned(finish)
         return result
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, HeraldPartition)
-        yield from partition.rows
+        yield partition.batch
 
     def commit(self, end: dict[str, int]) -> None:
         """Spark committed every batch up to `end`: ack those records to Herald."""
