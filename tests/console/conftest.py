@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-playwright_sync = pytest.importorskip("playwright.sync_api")
+from playwright.sync_api import expect, sync_playwright
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -21,6 +20,7 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+expect.set_options(timeout=15_000)  # a loaded CI machine; the page updates every second
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
@@ -28,7 +28,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 def browser() -> Iterator[object]:
     if not Path(CHROMIUM).exists():
         pytest.fail("chromium is not installed: make test installs it (apt-get install chromium)")
-    with playwright_sync.sync_playwright() as p:
+    with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         yield browser
         browser.close()

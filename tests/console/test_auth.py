@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from playwright.sync_api import expect
 
 from server.auth import new_token, toml_entry
 from tests.conftest import HeraldProcess
@@ -39,7 +40,7 @@ def test_console_asks_for_a_token_and_refuses_admin_actions_to_a_non_admin(
     screenshot(page, "auth-token")
     page.fill("#token-input", viewer)
     page.click("#token-dialog button")
-    page.wait_for_function("document.getElementById('live-text').textContent === 'live'")
+    expect(page.locator("#live-text")).to_have_text("live")
     assert page.evaluate("sessionStorage.getItem('herald.token')") == viewer
     page.click("tr[data-subscription=guarded]")
     page.click("#redrive")

@@ -19,6 +19,12 @@ def test_index_and_assets_have_types_and_etags(herald_url: str) -> None:
     assert script.headers["cache-control"] == "no-cache"
     again = httpx.get(f"{herald_url}/console/app.js", headers={"If-None-Match": etag})
     assert again.status_code == 304 and again.content == b""
+    assert "script-src 'self'" in index.headers["content-security-policy"]
+    head = httpx.head(f"{herald_url}/console/app.js")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == str(len(script.content))
+    post = httpx.post(f"{herald_url}/console/app.js")
+    assert post.status_code == 405 and post.headers["allow"] == "GET, HEAD"
 
 
 def test_static_handler_refuses_path_traversal(herald_url: str) -> None:

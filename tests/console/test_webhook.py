@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from tests.console.conftest import screenshot
 
@@ -59,7 +60,7 @@ def test_push_subscription_shows_circuit_open_and_its_attempt_log(
     page.goto(f"{herald_url}/console/#/subscriptions")
     page.click("tr[data-subscription=hooked]")
     page.wait_for_selector("#sub-pause [data-pause=circuit_open]")
-    page.wait_for_function("document.querySelectorAll('#attempts tbody tr').length >= 2")
+    expect(page.locator("#attempts tbody tr").nth(1)).to_be_attached()
     assert "500" in page.inner_text("#attempts")
     assert "open" in page.inner_text("#push-stats")
     screenshot(page, "webhook")

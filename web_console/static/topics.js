@@ -9,8 +9,8 @@ export function topicsPage(main) {
   const table = h("div.panel", { id: "topics-table" });
   const detail = h("div", { id: "topic-detail" });
   const name = h("input", { id: "new-topic-name", placeholder: "topic name", required: true });
-  const partitions = h("input", { id: "new-topic-partitions", type: "number", min: 1, max: 256, value: 1, style: "width:6em" });
-  const retention = h("input", { id: "new-topic-retention", type: "number", min: 1, placeholder: "retention hours", style: "width:10em" });
+  const partitions = h("input.narrow", { id: "new-topic-partitions", type: "number", min: 1, max: 256, value: 1, title: "partitions" });
+  const retention = h("input.medium", { id: "new-topic-retention", type: "number", min: 1, placeholder: "retention (hours)", title: "retention in hours; empty: the default" });
   const create = h("form.row", {
     onsubmit: async (event) => {
       event.preventDefault();
@@ -84,7 +84,7 @@ function topicDetail(topic) {
     topic.partitions.map((p) => h("option", { value: p.partition }, `partition ${p.partition}`)));
   const mode = h("select", { id: "browse-mode" }, h("option", { value: "offset" }, "from offset"),
     h("option", { value: "timestamp" }, "from time"));
-  const offset = h("input", { id: "browse-offset", type: "number", min: 0, value: 0, style: "width:9em" });
+  const offset = h("input.medium", { id: "browse-offset", type: "number", min: 0, value: 0, title: "offset" });
   const time = h("input", { id: "browse-time", type: "datetime-local", step: 1, hidden: true });
   mode.onchange = () => { offset.hidden = mode.value !== "offset"; time.hidden = mode.value === "offset"; };
   const list = h("div.messages", { id: "browse-messages" });
