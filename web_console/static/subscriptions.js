@@ -20,8 +20,10 @@ export function subscriptionsPage(main) {
 
   function pause(sub) {
     const [text, kind] = PAUSE[sub.pause_reason] || [`paused: ${sub.pause_reason}`, "warn"];
-    const idle = sub.pause_reason === "no_credit" && sub.stats.consumers === 0;
-    return h(`span.badge.${idle ? "" : kind}`, { dataset: { pause: sub.pause_reason } }, idle ? "no consumers" : text);
+    const unattached = sub.pause_reason === "no_credit" && sub.stats.consumers === 0 && !sub.push;
+    const caughtUp = sub.pause_reason === "none" && sub.stats.backlog === 0;
+    const label = unattached ? "no consumers" : caughtUp ? "caught up" : text;
+    return h(`span.badge.${unattached ? "" : kind}`, { dataset: { pause: sub.pause_reason } }, label);
   }
 
   return {
