@@ -37,10 +37,11 @@ from delivery.inflight import InFlight, InFlightTable
 from delivery.ordering import KeyGate, Ref
 from delivery.redelivery import RedeliveryQueue, RedeliveryRef
 from storage.cursors import CursorSnapshot
-from storage.record import Record
+from storage.record import Record, slot_constructor
 
 READ_BATCH = 1000  # most records one ReadRequest asks for
 DEAD_LETTER_RETRY_S = 1.0  # a failed dead-letter publish is tried again after this
+_delivery = slot_constructor(Delivery)  # per sent record: skips the frozen __init__
 
 
 class SubscriptionCore:
@@ -572,7 +573,7 @@ class SubscriptionCore:
                 deliveries = []
                 for record, attempt in picked[index : index + n]:
                     parts[record.partition].mark_done(record.offset)
-                    deliveries.append(Delivery(record, attempt))
+                    deliveries.append(_delivery(record, attempt))
                     if attempt > 1:
                         redelivered += 1
                 index += n
@@ -591,7 +592,7 @@ class SubscriptionCore:
                             f"{record.partition}-{record.offset}", record, cid, attempt, deadline
                         )
                     )
-                    deliveries.append(Delivery(record, attempt))
+                    deliveries.append(_delivery(record, attempt))
                     if attempt > 1:
                         redelivered += 1
                 index += n
