@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import os
 import shutil
 import signal
@@ -390,6 +391,10 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # The client's own collector pauses would count as delivery latency: freeze what
+    # exists and make full collections rare, as the server does (server/cli.py).
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
     runner = getattr(__import__("uvloop"), "run", asyncio.run) if _has_uvloop() else asyncio.run
     if args.url:
         runner(run(args, args.url.rstrip("/"), None))
