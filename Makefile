@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test test-all lint bench clean chromium
+.PHONY: run test lint bench clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,14 +32,16 @@ test: $(VENV)/.installed-test chromium
 ## The browser the console tests drive (Debian's chromium; Playwright downloads nothing).
 chromium:
 	@command -v chromium >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+## Benchmarks print figures (they are not tests): storage engine, then end to end.
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/storage.py
+	$(BIN)/herald bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
