@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -23,6 +23,9 @@ class Breaker:
     failures: int = 5
     open_ms: int = 1_000
     max_open_ms: int = 60_000
+
+
+MAX_PREVIOUS_SECRETS = 5  # docs/protocol.md `push.previous_secrets`
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,22 @@ class PushConfig:
         if self.previous_secrets:  # docs/protocol.md: shown only when given, without secrets
             shown["previous_secrets"] = [{"expires_at": p.expires_at} for p in self.previous_secrets]
         return shown
+
+    def rotated(self, secret: str, previous_expires_at: int, now_ms: int) -> PushConfig:
+        """docs/protocol.md "Rotating the secret": ``secret`` becomes the current secret and
+        the current one is still signed with until ``previous_expires_at`` (not at all when
+        that is not after ``now_ms``). Expired previous secrets are dropped first; of the rest
+        at most MAX_PREVIOUS_SECRETS are kept, the most recently retired first. Rotating to
+        the current secret changes nothing, so a retried request is harmless."""
+        if secret == self.secret:
+            return self
+        kept = [p for p in self.previous_secrets if p.expires_at > now_ms and p.secret != secret]
+        if previous_expires_at > now_ms:
+            kept = [p for p in kept if p.secret != self.secret]
+            kept.insert(0, PreviousSecret(self.secret, previous_expires_at))
+        return replace(
+            self, secret=secret, previous_secrets=tuple(kept[:MAX_PREVIOUS_SECRETS])
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,15 +15,17 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from delivery.config import StartAt, SubscriptionConfig
+from delivery.config import PushConfig, StartAt, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.events import Delivery
 from delivery.runtime import ConsumerSink, SubscriptionRuntime
 from storage.cursors import CursorSnapshot, PartitionCursor
 from storage.engine import Storage
 from storage.errors import (
+    BadRequest,
     PartitionNotFound,
     SubscriptionConflict,
     SubscriptionNotFound,
@@ -148,6 +150,29 @@ class DeliveryEngine:
                 runtime = self._runtimes.pop(name)
                 await self._discard(runtime)
                 await asyncio.to_thread(self.storage.metadata.delete_subscription, name)
+
+    async def update_push(
+        self, name: str, change: Callable[[PushConfig], PushConfig]
+    ) -> SubscriptionConfig:
+        """Replace the push config of a push subscription in place with ``change(push)``,
+        computed under the admin lock so concurrent changes do not lose one another
+        (docs/protocol.md, rotating the secret). Persisted in meta.db, then swapped in; the
+        cursor, in-flight records, attempt counts and stats are untouched. The webhook
+        dispatcher takes the new config from its caller (WebhookDispatchers.update_push).
+        Raises SubscriptionNotFound, or BadRequest for a subscription without push."""
+        async with self._admin:
+            runtime = self._runtime(name)
+            if runtime.config.push is None:
+                raise BadRequest(f"subscription {name!r} is not a push subscription")
+            config = replace(runtime.config, push=change(runtime.config.push))
+            # A topic deleted meanwhile is fine: topic_deleted waits for this lock and then
+            # deletes the row written here along with the runtime.
+            await asyncio.to_thread(
+                self.storage.metadata.put_subscription, name, config.to_storage()
+            )
+            runtime.config = config
+            runtime.core.config = config
+            return config
 
     def get(self, name: str) -> SubscriptionConfig:
         return self._runtime(name).config

@@ -94,6 +94,13 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
         _path("/v1/subscriptions/{name}/ws"),
         Rule("subscribe", subscription="name"),
     ),
+    # Rotating a push secret is an operator's act, even for a subscriber of the topic.
+    (
+        "http",
+        frozenset({"POST"}),
+        _path("/v1/subscriptions/{name}/push/rotate-secret"),
+        ADMIN,
+    ),
     # Everything else (lists, topic and subscription create/delete, redrive, webhook
     # attempts, routes not written yet) falls through to ADMIN.
 ]

@@ -55,7 +55,8 @@ def auth_failure(scope: Scope, exc: HeraldError) -> None:
 
 
 def request_done(scope: Scope, status: int) -> None:
-    """Audited admin actions (PROTOCOL §2 create/delete, seek, redrive) once answered."""
+    """Audited admin actions (PROTOCOL §2 create/delete, seek, redrive, push secret
+    rotation) once answered."""
     action = audited_action(scope.get("method", ""), scope.get("path", ""))
     if action is not None:
         record(action, scope, status=status)
@@ -72,4 +73,6 @@ def audited_action(method: str, path: str) -> str | None:
             return "subscription_created" if method == "PUT" else "subscription_deleted"
         if len(parts) == 4 and method == "POST" and parts[3] in ("seek", "redrive"):
             return f"subscription_{parts[3]}"
+        if len(parts) == 5 and method == "POST" and parts[3:] == ["push", "rotate-secret"]:
+            return "subscription_secret_rotated"
     return None

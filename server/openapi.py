@@ -495,6 +495,50 @@ PATHS: dict[str, Any] = {
             },
         },
     },
+    "/v1/subscriptions/{name}/push/rotate-secret": {
+        "parameters": [_SUBSCRIPTION],
+        "post": {
+            "summary": "Rotate a push subscription's secret (admin): the new secret signs from "
+            "the next request on; the replaced one is still signed with for previous_ttl_ms; "
+            "expired previous secrets are dropped and at most 5 kept. The cursor, in-flight "
+            "records, attempts and stats are untouched",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["secret"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "secret": {
+                                    "type": "string",
+                                    "pattern": "^whsec_",
+                                    "writeOnly": True,
+                                    "description": "whsec_ + base64 of 16..64 bytes",
+                                },
+                                "previous_ttl_ms": _int(
+                                    0,
+                                    2_592_000_000,
+                                    default=86_400_000,
+                                    description="how long the replaced secret is still signed "
+                                    "with; 0 drops it at once",
+                                ),
+                            },
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "200": _json(_ref("Subscription"), "the subscription after the rotation"),
+                "400": _problem(
+                    "bad_request (also: not a push subscription), validation_error or "
+                    "invalid_name"
+                ),
+                "404": _SUB_404,
+            },
+        },
+    },
     "/v1/subscriptions/{name}/redrive": {
         "parameters": [_SUBSCRIPTION],
         "post": {

@@ -1,5 +1,5 @@
 """Webhook push routes (docs/protocol.md "Webhook push"): the attempt log of a push
-subscription, and the push members its stats carry."""
+subscription, rotating its secret, and the push members its stats carry."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.routes_topics import json_response
+from server.routes_subscriptions import subscription_body
+from server.routes_topics import ADMIN_BODY_LIMIT, json_response
 from server.routing import method_route
-from server.validation import check_name
+from server.validation import check_name, parse_json, parse_secret_rotation, read_body
+from storage.errors import BadRequest
+from storage.topic import wall_clock_ms
 
 
 def push_stats(state: Any, name: str) -> dict[str, Any]:
@@ -31,4 +34,24 @@ async def get_attempts(request: Request) -> Response:
     return json_response({"subscription": name, "attempts": attempts})
 
 
-routes = [method_route("/v1/subscriptions/{name}/attempts", GET=get_attempts)]
+async def rotate_secret(request: Request) -> Response:
+    """`POST /v1/subscriptions/{name}/push/rotate-secret` (docs/protocol.md, "Rotating the
+    secret"): the new secret signs from the next request on, the replaced one alongside it
+    for `previous_ttl_ms`. Cursor, in-flight records, attempts and stats are untouched."""
+    name = check_name(request.path_params["name"], "subscription")
+    raw = await read_body(request.stream(), request.headers.get("content-length"), ADMIN_BODY_LIMIT)
+    if not raw.strip():
+        raise BadRequest("a JSON body is required")
+    rotation = parse_secret_rotation(parse_json(raw))
+    state = request.app.state
+    now_ms = wall_clock_ms()
+    await state.webhooks.update_push(
+        name, lambda push: push.rotated(rotation.secret, now_ms + rotation.previous_ttl_ms, now_ms)
+    )
+    return json_response(subscription_body(state.engine, name, state.webhooks))
+
+
+routes = [
+    method_route("/v1/subscriptions/{name}/attempts", GET=get_attempts),
+    method_route("/v1/subscriptions/{name}/push/rotate-secret", POST=rotate_secret),
+]

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from delivery.config import (
+    MAX_PREVIOUS_SECRETS,
     Backoff,
     Breaker,
     DeliveryMode,
@@ -365,7 +366,6 @@ _PUSH_FIELDS = frozenset(
     {"url", "secret", "max_in_flight", "timeout_ms", "breaker", "previous_secrets"}
 )
 _PREVIOUS_SECRET_FIELDS = frozenset({"secret", "expires_at"})
-MAX_PREVIOUS_SECRETS = 5
 # Standard Webhooks: keys of 24..64 bytes; 16 (128 bits) is the least HMAC-SHA256 should get.
 SECRET_BYTES = (16, 64)
 _BREAKER_FIELDS = frozenset({"failures", "open_ms", "max_open_ms"})
@@ -502,6 +502,34 @@ def _parse_previous_secrets(value: Any) -> tuple[PreviousSecret, ...]:
             )
         )
     return tuple(parsed)
+
+
+# docs/protocol.md "Rotating the secret": how long the replaced secret is still signed with.
+DEFAULT_PREVIOUS_TTL_MS = 86_400_000  # 24 h
+MAX_PREVIOUS_TTL_MS = 30 * 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRotation:
+    secret: str
+    previous_ttl_ms: int
+
+
+def parse_secret_rotation(body: Any) -> SecretRotation:
+    """`POST /v1/subscriptions/{name}/push/rotate-secret`:
+    `{"secret": "whsec_…", "previous_ttl_ms": 0..MAX_PREVIOUS_TTL_MS}`."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"secret", "previous_ttl_ms"}), "the rotation request")
+    secret = _given(obj, "secret")
+    if secret is _MISSING:
+        raise BadRequest("secret is required")
+    ttl = _given(obj, "previous_ttl_ms")
+    return SecretRotation(
+        _parse_secret(secret, "secret"),
+        DEFAULT_PREVIOUS_TTL_MS
+        if ttl is _MISSING
+        else _int_in(ttl, "previous_ttl_ms", 0, MAX_PREVIOUS_TTL_MS),
+    )
 
 
 def _parse_breaker(value: Any) -> Breaker:

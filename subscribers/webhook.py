@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_none
 
-from delivery.config import SubscriptionConfig
+from delivery.config import PushConfig, SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.events import Delivery
 from storage.errors import SubscriptionNotFound
@@ -97,9 +97,7 @@ class WebhookDispatcher:
         self.breaker = CircuitBreaker(self.push.breaker)
         self.credit = EndpointCredit(self.push.max_in_flight)
         self.attempts = AttemptLog()
-        self._keys = [(secret_key(self.push.secret), None)] + [
-            (secret_key(p.secret), p.expires_at) for p in self.push.previous_secrets
-        ]
+        self._keys = _signing_keys(self.push)
         self._ready: deque[Delivery] = deque()  # received, not POSTed yet
         self._held_since: dict[str, float] = {}  # ready record id -> last deadline extension
         self._granted = 0  # credit granted and not yet used by the engine
@@ -130,6 +128,15 @@ class WebhookDispatcher:
         self._wake.set()
 
     # ------------------------------------------------------------------ state
+
+    def use_config(self, config: SubscriptionConfig) -> None:
+        """The subscription's push secrets changed (docs/protocol.md, rotating the secret):
+        every request signed from now on uses the new set. Requests already out keep the
+        signatures they were sent with; nothing else of the dispatcher restarts (its HTTP
+        client, breaker and credit keep the settings they were built with)."""
+        assert config.push is not None
+        self.config, self.push = config, config.push
+        self._keys = _signing_keys(config.push)
 
     def stats(self) -> dict[str, Any]:
         """The push members of the subscription's stats (docs/protocol.md)."""
@@ -346,6 +353,13 @@ def _apply(verdict: Callable[[], object]) -> None:
         verdict()
 
 
+def _signing_keys(push: PushConfig) -> list[tuple[bytes, int | None]]:
+    """(HMAC key, expires_at or None), the current secret first (PROTOCOL §4)."""
+    return [(secret_key(push.secret), None)] + [
+        (secret_key(p.secret), p.expires_at) for p in push.previous_secrets
+    ]
+
+
 def _record_id(delivery: Delivery) -> str:
     return f"{delivery.record.partition}-{delivery.record.offset}"
 
@@ -397,6 +411,18 @@ class WebhookDispatchers:
     def get(self, name: str) -> WebhookDispatcher | None:
         return self._dispatchers.get(name)
 
+    async def update_push(
+        self, name: str, change: Callable[[PushConfig], PushConfig]
+    ) -> SubscriptionConfig:
+        """Change the push config of ``name`` in the engine (persisted) and hand it to its
+        running dispatcher, which signs its next request with it (no restart: no record is
+        given back, none sent twice). Raises as DeliveryEngine.update_push."""
+        config = await self.engine.update_push(name, change)
+        dispatcher = self._dispatchers.get(name)
+        if dispatcher is not None and not dispatcher.closed:
+            dispatcher.use_config(config)
+        return config
+
     def stats(self, name: str) -> dict[str, Any] | None:
         dispatcher = self._dispatchers.get(name)
         return None if dispatcher is None else dispatcher.stats()
@@ -418,7 +444,7 @@ class WebhookDispatchers:
     async def _supervise(self, dispatcher: WebhookDispatcher) -> None:
         """Run the dispatcher until its subscription is deleted or the server stops; an
         unexpected failure restarts it (its records were given back on detach)."""
-        name, config = dispatcher.name, dispatcher.config
+        name = dispatcher.name
         while True:
             try:
                 await dispatcher.run()
@@ -429,7 +455,10 @@ class WebhookDispatchers:
                 await asyncio.sleep(RESTART_AFTER_FAILURE_S)
                 if self._dispatchers.get(name) is not dispatcher:
                     return  # replaced meanwhile
-                dispatcher = WebhookDispatcher(self.engine, name, config, verify=self.verify)
+                # Its config, not the one it started with: the secret may have rotated.
+                dispatcher = WebhookDispatcher(
+                    self.engine, name, dispatcher.config, verify=self.verify
+                )
                 self._dispatchers[name] = dispatcher
                 continue
             if dispatcher.closed:
