@@ -74,9 +74,7 @@ class PushConfig:
         if previous_expires_at > now_ms:
             kept = [p for p in kept if p.secret != self.secret]
             kept.insert(0, PreviousSecret(self.secret, previous_expires_at))
-        return replace(
-            self, secret=secret, previous_secrets=tuple(kept[:MAX_PREVIOUS_SECRETS])
-        )
+        return replace(self, secret=secret, previous_secrets=tuple(kept[:MAX_PREVIOUS_SECRETS]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -532,8 +532,7 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "200": _json(_ref("Subscription"), "the subscription after the rotation"),
                 "400": _problem(
-                    "bad_request (also: not a push subscription), validation_error or "
-                    "invalid_name"
+                    "bad_request (also: not a push subscription), validation_error or invalid_name"
                 ),
                 "404": _SUB_404,
             },
