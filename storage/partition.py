@@ -301,8 +301,12 @@ class Partition:
         return deleted
 
     async def flush(self) -> None:
-        """fsync what was written so far (for a periodic flush of Acks.LEADER appends)."""
-        await self._on_writer(self.log.flush)
+        """fsync what was written so far (for a periodic flush of Acks.LEADER appends).
+        Only taking the descriptor waits in the writer's queue; the fsync itself runs on
+        another thread, so the appends behind it are not held up."""
+        fd = await self._on_writer(self.log.flush_descriptor)
+        if fd is not None:
+            await asyncio.to_thread(self.log.flush_detached, fd)
 
     async def close(self) -> None:
         """Finish queued appends, fsync and close the files. Waiters get False."""

@@ -56,7 +56,8 @@ class PartitionLog:
         self.directory = directory
         self.partition = partition
         self.config = config or LogConfig()
-        self.fsync_count = 0  # fsyncs made by flush(): lets tests see group commit
+        self._fsyncs = 0  # by flush(), on the writer thread
+        self._detached_fsyncs = 0  # by flush_detached(), off it
         self.recovered_bytes = 0  # torn or corrupt tail bytes cut while opening
         self._segments: tuple[LogSegment, ...] = ()
         self.closed = False
@@ -181,7 +182,30 @@ class PartitionLog:
             self._segments[-1].flush()
         except OSError as exc:
             raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
-        self.fsync_count += 1
+        self._fsyncs += 1
+
+    def flush_descriptor(self) -> int | None:
+        """A descriptor for flush_detached, taken in queue order on the writer thread (None
+        once closed): the fsync then covers every append written so far."""
+        return None if self.closed else self._segments[-1].duplicate_descriptor()
+
+    def flush_detached(self, fd: int) -> None:
+        """fsync through ``fd`` (from flush_descriptor) and close it, on any thread but
+        the writer's, so appends go on while it runs: a periodic fsync of Acks.LEADER
+        data can take tens of ms when the disk is busy, and appends queued behind it
+        would wait as long (Kafka's log flusher does not hold appends up either)."""
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
+        finally:
+            os.close(fd)
+        self._detached_fsyncs += 1
+
+    @property
+    def fsync_count(self) -> int:
+        """fsyncs made by flush() and flush_detached(): lets tests see group commit."""
+        return self._fsyncs + self._detached_fsyncs
 
     def apply_retention(
         self, now_ms: int, retention_ms: int | None, retention_bytes: int | None

@@ -90,6 +90,11 @@ class LogSegment:
     def flush(self) -> None:
         os.fdatasync(self._fd)
 
+    def duplicate_descriptor(self) -> int:
+        """A descriptor of the log file of its own, for an fsync off the writer thread:
+        a roll may close ours meanwhile, never the duplicate."""
+        return os.dup(self._fd)
+
     def flush_all(self) -> None:
         """fsync the log and both indexes: done when the segment is closed or rolled."""
         os.fsync(self._fd)
