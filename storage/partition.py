@@ -88,7 +88,12 @@ class TailCache:
         return self._starts[i + 1] if i + 1 < len(self._starts) else self.end_offset
 
     def _drop_oldest(self) -> None:
-        self._bytes -= self._chunks[self._head].size
+        chunk = self._chunks[self._head]
+        self._bytes -= chunk.size
+        # Its records go now, not when the list is compacted: up to _COMPACT_AT dropped
+        # chunks of 500 records each would otherwise keep ~0.5 GB alive past the bound
+        # (and in front of every full GC pass).
+        chunk.items = ()
         self._head += 1
         self.start_offset = self._next_start(self._head - 1)
         if self._head >= _COMPACT_AT and self._head * 2 >= len(self._chunks):
