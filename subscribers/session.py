@@ -109,14 +109,19 @@ class ConsumerSession:
             return None
 
     def _ack(self, consumer: str, frame: AckFrame) -> bytes | None:
-        valid = [item for item in frame.ids if is_message_id(item)]
+        # The in-flight table is keyed by message id, so a string that is not one is just
+        # unknown there: ids go to the engine unchecked, with no regex per acked record.
         ok: list[str] = []
         unknown: list[str] = []
-        if valid:
-            ok, unknown = self.engine.ack(consumer, valid)
+        if frame.ids:
+            ok, unknown = self.engine.ack(consumer, frame.ids)
         if not frame.has_req:
             return None
-        if len(valid) != len(frame.ids):
-            # Not a message id at all: certainly not in flight (PROTOCOL §3 `unknown`).
-            unknown = [*unknown, *(item for item in frame.ids if not is_message_id(item))]
-        return acked_frame(frame.req, list(ok), list(unknown))
+        if unknown:
+            # Not a message id at all: certainly not in flight (PROTOCOL §3 `unknown`);
+            # listed after the well-formed unknown ids.
+            unknown = [
+                *(item for item in unknown if is_message_id(item)),
+                *(item for item in unknown if not is_message_id(item)),
+            ]
+        return acked_frame(frame.req, ok, unknown)
