@@ -56,18 +56,6 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-# Each append crosses threads twice (loop -> writer thread -> loop), and the writer gives
-# up the GIL at every write and wait. A thread that wants the GIL back while the other one
-# runs Python waits up to the switch interval, 5 ms by default: traced at 2,000
-# publishes/s, a writer group of ~0.1 ms of work took up to 5-8 ms (p99 4.7 ms), and the
-# hop back to the loop as long. 0.5 ms bounds each of those waits.
-SWITCH_INTERVAL_S = 0.0005
-
-
-def tune_threads() -> None:
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-
-
 class HeraldServer(uvicorn.Server):
     """uvicorn's server with Herald's SIGTERM order (PROTOCOL §3).
 
@@ -94,7 +82,6 @@ class HeraldServer(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             tune_gc()
-            tune_threads()
             port = self.herald.port
             if port == 0 and self.servers and self.servers[0].sockets:
                 port = self.servers[0].sockets[0].getsockname()[1]
