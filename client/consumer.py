@@ -131,6 +131,7 @@ class Consumer:
         min_backoff: float = 0.05,
         max_backoff: float = 5.0,
         open_timeout: float = 10.0,
+        compression: str | None = "deflate",
     ) -> None:
         if not subscription:
             raise ValueError("subscription is required")
@@ -147,6 +148,9 @@ class Consumer:
         self.max_ack_batch = max_ack_batch
         self.min_backoff, self.max_backoff = min_backoff, max_backoff
         self.open_timeout = open_timeout
+        # permessage-deflate (websockets' default); None saves both ends the CPU of
+        # compressing every frame where bandwidth is cheap (loopback, a LAN).
+        self.compression = compression
         self.consumer_id: str | None = None
         self.connections = 0  # how many times a connection became ready
         self._ready_attempt = 0
@@ -193,6 +197,19 @@ class Consumer:
             if getter.done() and not getter.cancelled():
                 return self._took(getter.result())
         return self._took(self._inbox.get_nowait())
+
+    async def take_batch(self, limit: int) -> list[Message]:
+        """Wait for the next message, then take it and up to `limit - 1` more that are
+        already here: one await per batch for consumers that work in bulk. An empty
+        list means the consumer is closed (as `async for` would stop)."""
+        try:
+            batch = [await self.__anext__()]
+        except StopAsyncIteration:
+            return []
+        inbox = self._inbox
+        while len(batch) < limit and not inbox.empty():
+            batch.append(self._took(inbox.get_nowait()))
+        return batch
 
     def start(self) -> None:
         if self._runner is None and not self._closed:
@@ -259,6 +276,7 @@ class Consumer:
             additional_headers=self._headers,
             max_size=None,
             open_timeout=self.open_timeout,
+            compression=self.compression,
         ) as ws:
             try:
                 ready = orjson.loads(await ws.recv())

@@ -59,6 +59,28 @@ async def test_producer_batches_concurrent_sends_and_consumer_acks(
         assert stats["acked_total"] == 51 and stats["in_flight"] == 0
 
 
+async def test_take_batch_takes_what_has_arrived_in_order_and_keeps_credit_flowing(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("sdkb"), unique("sdkbs")
+    async with Admin(shared_herald.url) as admin, Producer(shared_herald.url) as producer:
+        await admin.create_topic(topic, partitions=1)
+        await admin.create_subscription(name, topic, start="earliest")
+        await asyncio.gather(*(producer.send(topic, {"n": i}) for i in range(30)))
+    # Uncompressed frames, a window of 10: 30 records need credit given back twice.
+    async with Consumer(shared_herald.url, name, credit=10, compression=None) as consumer:
+        taken: list[Message] = []
+        async with asyncio.timeout(15):
+            while len(taken) < 30:
+                batch = await consumer.take_batch(4)
+                assert 1 <= len(batch) <= 4
+                taken.extend(batch)
+        for message in taken:
+            await message.ack()
+    assert [m.value for m in taken] == [{"n": i} for i in range(30)]
+    assert await consumer.take_batch(4) == []  # closed
+
+
 async def test_unacked_messages_come_back_to_the_next_consumer(
     shared_herald: HeraldProcess, unique: Callable[[str], str]
 ) -> None:
