@@ -16,13 +16,10 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -33,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 from client.admin import Admin
 from client.consumer import Consumer, Message
 from client.errors import HeraldClientError
-from spark_bridge import SCHEMA
+from spark_bridge.arrow import schema_batch, shipped_batch
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +39,6 @@ DEFAULT_CREDIT = 20_000
 ACK_DEADLINE_MS = 300_000  # bridge subscriptions: records may wait minutes for a commit
 EXTEND_EVERY_S = 60.0
 MAX_IN_FLIGHT_CAP = 100_000  # PROTOCOL §2: max_in_flight 1..100000
-
-# One row: topic, partition, offset, id, timestamp, key, headers, value, value_bytes.
-Row = tuple[str, int, int, str, datetime, str | None, dict[str, str], str | None, bytes]
 
 
 @dataclass(frozen=True)
@@ -88,26 +82,6 @@ class Options:
         )
 
 
-def to_row(record: Message) -> Row:
-    """A delivered or read record as a row of the source schema."""
-    if record.is_bytes:
-        value, value_bytes = None, bytes(record.value)
-    else:
-        raw = orjson.dumps(record.value)
-        value, value_bytes = raw.decode(), raw
-    return (
-        record.topic,
-        record.partition,
-        record.offset,
-        record.id,
-        datetime.fromtimestamp(record.timestamp / 1000, tz=UTC),
-        record.key,
-        dict(record.headers),
-        value,
-        value_bytes,
-    )
-
-
 def apportion(available: dict[int, int], budget: int) -> dict[int, int]:
     """Split `budget` rows fairly over partitions with `available` rows each."""
     taken = dict.fromkeys(available, 0)
@@ -136,11 +110,11 @@ def call_admin(opts: Options, fn: Any) -> Any:
     return asyncio.run(_admin_call(opts, fn))
 
 
-def read_range(opts: Options, partition: int, start: int, end: int) -> list[Row]:
+def read_range(opts: Options, partition: int, start: int, end: int) -> list[Message]:
     """Records [start, end) of one partition from the read API (PROTOCOL §2 Read)."""
 
-    async def fetch(admin: Admin) -> list[Row]:
-        rows: list[Row] = []
+    async def fetch(admin: Admin) -> list[Message]:
+        records: list[Message] = []
         offset = start
         while offset < end:
             page = await admin.read_messages(
@@ -152,11 +126,11 @@ def read_range(opts: Options, partition: int, start: int, end: int) -> list[Row]
                     f"herald: {opts.topic}/{partition} has no records from offset {offset} "
                     f"(next_offset {page['next_offset']}); they were deleted by retention"
                 )
-            rows.extend(to_row(Message.from_json(m)) for m in messages if m["offset"] < end)
+            records.extend(Message.from_json(m) for m in messages if m["offset"] < end)
             offset = page["next_offset"]
-        return rows
+        return records
 
-    result: list[Row] = call_admin(opts, fetch)
+    result: list[Message] = call_admin(opts, fetch)
     return result
 
 
@@ -174,7 +148,7 @@ class Receiver:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self._cond = threading.Condition()
-        self._buffer: dict[int, dict[int, Row]] = {}
+        self._buffer: dict[int, dict[int, Message]] = {}
         self._buffered = 0
         self._held: dict[int, dict[int, str]] = {}
         self._planned: dict[int, int] = {}
@@ -218,21 +192,21 @@ class Receiver:
                 ends[p] = max(first, top)
             return ends
 
-    def take(self, partition: int, start: int, end: int) -> tuple[list[Row], list[int]]:
-        """Buffered rows of [start, end) in offset order, and the offsets missing."""
+    def take(self, partition: int, start: int, end: int) -> tuple[list[Message], list[int]]:
+        """Buffered records of [start, end) in offset order, and the offsets missing."""
         with self._cond:
             buffer = self._buffer.setdefault(partition, {})
-            rows: list[Row] = []
+            records: list[Message] = []
             missing: list[int] = []
             for offset in range(start, end):
-                row = buffer.pop(offset, None)
-                if row is None:
+                record = buffer.pop(offset, None)
+                if record is None:
                     missing.append(offset)
                 else:
-                    self._buffered -= 1
-                    rows.append(row)
+                    records.append(record)
+            self._buffered -= len(records)
         self._wake_receiver()
-        return rows, missing
+        return records, missing
 
     def _wake_receiver(self) -> None:
         loop, event = self._loop, self._has_room
@@ -293,23 +267,30 @@ class Receiver:
         self._loop = asyncio.get_running_loop()
         self._has_room = asyncio.Event()
         consumer = Consumer(
-            self.opts.url, self.opts.subscription, self.opts.token, credit=self.opts.credit
+            self.opts.url,
+            self.opts.subscription,
+            self.opts.token,
+            credit=self.opts.credit,
+            compression=None,  # Spark and Herald are near: compressing costs both CPU
         )
         self._consumer = consumer
         self._started.set()
         extender = asyncio.ensure_future(self._extend_loop(consumer))
         try:
             async with consumer:
-                async for message in consumer:
-                    await self._room()
-                    self._accept(message)
-                    if self._stopping:
+                while not self._stopping:
+                    # In bulk: one wait, one lock and one wake-up per batch of records.
+                    room = await self._room()
+                    messages = await consumer.take_batch(room)
+                    if not messages:
                         break
+                    self._accept(messages)
         finally:
             extender.cancel()
             await asyncio.wait((extender,))
 
-    async def _room(self) -> None:
+    async def _room(self) -> int:
+        """How many records the buffer can take now, once it can take any."""
         # The buffer holds at most `credit` records; the consumer's own inbox at most
         # `credit` more, since the server sends no more than the credit given.
         event = self._has_room
@@ -319,23 +300,26 @@ class Receiver:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(0.1):  # also notices stop()
                     await event.wait()
+        return max(1, self.opts.credit - self._buffered)
 
-    def _accept(self, message: Message) -> None:
-        p, offset = message.partition, message.offset
-        ack_now = False
+    def _accept(self, messages: list[Message]) -> None:
+        acks: list[str] = []
         with self._cond:
-            if offset < self._committed.get(p, 0):
-                ack_now = True  # Spark already committed it: a redelivery
-            else:
+            for message in messages:
+                p, offset = message.partition, message.offset
+                if offset < self._committed.get(p, 0):
+                    acks.append(message.id)  # Spark already committed it: a redelivery
+                    continue
                 self._held.setdefault(p, {})[offset] = message.id
                 buffer = self._buffer.setdefault(p, {})
                 if offset >= self._planned.get(p, 0) and offset not in buffer:
-                    buffer[offset] = to_row(message)
+                    buffer[offset] = message
                     self._buffered += 1
-                    self._cond.notify_all()
-        if ack_now:
+            self._cond.notify_all()
+        if acks:
             assert self._consumer is not None
-            self._consumer.queue_ack(message.id)
+            for message_id in acks:
+                self._consumer.queue_ack(message_id)
 
     async def _extend_loop(self, consumer: Consumer) -> None:
         while True:
@@ -352,27 +336,10 @@ class Receiver:
             self._cond.wait_for(lambda: self._buffered > 0 or self._stopping, timeout)
 
 
-# The Arrow form of spark_bridge.SCHEMA, exactly as Spark checks what `read` returns.
-ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
-
-
-def to_arrow(rows: list[Row]) -> pa.RecordBatch:
-    """Rows as one Arrow batch: executors hand it to Spark without per-row Python work."""
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(ARROW_SCHEMA)
-    arrays = [
-        pa.array(
-            [list(h.items()) for h in col] if field.name == "headers" else col,
-            type=field.type,
-        )
-        for field, col in zip(ARROW_SCHEMA, columns, strict=True)
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-
-
 @dataclass(frozen=True)
 class HeraldPartition(InputPartition):
-    """The records of one Herald partition for one batch, as Arrow (pickled to an
-    executor). `first` and `end` are the Herald offsets it covers."""
+    """The records of one Herald partition for one batch in the shipped Arrow form
+    (pickled to an executor). `first` and `end` are the Herald offsets it covers."""
 
     batch: pa.RecordBatch
     first: int
@@ -491,21 +458,21 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first, last = begin.get(p, 0), finish[p]
             if last <= first:
                 continue
-            rows, missing = receiver.take(p, first, last)
+            records, missing = receiver.take(p, first, last)
             if missing:
                 # Records the checkpoint expects but the buffer does not hold (a restart,
                 # a lost buffer, or availableNow): re-read them from the log.
                 fetched = read_range(self.opts, p, missing[0], missing[-1] + 1)
                 wanted = set(missing)
-                rows.extend(r for r in fetched if r[2] in wanted)
-                rows.sort(key=lambda r: r[2])
-            result.append(HeraldPartition(to_arrow(rows), first, last))
+                records.extend(r for r in fetched if r.offset in wanted)
+                records.sort(key=lambda r: r.offset)
+            result.append(HeraldPartition(shipped_batch(records), first, last))
         receiver.set_planned(finish)
         return result
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, HeraldPartition)
-        yield partition.batch
+        yield schema_batch(partition.batch)
 
     def commit(self, end: dict[str, int]) -> None:
         """Spark committed every batch up to `end`: ack those records to Herald."""
