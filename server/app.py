@@ -36,6 +36,7 @@ from server.errors import (
 from server.limits import ClientLimitsMiddleware
 from server.logging import RequestContextMiddleware
 from server.metrics import Histogram
+from server.publish import PublishEndpoint
 from server.routes_webhooks import push_stats
 from server.routes_webhooks import routes as webhook_routes
 from storage.engine import Storage
@@ -254,6 +255,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             ),
             Middleware(AccessControlMiddleware, guard=guard),
             Middleware(InternalErrorMiddleware),
+            Middleware(PublishEndpoint),  # the publish hot path, past every check above
         ],
         exception_handlers=dict(EXCEPTION_HANDLERS),
         lifespan=lifespan,

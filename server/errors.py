@@ -69,12 +69,15 @@ def herald_error_response(exc: HeraldError) -> Response:
     return problem_response(exc.status, exc.title, exc.code, exc.detail, headers=headers, **extra)
 
 
+def log_server_error(method: str, path: str, exc: HeraldError) -> None:
+    """A 5xx the server chose to answer (storage unavailable...) is worth a log line."""
+    if exc.status >= 500:
+        log.warning("%s %s -> %d %s: %s", method, path, exc.status, exc.code, exc.detail)
+
+
 async def handle_herald_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HeraldError)
-    if exc.status >= 500:
-        log.warning(
-            "%s %s -> %d %s: %s", request.method, request.url.path, exc.status, exc.code, exc.detail
-        )
+    log_server_error(request.method, request.url.path, exc)
     return herald_error_response(exc)
 
 

@@ -8,7 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from delivery.config import SubscriptionConfig
-from server.routes_topics import ADMIN_BODY_LIMIT, ensure_topic, json_response
+from server.publish import ensure_topic
+from server.routes_topics import ADMIN_BODY_LIMIT, json_response
 from server.routing import method_route
 from server.validation import (
     SeekTarget,
@@ -58,7 +59,7 @@ async def put_subscription(request: Request) -> Response:
         if not subscription_config_matches(existing, config, given):
             raise SubscriptionConflict(f"subscription {name!r} exists with a different config")
         return json_response(subscription_body(engine, name), 200)
-    await ensure_topic(request, config.topic)
+    await ensure_topic(state, config.topic)
     async with state.admin_lock:
         existing = _existing(engine, name)
         if existing is not None:  # created by a concurrent PUT while the topic was made

@@ -1,9 +1,4 @@
-"""Topic routes of PROTOCOL §2: create/inspect/delete, publish, read.
-
-Publish is the hot path: the body is parsed once, validated in one pass
-(validation.parse_publish), handed to Topic.publish as one batch and answered
-with bytes built directly; nothing is awaited per record.
-"""
+"""Topic routes of PROTOCOL §2: create/inspect/delete, read; publish is server/publish.py."""
 
 from __future__ import annotations
 
@@ -15,31 +10,26 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.config import ServerConfig
 from server.errors import ServiceStopping
-from server.limits import charge_publish
+from server.publish import publish_route
 from server.routing import method_route
 from server.validation import (
-    PublishBatch,
     check_name,
-    parse_acks,
     parse_json,
-    parse_publish,
     parse_read_query,
     parse_topic_config,
     path_int,
     read_body,
     topic_config_matches,
 )
-from storage.config import TopicConfig
 from storage.errors import (
     OffsetOutOfRange,
     PartitionNotFound,
     TopicConflict,
     TopicNotFound,
 )
-from storage.record import Acks, Record
-from storage.topic import PublishResult, Topic, publish_item
+from storage.record import Record
+from storage.topic import Topic
 from subscribers.wire import json_array, record_json
 
 JSON = "application/json"
@@ -76,37 +66,6 @@ def get_topic(request: Request, name: str) -> Topic:
     if topic is None:
         raise TopicNotFound(f"topic {name!r} does not exist")
     return topic
-
-
-async def ensure_topic(
-    request: Request, name: str, max_partition: int = -1, index: int = -1
-) -> Topic:
-    """The topic, auto-created with defaults when allowed (PROTOCOL §1 Auto-create).
-
-    ``max_partition`` is checked against the partition count *before* creating,
-    so a publish that is going to be refused leaves no topic behind.
-    """
-    state = request.app.state
-    topic: Topic | None = state.storage.topic(name)
-    if topic is None:
-        config: ServerConfig = state.config
-        if not config.auto_create:
-            raise TopicNotFound(f"topic {name!r} does not exist")
-        defaults = TopicConfig()
-        _check_partition(name, defaults.partitions, max_partition, index)
-        # Race-free in Storage: two first publishes end up with one topic.
-        topic, _ = await state.storage.ensure_topic(name, defaults)
-    _check_partition(name, len(topic.partitions), max_partition, index)
-    return topic
-
-
-def _check_partition(name: str, partitions: int, wanted: int, index: int) -> None:
-    if wanted >= partitions:
-        extra = {"index": index} if index >= 0 else {}
-        raise PartitionNotFound(
-            f"topic {name!r} has {partitions} partition(s); partition {wanted} does not exist",
-            **extra,
-        )
 
 
 # ------------------------------------------------------------------ admin
@@ -152,49 +111,6 @@ async def delete_topic(request: Request) -> Response:
             tails.topic_deleted(name)
         await state.storage.delete_topic(name)
     return Response(status_code=204)
-
-
-# ------------------------------------------------------------------ publish
-
-_RESULT = b'{"partition":%d,"offset":%d,"duplicate":%s}'
-
-
-def results_body(results: list[PublishResult]) -> bytes:
-    return (
-        b'{"results":['
-        + b",".join(
-            _RESULT % (r.partition, r.offset, b"true" if r.duplicate else b"false") for r in results
-        )
-        + b"]}"
-    )
-
-
-async def publish(request: Request) -> Response:
-    started = time.perf_counter()
-    state = request.app.state
-    config: ServerConfig = state.config
-    name = check_name(request.path_params["topic"])
-    acks = parse_acks(request.query_params.get("acks"))
-    raw = await read_body(
-        request.stream(), request.headers.get("content-length"), config.max_request_bytes
-    )
-    existing: Topic | None = state.storage.topic(name)
-    partitions = len(existing.partitions) if existing is not None else TopicConfig().partitions
-    batch: PublishBatch = parse_publish(
-        parse_json(raw), config.max_message_bytes, publish_item, partitions
-    )
-    charge_publish(request.scope, len(batch.items), len(raw))  # PROTOCOL §6 rate limits
-    topic = await ensure_topic(request, name, batch.max_partition, batch.max_partition_index)
-    if acks is Acks.NONE:
-        # PROTOCOL §2: acks=0 is answered at once; the append runs under the
-        # lifespan's supervisor, which SIGTERM waits for.
-        await state.background.submit(topic.publish(batch.items, Acks.NONE))
-        state.publish_duration.observe(time.perf_counter() - started)
-        return Response(status_code=202)
-    results = await topic.publish(batch.items, acks)
-    body = results_body(results)
-    state.publish_duration.observe(time.perf_counter() - started)
-    return Response(body, media_type=JSON)
 
 
 # ------------------------------------------------------------------ read
@@ -260,6 +176,6 @@ async def _wait_for_append(
 routes = [
     method_route("/v1/topics", GET=list_topics),
     method_route("/v1/topics/{topic}", GET=get_topic_route, PUT=put_topic, DELETE=delete_topic),
-    method_route("/v1/topics/{topic}/messages", POST=publish),
+    method_route("/v1/topics/{topic}/messages", POST=publish_route),
     method_route("/v1/topics/{topic}/partitions/{partition}/messages", GET=read_messages),
 ]

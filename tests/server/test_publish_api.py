@@ -353,3 +353,52 @@ def test_no_auto_create_answers_topic_not_found(
             http.post(f"/v1/topics/{topic}/messages", json={"messages": [{"value": 1}]}).status_code
             == 200
         )
+
+
+# The publish path is served ahead of Starlette's router (server/publish.py): the
+# same ids, limits, errors and routing answers as every other route.
+
+
+def test_publish_echoes_or_makes_a_request_id(
+    http: httpx.Client, unique: Callable[[str], str]
+) -> None:
+    path = f"/v1/topics/{unique('rid')}/messages"
+    given = http.post(path, json={"messages": [{"value": 1}]}, headers={"x-request-id": "p-1"})
+    assert given.status_code == 200
+    assert given.headers["x-request-id"] == "p-1"
+    made = http.post(path, json={"messages": [{"value": 2}]})
+    assert len(made.headers["x-request-id"]) >= 16
+    refused = http.post(path, json={"messages": []}, headers={"x-request-id": "p-2"})
+    assert_problem(refused, 400, "validation_error")
+    assert refused.headers["x-request-id"] == "p-2"
+
+
+def test_publish_path_edges_go_to_the_router(
+    http: httpx.Client, unique: Callable[[str], str]
+) -> None:
+    body = {"messages": [{"value": 1}]}
+    assert_problem(http.post("/v1/topics//messages", json=body), 404, "not_found")
+    assert_problem(http.post("/v1/topics/a/b/messages", json=body), 404, "not_found")
+    response = http.put(f"/v1/topics/{unique('edge')}/messages", json=body)
+    assert_problem(response, 405, "method_not_allowed")
+    assert response.headers["allow"] == "POST"
+
+
+def test_percent_encoded_topic_names_are_decoded_then_checked(
+    http: httpx.Client, unique: Callable[[str], str]
+) -> None:
+    topic = unique("enc")
+    encoded = topic.replace("-", "%2D")
+    response = http.post(f"/v1/topics/{encoded}/messages", json={"messages": [{"value": 1}]})
+    assert response.status_code == 200, response.text
+    assert [m["value"] for m in read_all(http, topic)] == [1]
+    bad = http.post("/v1/topics/a%20b/messages", json={"messages": [{"value": 1}]})
+    assert_problem(bad, 400, "invalid_name")
+
+
+def test_the_last_acks_parameter_wins(http: httpx.Client, unique: Callable[[str], str]) -> None:
+    path = f"/v1/topics/{unique('acks')}/messages?acks=2&acks=0"
+    response = http.post(path, json={"messages": [{"value": 1}]})
+    assert response.status_code == 202
+    assert response.content == b""
+    assert response.headers["content-length"] == "0"
