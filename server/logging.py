@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import sys
 import time
-import uuid
 from typing import Any
 
 import orjson
@@ -111,7 +111,7 @@ class RequestContextMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        request_id = _client_request_id(scope) or uuid.uuid4().hex
+        request_id = _client_request_id(scope) or os.urandom(16).hex()
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         status = 0

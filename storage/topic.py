@@ -213,15 +213,21 @@ class Topic:
         results: list[PublishResult | None],
     ) -> None:
         try:
-            # gather, not a TaskGroup: one failing partition must not cancel appends that
-            # are already with other writers; each one that lands is recorded for dedup.
-            outcomes = await asyncio.gather(
-                *(
-                    self._append_group(p, indexes, items, acks, owned, results)
-                    for p, indexes in groups.items()
-                ),
-                return_exceptions=True,
-            )
+            if len(groups) == 1:  # the common case: no gather, no task per partition
+                ((partition, indexes),) = groups.items()
+                outcomes: list[BaseException | None] = [None]
+                await self._append_group(partition, indexes, items, acks, owned, results)
+            else:
+                # gather, not a TaskGroup: one failing partition must not cancel appends
+                # that are already with other writers; each one that lands is recorded
+                # for dedup.
+                outcomes = await asyncio.gather(
+                    *(
+                        self._append_group(p, indexes, items, acks, owned, results)
+                        for p, indexes in groups.items()
+                    ),
+                    return_exceptions=True,
+                )
         finally:
             for producer_id, landing in owned.items():
                 if not landing.done():
