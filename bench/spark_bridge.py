@@ -1,14 +1,17 @@
 """Spark bridge benchmark: rows/s through the `herald` source, lag, backlog drain, RSS.
 
     python bench/spark_bridge.py [--rates 5000,10000,20000,30000] [--seconds 10]
-                                 [--backlog 100000] [--url URL]
+                                 [--warmup 20000] [--backlog 100000] [--url URL]
 
 Starts a Herald server (unless --url is given) and a local Spark session (`local[2]`).
-For each offered rate, a publisher thread sends 1 KiB records at that rate for
-`--seconds` while a query with `trigger(processingTime='1 second')` reads them through
-the source (foreachBatch: count and oldest record timestamp per batch). Reported:
-rows/s processed during the phase and the worst lag (batch end minus the broker
-timestamp of the oldest record in the batch). Then `--backlog` records are drained by
+For each offered rate, a query with `trigger(processingTime='1 second')` reads a fresh
+topic through the source (foreachBatch: count and oldest record timestamp per batch).
+It is first warmed up: `--warmup` records are published at once and the time until
+the query has them all is reported (the query's first batches: Python workers, JIT).
+Then publisher threads send 1 KiB records at the offered rate for `--seconds`
+(requests of ≤ 1000 records, 4 connections). Reported: rows/s processed during the
+phase and the worst lag (batch end minus the broker timestamp of the oldest record in
+the batch) over its batches. Then `--backlog` records are drained by
 a fresh query with `trigger(availableNow=True)`. Peak RSS is sampled over this process
 and its descendants (the JVM and its Python workers), the server excluded.
 Not a test: it asserts nothing.
@@ -102,28 +105,51 @@ def rss_of_tree(root: int, exclude: int | None) -> int:
     return total
 
 
+def publish(http: httpx.Client, topic: str, body: bytes) -> None:
+    http.post(
+        f"/v1/topics/{topic}/messages",
+        params={"acks": "1"},
+        content=body,
+        headers={"content-type": "application/json"},
+    ).raise_for_status()
+
+
 class Publisher(threading.Thread):
-    def __init__(self, url: str, topic: str, rate: int, seconds: float) -> None:
+    """Offers `rate` records/s: every 100 ms, requests of ≤ 1000 records spread over
+    `connections` threads, so one slow request does not hold the others back."""
+
+    def __init__(
+        self, url: str, topic: str, rate: int, seconds: float, connections: int = 4
+    ) -> None:
         super().__init__(daemon=True)
         self.url, self.topic, self.rate, self.seconds = url, topic, rate, seconds
+        self.connections = connections
         self.sent = 0
+        self._lock = threading.Lock()
 
     def run(self) -> None:
-        size = max(1, min(1000, self.rate // 10))  # every 100 ms, requests of ≤ 1000
+        share = self.rate // self.connections
+        workers = [
+            threading.Thread(target=self._send, args=(share,), daemon=True)
+            for _ in range(self.connections)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+    def _send(self, rate: int) -> None:
+        size = max(1, min(1000, rate // 10))
         body = orjson.dumps({"messages": [{"value": {"p": RECORD}}] * size})
-        per_tick = max(1, self.rate // 10 // size)
+        per_tick = max(1, rate // 10 // size)
         with httpx.Client(base_url=self.url, timeout=30) as http:
             start = time.monotonic()
             tick = 0
             while time.monotonic() - start < self.seconds:
                 for _ in range(per_tick):
-                    http.post(
-                        f"/v1/topics/{self.topic}/messages",
-                        params={"acks": "1"},
-                        content=body,
-                        headers={"content-type": "application/json"},
-                    ).raise_for_status()
-                    self.sent += size
+                    publish(http, self.topic, body)
+                    with self._lock:
+                        self.sent += size
                 tick += 1
                 delay = start + tick * 0.1 - time.monotonic()
                 if delay > 0:
@@ -134,6 +160,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rates", default="5000,10000,20000,30000")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--warmup", type=int, default=20_000)
     parser.add_argument("--backlog", type=int, default=100_000)
     parser.add_argument("--url", default=None)
     args = parser.parse_args()
@@ -169,7 +196,7 @@ def main() -> None:
     run = str(int(time.time()))
     try:
         print(f"1 KiB records, processingTime='1 second', {args.seconds:.0f} s per rate")
-        print(f"{'offered/s':>10} {'sent/s':>9} {'rows/s':>9} {'max lag s':>10}")
+        print(f"{'offered/s':>10} {'sent/s':>9} {'rows/s':>9} {'max lag s':>10} {'warm-up s':>10}")
         for rate in [int(r) for r in args.rates.split(",")]:
             topic = f"bench-{run}-{rate}"
             httpx.put(f"{url}/v1/topics/{topic}", json={"partitions": 2}).raise_for_status()
@@ -197,12 +224,26 @@ def main() -> None:
                 .start()
             )
             time.sleep(3)  # the query's first (empty) batches
+            warm_began = time.monotonic()
+            with httpx.Client(base_url=url, timeout=60) as http:
+                for size in [PAGE] * (args.warmup // PAGE) + [args.warmup % PAGE]:
+                    if size:
+                        body = orjson.dumps({"messages": [{"value": {"p": RECORD}}] * size})
+                        publish(http, topic, body)
+            deadline = time.monotonic() + 60
+            while sum(n for _, n, _ in stats) < args.warmup and time.monotonic() < deadline:
+                time.sleep(0.05)
+            warm_up = time.monotonic() - warm_began
+            time.sleep(1.5)  # the warm-up's batch has ended
+            warm_rows = sum(n for _, n, _ in stats)
+            del stats[:]
             publisher = Publisher(url, topic, rate, args.seconds)
             began = time.monotonic()
             publisher.start()
             publisher.join()
+            expected = publisher.sent + max(0, args.warmup - warm_rows)
             deadline = time.monotonic() + 30
-            while sum(n for _, n, _ in stats) < publisher.sent and time.monotonic() < deadline:
+            while sum(n for _, n, _ in stats) < expected and time.monotonic() < deadline:
                 time.sleep(0.2)
             query.stop()
             rows = sum(n for _, n, _ in stats)
@@ -210,8 +251,8 @@ def main() -> None:
             lag = max((lag for _, _, lag in stats), default=float("nan"))
             print(
                 f"{rate:>10} {publisher.sent / args.seconds:>9.0f} "
-                f"{rows / elapsed:>9.0f} {lag:>10.2f}"
-                + ("" if rows >= publisher.sent else f"  (only {rows} of {publisher.sent})")
+                f"{rows / elapsed:>9.0f} {lag:>10.2f} {warm_up:>10.1f}"
+                + ("" if rows >= expected else f"  (only {rows} of {expected})")
             )
 
         topic = f"bench-{run}-backlog"
