@@ -103,7 +103,9 @@ class Runtime:
         self._closed = False
 
     async def start(self) -> None:
-        self.storage = await Storage.open(self.config.data_dir)
+        self.storage = await Storage.open(
+            self.config.data_dir, segment_bytes=self.config.segment_bytes
+        )
         try:
             self.engine = DeliveryEngine(self.storage)
             await self.engine.start()

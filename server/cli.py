@@ -161,6 +161,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         help="seconds between retention passes",
     )
     p.add_argument(
+        "--segment-bytes",
+        type=int,
+        help=f"roll a partition to a new segment past this size; retention deletes whole "
+        f"segments (default {defaults.segment_bytes}; env HERALD_SEGMENT_BYTES)",
+    )
+    p.add_argument(
         "--flush-interval",
         dest="flush_interval_s",
         type=float,
@@ -207,6 +213,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "log_level",
             "access_log",
             "retention_interval_s",
+            "segment_bytes",
             "flush_interval_s",
             "shutdown_timeout_s",
             "ws_ping_interval",

@@ -39,6 +39,9 @@ class ServerConfig:
     log_level: str = "info"
     access_log: bool = False  # one line per request; off so hot paths do not pay for it
     retention_interval_s: float = 60.0  # how often whole expired segments are deleted
+    # A partition rolls to a new segment past this size; retention deletes whole closed
+    # segments, so it is also the granularity of retention (as Kafka's segment.bytes).
+    segment_bytes: int = 128 * MIB
     # acks=1 appends reach the disk within this many seconds even when no acks=all
     # append forces an fsync (as Redis's appendfsync everysec); 0 turns it off.
     flush_interval_s: float = 1.0
@@ -66,6 +69,8 @@ class ServerConfig:
             raise ConfigError("port must be in 0..65535")
         if self.max_message_bytes < 1 or self.max_request_bytes < 1:
             raise ConfigError("size limits must be positive")
+        if not 64 * 1024 <= self.segment_bytes <= 4 * 1024 * MIB - 1:
+            raise ConfigError("segment_bytes must be in 65536..4294967295")
         if self.max_pending_unacked_publishes < 1:
             raise ConfigError("max_pending_unacked_publishes must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
