@@ -10,6 +10,7 @@ executor rebuilds the column from `value_bytes` without copying it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import orjson
 import pyarrow as pa
@@ -30,9 +31,46 @@ SHIPPED_SCHEMA = pa.schema(
 )
 
 
-def shipped_batch(records: Sequence[Message]) -> pa.RecordBatch:
-    """`records` (delivered or read) in the shipped form."""
-    value_bytes = [bytes(r.value) if r.is_bytes else orjson.dumps(r.value) for r in records]
+class Encoded(NamedTuple):
+    """A record as a batch is built from it: its value already encoded as bytes (the
+    receiver encodes records as they arrive, off the path of the batch that takes
+    them, and keeps no parsed value)."""
+
+    topic: str
+    partition: int
+    offset: int
+    id: str
+    timestamp: int  # ms
+    key: str | None
+    headers: dict[str, str]
+    value_bytes: bytes
+    is_json: bool
+
+
+def encode(record: Message) -> Encoded:
+    """A delivered or read record, its JSON value as compact JSON text in UTF-8."""
+    return Encoded(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.id,
+        record.timestamp,
+        record.key,
+        record.headers,
+        bytes(record.value) if record.is_bytes else _json_bytes(record.value),
+        not record.is_bytes,
+    )
+
+
+def _json_bytes(value: object) -> bytes:
+    # orjson returns its output buffer unshrunk (8 KiB allocated for a 1 KiB value);
+    # a right-sized copy costs 0.1 µs and frees the buffer for the next record at once:
+    # 4.7 -> 0.45 µs a 1 KiB value (no fresh pages to fault in) and 8 KiB -> 1 KiB held.
+    return bytes(memoryview(orjson.dumps(value)))
+
+
+def shipped_batch(records: Sequence[Encoded]) -> pa.RecordBatch:
+    """`records` in the shipped form."""
     offsets = [0]
     keys: list[str] = []
     items: list[str] = []
@@ -55,8 +93,8 @@ def shipped_batch(records: Sequence[Message]) -> pa.RecordBatch:
         pa.array([r.timestamp * 1000 for r in records], _TIMESTAMP),  # ms → µs
         pa.array([r.key for r in records], pa.string()),
         headers,
-        pa.array(value_bytes, pa.binary()),
-        pa.array([not r.is_bytes for r in records], pa.bool_()),
+        pa.array([r.value_bytes for r in records], pa.binary()),
+        pa.array([r.is_json for r in records], pa.bool_()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SHIPPED_SCHEMA)
 

@@ -30,12 +30,12 @@ from pyspark.sql.streaming.datasource import (
 from client.admin import Admin
 from client.consumer import Consumer, Message
 from client.errors import HeraldClientError
-from spark_bridge.arrow import schema_batch, shipped_batch
+from spark_bridge.arrow import Encoded, encode, schema_batch, shipped_batch
 
 log = logging.getLogger(__name__)
 
 READ_PAGE = 10_000  # PROTOCOL §2 read: limit 1..10000
-DEFAULT_CREDIT = 20_000
+DEFAULT_CREDIT = 50_000
 ACK_DEADLINE_MS = 300_000  # bridge subscriptions: records may wait minutes for a commit
 EXTEND_EVERY_S = 60.0
 MAX_IN_FLIGHT_CAP = 100_000  # PROTOCOL §2: max_in_flight 1..100000
@@ -110,11 +110,11 @@ def call_admin(opts: Options, fn: Any) -> Any:
     return asyncio.run(_admin_call(opts, fn))
 
 
-def read_range(opts: Options, partition: int, start: int, end: int) -> list[Message]:
+def read_range(opts: Options, partition: int, start: int, end: int) -> list[Encoded]:
     """Records [start, end) of one partition from the read API (PROTOCOL §2 Read)."""
 
-    async def fetch(admin: Admin) -> list[Message]:
-        records: list[Message] = []
+    async def fetch(admin: Admin) -> list[Encoded]:
+        records: list[Encoded] = []
         offset = start
         while offset < end:
             page = await admin.read_messages(
@@ -126,11 +126,11 @@ def read_range(opts: Options, partition: int, start: int, end: int) -> list[Mess
                     f"herald: {opts.topic}/{partition} has no records from offset {offset} "
                     f"(next_offset {page['next_offset']}); they were deleted by retention"
                 )
-            records.extend(Message.from_json(m) for m in messages if m["offset"] < end)
+            records.extend(encode(Message.from_json(m)) for m in messages if m["offset"] < end)
             offset = page["next_offset"]
         return records
 
-    result: list[Message] = call_admin(opts, fetch)
+    result: list[Encoded] = call_admin(opts, fetch)
     return result
 
 
@@ -148,7 +148,7 @@ class Receiver:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self._cond = threading.Condition()
-        self._buffer: dict[int, dict[int, Message]] = {}
+        self._buffer: dict[int, dict[int, Encoded]] = {}
         self._buffered = 0
         self._held: dict[int, dict[int, str]] = {}
         self._planned: dict[int, int] = {}
@@ -192,11 +192,11 @@ class Receiver:
                 ends[p] = max(first, top)
             return ends
 
-    def take(self, partition: int, start: int, end: int) -> tuple[list[Message], list[int]]:
+    def take(self, partition: int, start: int, end: int) -> tuple[list[Encoded], list[int]]:
         """Buffered records of [start, end) in offset order, and the offsets missing."""
         with self._cond:
             buffer = self._buffer.setdefault(partition, {})
-            records: list[Message] = []
+            records: list[Encoded] = []
             missing: list[int] = []
             for offset in range(start, end):
                 record = buffer.pop(offset, None)
@@ -303,17 +303,20 @@ class Receiver:
         return max(1, self.opts.credit - self._buffered)
 
     def _accept(self, messages: list[Message]) -> None:
+        # Encoded here, as records arrive and outside the lock, not in partitions():
+        # the batch that takes them only assembles columns.
+        records = [encode(message) for message in messages]
         acks: list[str] = []
         with self._cond:
-            for message in messages:
-                p, offset = message.partition, message.offset
+            for record in records:
+                p, offset = record.partition, record.offset
                 if offset < self._committed.get(p, 0):
-                    acks.append(message.id)  # Spark already committed it: a redelivery
+                    acks.append(record.id)  # Spark already committed it: a redelivery
                     continue
-                self._held.setdefault(p, {})[offset] = message.id
+                self._held.setdefault(p, {})[offset] = record.id
                 buffer = self._buffer.setdefault(p, {})
                 if offset >= self._planned.get(p, 0) and offset not in buffer:
-                    buffer[offset] = message
+                    buffer[offset] = record
                     self._buffered += 1
             self._cond.notify_all()
         if acks:
