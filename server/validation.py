@@ -272,10 +272,18 @@ def parse_publish(
     return PublishBatch(items, max_partition, max_partition_index, total)
 
 
+def _own_buffer(encoded: bytes) -> bytes:
+    """A copy of exactly its length. orjson's result keeps the whole buffer it was built
+    in (4 KiB at least, 8 KiB for a 1 KiB value; measured by RSS, orjson 3.13), and a
+    record's value lives on in the partition's tail cache, whose bound counts value
+    lengths: without the copy 32 MB of small values held about 0.8 GB. 0.2 us a value."""
+    return bytes(memoryview(encoded))
+
+
 def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int | None]:
     if type(message) is dict and len(message) == 1 and "value" in message:
         # The common shape, `{"value": ...}`: no key, headers, partition or id to check.
-        value = orjson.dumps(message["value"])
+        value = _own_buffer(orjson.dumps(message["value"]))
         if len(value) > max_message_bytes:
             raise MessageTooLarge(
                 f"a message of {len(value)} bytes is over max_message_bytes ({max_message_bytes})"
@@ -290,7 +298,7 @@ def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int
     if has_value == (b64 is not None):
         raise BadRequest("a message needs exactly one of value and value_b64")
     if has_value:
-        value = orjson.dumps(message["value"])
+        value = _own_buffer(orjson.dumps(message["value"]))
         kind = ValueKind.JSON
     else:
         value = b64decode_strict(_as_str(b64, "value_b64"), "value_b64")
