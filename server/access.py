@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import signal
@@ -138,6 +139,7 @@ class AccessGuard:
         self.credentials = credentials
         self.publish_limiter = PublishLimiter()
         self._verify_slots = asyncio.Semaphore(_VERIFY_SLOTS)
+        self._sockets: set[OpenSocket] = set()
 
     async def principal(self, token: str | None) -> Principal:
         if token is None:
@@ -177,6 +179,45 @@ class AccessGuard:
             return False  # only admins learn which subscriptions exist
         return principal.may(role, topic)
 
+    # -- open WebSockets: checked again whenever the credentials change --------------
+
+    def track(
+        self, principal: Principal, rule: Rule, params: dict[str, str], scope: Scope, send: Send
+    ) -> OpenSocket:
+        stored = self.credentials.hash_of(principal.token_id) or ""
+        socket = OpenSocket(principal.token_id, stored, rule, params, scope, send)
+        self._sockets.add(socket)
+        return socket
+
+    def untrack(self, socket: OpenSocket) -> None:
+        self._sockets.discard(socket)
+
+    async def recheck_sockets(self) -> int:
+        """Close each open WebSocket whose token is gone (4401) or may no longer do what
+        it connected for (4403); how many were closed."""
+        closed = 0
+        for socket in list(self._sockets):
+            current = self.credentials.standing(socket.token_id, socket.token_hash)
+            try:
+                if current is None:
+                    raise Unauthorized("the token was revoked")
+                self.authorize(
+                    current, socket.rule, socket.params, functools.partial(_topic_of, socket.scope)
+                )
+            except HeraldError as exc:
+                audit.auth_failure(socket.scope, exc)
+                self._sockets.discard(socket)
+                code = 4401 if isinstance(exc, Unauthorized) else 4403
+                await socket.revoke(code, exc.code)
+                closed += 1
+        if closed:
+            log.info("auth file reloaded: closed %d WebSocket(s) no longer allowed", closed)
+        return closed
+
+    async def _reload(self) -> None:
+        if await asyncio.to_thread(self.credentials.reload):
+            await self.recheck_sockets()
+
     async def watch(self) -> None:
         """Reload on SIGHUP and when the file's mtime changes (checked every second)."""
         loop = asyncio.get_running_loop()
@@ -191,9 +232,9 @@ class AccessGuard:
                 if hup.is_set():
                     hup.clear()
                     log.info("SIGHUP: reloading %s", self.credentials.path)
-                    await asyncio.to_thread(self.credentials.reload)
+                    await self._reload()
                 elif await asyncio.to_thread(self.credentials.changed):
-                    await asyncio.to_thread(self.credentials.reload)
+                    await self._reload()
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGHUP)
@@ -225,6 +266,14 @@ class AccessControlMiddleware:
                 state = scope.setdefault("state", {})
                 state["principal"] = principal
                 state["publish_limiter"] = self.guard.publish_limiter  # limits.charge_publish
+                if scope["type"] == "websocket":
+                    # Long-lived: checked again when the auth file changes.
+                    socket = self.guard.track(principal, rule, params, scope, send)
+                    try:
+                        await self.app(scope, receive, socket.send)
+                    finally:
+                        self.guard.untrack(socket)
+                    return
         if scope["type"] != "http" or audit.audited_action(scope["method"], scope["path"]) is None:
             await self.app(scope, receive, send)
             return
@@ -240,6 +289,45 @@ class AccessControlMiddleware:
             await self.app(scope, receive, send_noting_status)
         finally:
             audit.request_done(scope, status)
+
+
+class SocketRevoked(OSError):
+    """A send on a WebSocket the guard closed: to the endpoint, a connection lost."""
+
+
+class OpenSocket:
+    """An authorized WebSocket, as the guard re-checks it: the token it came with (id and
+    stored hash, never the token), what it connected for, and its way to be closed."""
+
+    def __init__(
+        self,
+        token_id: str,
+        token_hash: str,
+        rule: Rule,
+        params: dict[str, str],
+        scope: Scope,
+        send: Send,
+    ) -> None:
+        self.token_id, self.token_hash = token_id, token_hash
+        self.rule, self.params, self.scope = rule, params, scope
+        self._send = send
+        self.revoked = False
+
+    async def send(self, message: Message) -> None:
+        if self.revoked:
+            if message["type"] == "websocket.send":
+                raise SocketRevoked("the WebSocket was closed: its token no longer allows it")
+            return  # its accept or close: the guard's close frame went out already
+        await self._send(message)
+
+    async def revoke(self, code: int, reason: str) -> None:
+        """Close with ``code``; the endpoint sees a disconnect (its in-flight records go
+        back at once, as for any consumer that goes away)."""
+        if self.revoked:
+            return
+        self.revoked = True
+        with contextlib.suppress(Exception):  # the peer may be gone already
+            await self._send({"type": "websocket.close", "code": code, "reason": reason})
 
 
 def _topic_of(scope: Scope, subscription: str) -> str:

@@ -259,5 +259,18 @@ class Credentials:
             self._verified[self._cache_digest(token)] = entry.principal
         return entry.principal
 
+    def hash_of(self, token_id: str) -> str | None:
+        """The stored hash a token id has now (what a later ``standing`` compares)."""
+        entry = self._entries.get(token_id)
+        return None if entry is None else entry.hash
+
+    def standing(self, token_id: str, stored_hash: str) -> Principal | None:
+        """The current principal of a token that was verified against ``stored_hash``:
+        None once its entry is gone or holds another hash (revoked or re-issued)."""
+        entry = self._entries.get(token_id)
+        if entry is None or not hmac.compare_digest(entry.hash, stored_hash):
+            return None
+        return entry.principal
+
     def _cache_digest(self, token: str) -> bytes:
         return hashlib.blake2b(token.encode(), key=self._cache_key, digest_size=32).digest()

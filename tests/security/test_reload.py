@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,6 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import orjson
+import pytest
+import websockets
 
 from server.auth import new_token, toml_entry
 from tests.conftest import PROJECT_ROOT, HeraldProcess
@@ -98,3 +103,86 @@ def test_token_create_prints_a_token_and_only_its_hash_for_the_file(tmp_path: Pa
     principal = Credentials(tmp_path / "auth.toml").verify(token)
     assert principal is not None and principal.may("publish", "orders.eu")
     assert not principal.may("publish", "billing") and not principal.may("subscribe", "orders.eu")
+
+
+async def test_open_websockets_lose_access_when_the_file_takes_it_away(
+    herald_factory: Callable[..., HeraldProcess], tmp_path: Path
+) -> None:
+    """A removed token's consumers are closed 4401, a narrowed one's 4403 (their in-flight
+    records go back at once); a token the new file keeps as it was stays connected."""
+    auth_file = tmp_path / "auth.toml"
+    specs = {
+        "admin": (["admin"], []),
+        "leaving": (["subscribe"], ["orders.*"]),
+        "narrowed": (["subscribe"], ["orders.*"]),
+        "staying": (["subscribe"], ["orders.*"]),
+    }
+    tokens = write_auth_file(auth_file, specs)
+    server = herald_factory("--auth-file", str(auth_file))
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    async with httpx.AsyncClient(base_url=server.url, headers=admin, timeout=30) as http:
+        for name in ("leaving", "narrowed", "staying"):
+            body = {"topic": "orders.a", "ack_deadline_ms": 600_000}
+            reply = await http.put(f"/v1/subscriptions/s-{name}", json=body)
+            assert reply.status_code == 201, reply.text
+        reply = await http.post("/v1/topics/orders.a/messages", json={"messages": [{"value": 1}]})
+        assert reply.status_code == 200
+
+        async with contextlib.AsyncExitStack() as stack:
+            await _revocation_rounds(stack, server, http, tokens, auth_file)
+
+
+def take_access_away(auth_file: Path) -> None:
+    """The new file: "leaving" gone, "narrowed" on other topics, the rest unchanged."""
+    sections = {}
+    for chunk in auth_file.read_text().split("# ")[1:]:
+        who, _, entry = chunk.partition("\n")
+        sections[who] = entry
+    del sections["leaving"]
+    sections["narrowed"] = sections["narrowed"].replace('"orders.*"', '"other.*"')
+    auth_file.write_text("\n".join(f"# {who}\n{entry}" for who, entry in sections.items()))
+
+
+async def _revocation_rounds(
+    stack: contextlib.AsyncExitStack,
+    server: HeraldProcess,
+    http: httpx.AsyncClient,
+    tokens: dict[str, str],
+    auth_file: Path,
+) -> None:
+    sockets = {}
+    for name in ("leaving", "narrowed", "staying"):
+        url = server.url.replace("http", "ws", 1) + f"/v1/subscriptions/s-{name}/ws?credit=5"
+        ws = await stack.enter_async_context(
+            websockets.connect(url, additional_headers={"Authorization": f"Bearer {tokens[name]}"})
+        )
+        assert orjson.loads(await ws.recv())["type"] == "ready"
+        assert orjson.loads(await ws.recv())["type"] == "deliver"  # in flight, not acked
+        sockets[name] = ws
+
+    take_access_away(auth_file)
+    os.kill(server.pid, signal.SIGHUP)
+
+    for name, code in (("leaving", 4401), ("narrowed", 4403)):
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            async with asyncio.timeout(15):
+                while True:
+                    await sockets[name].recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == code, name
+
+    async def given_back(name: str) -> bool:
+        stats = (await http.get(f"/v1/subscriptions/s-{name}")).json()["stats"]
+        return bool(stats["in_flight"] == 0)
+
+    for name in ("leaving", "narrowed"):
+        deadline = time.monotonic() + 10
+        while not await given_back(name):
+            assert time.monotonic() < deadline, f"{name}'s in-flight record not given back"
+            await asyncio.sleep(0.1)
+
+    staying = sockets["staying"]
+    await staying.send(orjson.dumps({"type": "credit", "n": 1}).decode())
+    reply = await http.post("/v1/topics/orders.a/messages", json={"messages": [{"value": 2}]})
+    assert reply.status_code == 200
+    frame = orjson.loads(await asyncio.wait_for(staying.recv(), 15))
+    assert frame["type"] == "deliver" and frame["messages"][0]["value"] == 2
