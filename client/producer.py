@@ -204,7 +204,9 @@ def _encode(
         message["partition"] = partition
     if id is not None:
         message["id"] = id
-    return orjson.dumps(message)
+    # A copy of its own size: orjson's result keeps its whole build buffer (>= 4 KiB),
+    # and up to max_pending of these wait in batches that count only their lengths.
+    return bytes(memoryview(orjson.dumps(message)))
 
 
 def _settle(
