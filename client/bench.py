@@ -91,11 +91,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def embedded_server() -> Iterator[tuple[str, int]]:
+def embedded_server(cpus: str | None = None) -> Iterator[tuple[str, int]]:
     """Start `herald serve` on a free port and a temp dir; yield (url, pid)."""
     data_dir = tempfile.mkdtemp(prefix="herald-bench-")
     port = _free_port()
     cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--data-dir", data_dir]
+    if cpus:
+        cmd += ["--cpus", cpus]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -334,6 +336,7 @@ async def run(args: argparse.Namespace, url: str, pid: int | None) -> None:
         f"herald bench: {args.records} x {RECORD_BYTES} B records, batch {args.batch}, "
         f"{args.concurrency} concurrent publishers, consumer credit 1000 acking every record; "
         f"median of {args.runs} run(s)"
+        + (f"; server pinned to CPUs {args.server_cpus}" if args.server_cpus else "")
     )
     print(
         f"{'acks':<5} {'e2e msg/s':>10} {'e2e MB/s':>9} {'publish msg/s':>14} {'server CPU us/msg':>18}"
@@ -386,6 +389,10 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         "--rate", type=int, default=2000, help="fixed rate of the latency run, msg/s"
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency run")
+    parser.add_argument(
+        "--server-cpus",
+        help="start the server pinned to these CPUs (its --cpus), e.g. 0",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=main)
 
@@ -399,7 +406,7 @@ def main(args: argparse.Namespace) -> int:
     if args.url:
         runner(run(args, args.url.rstrip("/"), None))
         return 0
-    with embedded_server() as (url, pid):
+    with embedded_server(args.server_cpus) as (url, pid):
         runner(run(args, url, pid))
     return 0
 

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import gc
 import importlib
+import os
 import signal
 import socket
 import sys
@@ -190,6 +191,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         help=f"seconds a WebSocket peer has to answer a ping (default "
         f"{defaults.ws_ping_timeout:g}; env HERALD_WS_PING_TIMEOUT)",
     )
+    p.add_argument(
+        "--cpus",
+        help="pin the server's threads to these CPUs, e.g. 0 or 0,2-3 (env HERALD_CPUS; "
+        "default: not pinned). The event loop and the writer threads then hand off "
+        "without waking another CPU; see docs/protocol.md",
+    )
     add_security_flags(p)
     p.set_defaults(func=run_serve)
 
@@ -218,6 +225,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "shutdown_timeout_s",
             "ws_ping_interval",
             "ws_ping_timeout",
+            "cpus",
             *SECURITY_FIELDS,
         )
     }
@@ -226,6 +234,9 @@ def run_serve(args: argparse.Namespace) -> int:
     except (ConfigError, TypeError, ValueError) as exc:
         print(f"herald serve: {exc}", file=sys.stderr)
         return 2
+    if (cpus := config.pinned_cpus) is not None:
+        # Before any thread starts: the writers, executors and uvicorn inherit it.
+        os.sched_setaffinity(0, cpus)
     configure_logging(config.log_format, config.log_level)
     configure_audit(config.audit_log)
     if (problem := configure_encryption(config)) is not None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from server.config import ConfigError, ServerConfig
+from tests.conftest import HeraldProcess
 
 
 def test_flags_override_environment_which_overrides_defaults() -> None:
@@ -29,6 +33,10 @@ def test_flags_override_environment_which_overrides_defaults() -> None:
         {"HERALD_SEGMENT_BYTES": "big"},
         {"HERALD_PORT": "70000"},
         {"HERALD_AUTO_CREATE": "maybe"},
+        {"HERALD_CPUS": "a"},
+        {"HERALD_CPUS": "3-1"},
+        {"HERALD_CPUS": "-1"},
+        {"HERALD_CPUS": "4096"},  # not a CPU this process may use
     ],
 )
 def test_bad_values_are_config_errors(env: dict[str, str]) -> None:
@@ -47,3 +55,30 @@ def test_serve_refuses_a_bad_flag_with_a_message(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "segment_bytes must be in 65536..4294967295" in result.stderr
+
+
+def test_cpus_lists_and_ranges() -> None:
+    assert ServerConfig.from_env({}).pinned_cpus is None
+    assert ServerConfig.from_env({"HERALD_CPUS": "0"}).pinned_cpus == {0}
+    every = sorted(os.sched_getaffinity(0))
+    text = f"{every[0]}-{every[-1]}" if every == list(range(every[0], every[-1] + 1)) else ""
+    if text:
+        assert ServerConfig.from_env({}, cpus=text).pinned_cpus == set(every)
+
+
+def test_serve_pins_every_thread_to_the_cpus_given(
+    herald_factory: Callable[..., HeraldProcess],
+) -> None:
+    cpu = max(os.sched_getaffinity(0))
+    server = herald_factory("--cpus", str(cpu))
+    # Traffic, so the writer thread and the executor's threads exist.
+    reply = httpx.post(
+        f"{server.url}/v1/topics/pinned/messages", json={"messages": [{"value": 1}]}, timeout=30
+    )
+    assert reply.status_code == 200
+    tasks = list(Path(f"/proc/{server.pid}/task").iterdir())
+    assert len(tasks) > 1
+    for task in tasks:
+        status = (task / "status").read_text()
+        allowed = next(line for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+        assert allowed.split(":")[1].strip() == str(cpu), (task.name, allowed)
