@@ -30,6 +30,8 @@ import orjson
 import websockets
 
 RECORD_BYTES = 1024
+THROUGHPUT_CREDIT = 1000
+LATENCY_CREDIT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +205,36 @@ async def _consumer(
         yield ws
 
 
-async def _consume_acking(ws: websockets.ClientConnection, total: int, progress: Progress) -> float:
+class CreditWindow:
+    """Gives credit back half the window at a time, as client.Consumer does."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.owed = 0
+
+    def took(self, n: int) -> int:
+        """Records taken; the credit to grant now (0: not yet)."""
+        self.owed += n
+        if self.owed < max(1, self.window // 2):
+            return 0
+        owed, self.owed = self.owed, 0
+        return owed
+
+
+async def _ack_and_replenish(
+    ws: websockets.ClientConnection, ids: list[str], window: CreditWindow
+) -> None:
+    await ws.send(orjson.dumps({"type": "ack", "ids": ids}).decode())
+    if grant := window.took(len(ids)):
+        await ws.send(orjson.dumps({"type": "credit", "n": grant}).decode())
+
+
+async def _consume_acking(
+    ws: websockets.ClientConnection, total: int, progress: Progress, credit: int
+) -> float:
     """Receive `total` records, acking each frame's records and replenishing credit."""
     received = 0
+    window = CreditWindow(credit)
     while received < total:
         frame = orjson.loads(await ws.recv())
         if frame["type"] != "deliver":
@@ -213,8 +242,7 @@ async def _consume_acking(ws: websockets.ClientConnection, total: int, progress:
         ids = [m["id"] for m in frame["messages"]]
         received += len(ids)
         progress.advance(len(ids))
-        await ws.send(orjson.dumps({"type": "ack", "ids": ids}).decode())
-        await ws.send(orjson.dumps({"type": "credit", "n": len(ids)}).decode())
+        await _ack_and_replenish(ws, ids, window)
     return time.perf_counter()
 
 
@@ -228,7 +256,7 @@ async def throughput(
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
         await _setup(http, topic, subscription)
-        async with _consumer(url, subscription, credit=1000) as ws:
+        async with _consumer(url, subscription, credit=THROUGHPUT_CREDIT) as ws:
             progress = Progress(f"acks={acks} e2e", records, show)
             requests = records // batch
             queue: asyncio.Queue[None] = asyncio.Queue()
@@ -246,7 +274,9 @@ async def throughput(
 
             cpu_start = cpu_seconds(pid)
             start = time.perf_counter()
-            consumer = asyncio.ensure_future(_consume_acking(ws, requests * batch, progress))
+            consumer = asyncio.ensure_future(
+                _consume_acking(ws, requests * batch, progress, THROUGHPUT_CREDIT)
+            )
             try:
                 async with RawPublisher(url, concurrency) as raw, asyncio.TaskGroup() as group:
                     for _ in range(concurrency):
@@ -274,7 +304,8 @@ async def latency(url: str, acks: str, rate: int, seconds: float, show: bool) ->
     latencies: list[float] = []
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         await _setup(http, topic, subscription)
-        async with _consumer(url, subscription, credit=10_000) as ws:
+        async with _consumer(url, subscription, credit=LATENCY_CREDIT) as ws:
+            window = CreditWindow(LATENCY_CREDIT)
             progress = Progress(f"acks={acks} latency", total, show)
 
             async def receive() -> None:
@@ -288,8 +319,7 @@ async def latency(url: str, acks: str, rate: int, seconds: float, show: bool) ->
                         ids.append(message["id"])
                         latencies.append((now - sent_at[message["value"]]) / 1e6)
                     progress.advance(len(ids))
-                    await ws.send(orjson.dumps({"type": "ack", "ids": ids}).decode())
-                    await ws.send(orjson.dumps({"type": "credit", "n": len(ids)}).decode())
+                    await _ack_and_replenish(ws, ids, window)
 
             path = f"/v1/topics/{topic}/messages?acks={acks}"
 
@@ -334,7 +364,8 @@ async def run(args: argparse.Namespace, url: str, pid: int | None) -> None:
     lat = [await latency(url, acks, args.rate, args.seconds, show) for acks in args.acks]
     print(
         f"herald bench: {args.records} x {RECORD_BYTES} B records, batch {args.batch}, "
-        f"{args.concurrency} concurrent publishers, consumer credit 1000 acking every record; "
+        f"{args.concurrency} concurrent publishers, consumer credit 1000 acking every record "
+        f"(credit given back half the window at a time, as client.Consumer does); "
         f"median of {args.runs} run(s)"
         + (f"; server pinned to CPUs {args.server_cpus}" if args.server_cpus else "")
     )
