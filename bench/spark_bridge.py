@@ -260,12 +260,7 @@ def main() -> None:
         body = orjson.dumps({"messages": [{"value": {"p": RECORD}}] * PAGE})
         with httpx.Client(base_url=url, timeout=60) as http:
             for _ in range(args.backlog // PAGE):
-                http.post(
-                    f"/v1/topics/{topic}/messages",
-                    params={"acks": "1"},
-                    content=body,
-                    headers={"content-type": "application/json"},
-                ).raise_for_status()
+                publish(http, topic, body)
         counted = [0]
 
         def count(df: Any, batch_id: int) -> None:
