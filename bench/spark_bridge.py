@@ -114,6 +114,18 @@ def publish(http: httpx.Client, topic: str, body: bytes) -> None:
     ).raise_for_status()
 
 
+def herald_stream(spark: Any, url: str, topic: str) -> Any:
+    """The bridge's source on ``topic`` from its earliest record, own subscription."""
+    return (
+        spark.readStream.format("herald")
+        .option("url", url)
+        .option("topic", topic)
+        .option("subscription", f"{topic}-spark")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+
+
 class Publisher(threading.Thread):
     """Offers `rate` records/s: every 100 ms, requests of ≤ 1000 records spread over
     `connections` threads, so one slow request does not hold the others back."""
@@ -212,12 +224,7 @@ def main() -> None:
                     stats.append((time.monotonic(), row.n, now - oldest))
 
             query = (
-                spark.readStream.format("herald")
-                .option("url", url)
-                .option("topic", topic)
-                .option("subscription", f"{topic}-spark")
-                .option("startingOffsets", "earliest")
-                .load()
+                herald_stream(spark, url, topic)
                 .writeStream.foreachBatch(measure)
                 .option("checkpointLocation", f"{tmp}/cp-{rate}")
                 .trigger(processingTime="1 second")
@@ -268,12 +275,7 @@ def main() -> None:
 
         began = time.monotonic()
         query = (
-            spark.readStream.format("herald")
-            .option("url", url)
-            .option("topic", topic)
-            .option("subscription", f"{topic}-spark")
-            .option("startingOffsets", "earliest")
-            .load()
+            herald_stream(spark, url, topic)
             .writeStream.foreachBatch(count)
             .option("checkpointLocation", f"{tmp}/cp-backlog")
             .trigger(availableNow=True)
