@@ -143,6 +143,7 @@ class Topic:
         racing: list[tuple[int, _Landing]] = []  # (index, publish in flight elsewhere)
         owned: dict[str, _Landing] = {}  # ids this publish appends, promised to racers
         groups: dict[int, list[int]] = {}  # partition -> indexes to append there
+        originals: set[int] = set()  # partitions holding the records of duplicates
         spread: int | None = None
 
         for index, item in enumerate(items):
@@ -155,6 +156,7 @@ class Topic:
                 entry = self._dedup.lookup(producer_id, now)
                 if entry is not None:
                     results[index] = PublishResult(entry.partition, entry.offset, True)
+                    originals.add(entry.partition)
                     continue
                 landing = self._pending.get(producer_id)
                 if landing is not None:
@@ -186,10 +188,16 @@ class Topic:
                 retry.append(index)  # the racing append failed: this publish appends it
             else:
                 results[index] = PublishResult(landed[0], landed[1], True)
+                originals.add(landed[0])
         if retry:
             again = await self.publish([items[i] for i in retry], acks)
             for index, result in zip(retry, again, strict=True):
                 results[index] = result
+
+        if originals and acks is Acks.ALL:
+            # The first publish of an id may have been acks=1 (or is still unsynced after a
+            # restart): a duplicate answered at acks=all promises that it is on disk too.
+            await asyncio.gather(*(self.partitions[p].flush() for p in sorted(originals)))
 
         for index, first in repeats:
             original = results[first]

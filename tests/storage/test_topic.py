@@ -125,6 +125,26 @@ async def test_republish_within_window_is_duplicate_and_after_window_is_new(
     assert sum(end_offsets(topic)) == 2
 
 
+async def test_duplicate_answered_at_acks_all_is_fsynced_first(storage: Storage) -> None:
+    # The first publish was acks=1: only written. A retry at acks=all that is answered
+    # as a duplicate makes the same promise as a new record, so the original is synced.
+    topic = await make_topic(storage, partitions=1)
+    partition = topic.partitions[0]
+    await topic.publish([item("order-1")], Acks.LEADER)
+    assert partition.fsync_count == 0
+    [again, repeat] = await topic.publish([item("order-1"), item("order-1")], Acks.ALL)
+    assert again.duplicate and repeat.duplicate and partition.fsync_count == 1
+    [_, _] = await topic.publish([item("order-1"), item("order-1")], Acks.LEADER)
+    assert partition.fsync_count == 1  # acks=1 duplicates promise nothing more
+
+    racing = await asyncio.gather(
+        topic.publish([item("order-2")], Acks.LEADER), topic.publish([item("order-2")], Acks.ALL)
+    )
+    assert [r.duplicate for [r] in racing] == [False, True]
+    assert partition.fsync_count == 2
+    assert partition.end_offset == 2
+
+
 async def test_concurrent_publishes_of_one_id_append_one_record(storage: Storage) -> None:
     topic = await make_topic(storage, partitions=3)
     batches = [[item("same"), item(f"own-{n}")] for n in range(5)]
