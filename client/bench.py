@@ -352,8 +352,48 @@ async def latency(url: str, acks: str, rate: int, seconds: float, show: bool) ->
     return LatencyResult(acks, rate, len(ordered), pct(0.50), pct(0.99), pct(0.999))
 
 
+@dataclass(frozen=True, slots=True)
+class HostSample:
+    """CPU time of the whole machine, of the server and of this process (s)."""
+
+    busy: float
+    steal: float
+    total: float
+    ours: float
+
+    @classmethod
+    def take(cls, pid: int | None) -> HostSample | None:
+        try:
+            with open("/proc/stat", "rb") as stat:
+                fields = [int(f) for f in stat.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        if len(fields) < 8:
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        user, nice, system, idle, iowait, irq, softirq, steal = (f / ticks for f in fields)
+        own = os.times()
+        ours = own.user + own.system + (cpu_seconds(pid) or 0.0)
+        busy = user + nice + system + irq + softirq
+        return cls(busy, steal, busy + idle + iowait + steal, ours)
+
+
+def host_line(start: HostSample | None, end: HostSample | None) -> str:
+    """How busy the machine was with other work while the bench ran."""
+    if start is None or end is None or end.total <= start.total:
+        return "host: /proc/stat not readable, load of other work unknown"
+    total = end.total - start.total
+    steal = (end.steal - start.steal) / total
+    others = max(0.0, (end.busy - start.busy) - (end.ours - start.ours)) / total
+    return (
+        f"host during the bench: steal {steal:.1%} of CPU time (taken by the hypervisor), "
+        f"other processes {others:.1%}; a few percent of either moves the tail figures"
+    )
+
+
 async def run(args: argparse.Namespace, url: str, pid: int | None) -> None:
     show = sys.stderr.isatty() and not args.quiet
+    host_start = HostSample.take(pid)
     rows: list[ThroughputResult] = []
     for acks in args.acks:
         runs = [
@@ -362,6 +402,7 @@ async def run(args: argparse.Namespace, url: str, pid: int | None) -> None:
         ]
         rows.append(_median_run(runs))
     lat = [await latency(url, acks, args.rate, args.seconds, show) for acks in args.acks]
+    host_end = HostSample.take(pid)
     print(
         f"herald bench: {args.records} x {RECORD_BYTES} B records, batch {args.batch}, "
         f"{args.concurrency} concurrent publishers, consumer credit 1000 acking every record "
@@ -386,6 +427,7 @@ async def run(args: argparse.Namespace, url: str, pid: int | None) -> None:
         print(
             f"{item.acks:<5} {item.samples:>8} {item.p50_ms:>8.2f} {item.p99_ms:>8.2f} {item.p999_ms:>8.2f}"
         )
+    print(host_line(host_start, host_end))
 
 
 def _median_run(runs: list[ThroughputResult]) -> ThroughputResult:

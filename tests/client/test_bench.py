@@ -1,0 +1,41 @@
+"""`herald bench` as a user runs it: its own server, every table, the host line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from client.bench import HostSample, host_line
+from tests.conftest import PROJECT_ROOT
+
+BENCH_ARGS = ["--records", "2000", "--runs", "1", "--rate", "500", "--seconds", "1", "--quiet"]
+
+
+def test_bench_runs_end_to_end_and_prints_every_figure() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "bench", *BENCH_ARGS],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for acks in ("1", "all"):
+        # acks, e2e msg/s, e2e MB/s, publish msg/s, server CPU µs/msg (read from /proc)
+        assert re.search(rf"^{acks} +[\d,]+ +[\d.]+ +[\d,]+ +\d+\.\d$", out, re.M), out
+        # acks, samples (every record published at 500/s for 1 s), p50, p99, p999
+        assert re.search(rf"^{acks} +500 +[\d.]+ +[\d.]+ +[\d.]+$", out, re.M), out
+    assert re.search(
+        r"^host during the bench: steal \d+\.\d%.* other processes \d+\.\d%", out, re.M
+    )
+
+
+def test_host_line_separates_steal_and_other_work_from_ours() -> None:
+    start = HostSample(busy=10.0, steal=1.0, total=100.0, ours=5.0)
+    end = HostSample(busy=70.0, steal=11.0, total=300.0, ours=45.0)
+    # 200 s of CPU time passed: 10 stolen (5 %), 60 busy of which 40 ours -> 20 (10 %).
+    assert "steal 5.0%" in host_line(start, end)
+    assert "other processes 10.0%" in host_line(start, end)
+    assert "unknown" in host_line(start, None)
