@@ -297,11 +297,21 @@ async def throughput(
 
 async def latency(url: str, acks: str, rate: int, seconds: float, show: bool) -> LatencyResult:
     """Publish one record per request at a fixed rate; measure publish-to-deliver time."""
+    ordered = sorted(await latencies(url, acks, rate, seconds, show))
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return LatencyResult(acks, rate, len(ordered), pct(0.50), pct(0.99), pct(0.999))
+
+
+async def latencies(url: str, acks: str, rate: int, seconds: float, show: bool) -> list[float]:
+    """Publish-to-deliver times (ms) of one-record publishes at ``rate`` msg/s."""
     tag = uuid.uuid4().hex[:8]
     topic, subscription = f"lat-{acks}-{tag}", f"lat-{acks}-{tag}"
     total = int(rate * seconds)
     sent_at: dict[int, int] = {}
-    latencies: list[float] = []
+    times: list[float] = []
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         await _setup(http, topic, subscription)
         async with _consumer(url, subscription, credit=LATENCY_CREDIT) as ws:
@@ -309,7 +319,7 @@ async def latency(url: str, acks: str, rate: int, seconds: float, show: bool) ->
             progress = Progress(f"acks={acks} latency", total, show)
 
             async def receive() -> None:
-                while len(latencies) < total:
+                while len(times) < total:
                     frame = orjson.loads(await ws.recv())
                     if frame["type"] != "deliver":
                         continue
@@ -317,7 +327,7 @@ async def latency(url: str, acks: str, rate: int, seconds: float, show: bool) ->
                     ids = []
                     for message in frame["messages"]:
                         ids.append(message["id"])
-                        latencies.append((now - sent_at[message["value"]]) / 1e6)
+                        times.append((now - sent_at[message["value"]]) / 1e6)
                     progress.advance(len(ids))
                     await _ack_and_replenish(ws, ids, window)
 
@@ -344,12 +354,7 @@ async def latency(url: str, acks: str, rate: int, seconds: float, show: bool) ->
             finally:
                 receiver.cancel()
         await http.delete(f"/v1/topics/{topic}")
-    ordered = sorted(latencies)
-
-    def pct(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-    return LatencyResult(acks, rate, len(ordered), pct(0.50), pct(0.99), pct(0.999))
+    return times
 
 
 @dataclass(frozen=True, slots=True)

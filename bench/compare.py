@@ -1,0 +1,539 @@
+"""Herald beside Redis Streams, NATS JetStream and RabbitMQ: one workload, one sitting.
+
+The workload of ``herald bench`` (issue #3), run against each system with its usual
+Python asyncio client, on this machine, in rounds that alternate the systems so that
+the host's noise falls on all of them alike:
+
+- end to end: one producer publishes N records of 1 KiB (4 concurrent batches of 500
+  in flight), one consumer with 1,000 records outstanding acks every record;
+- latency: one record per publish at a fixed rate, publish-to-deliver time.
+
+Durability as each is usually run: Herald acks=1 and acks=all; Redis with AOF fsync
+every second; NATS JetStream file storage (its default periodic sync); RabbitMQ with a
+durable queue, persistent messages and publisher confirms (fsynced before confirm).
+
+Needs the servers (``apt-get install redis-server nats-server rabbitmq-server``) and
+the clients (``pip install -e '.[bench]'``); a system whose server is missing is
+skipped with a note. Run: ``python bench/compare.py [--records N] [--rounds R]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from client import bench as herald_bench
+
+RECORD = b"x" * 1024
+BATCH = 500
+CONCURRENCY = 4
+WINDOW = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    e2e_rate: float
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+
+
+class System(Protocol):
+    name: str
+
+    async def end_to_end(self, records: int) -> float:
+        """Seconds from the first publish to the last record delivered and acked."""
+        ...
+
+    async def latency(self, rate: int, seconds: float) -> list[float]:
+        """Publish-to-deliver times (ms) of one-record publishes at ``rate``."""
+        ...
+
+
+# --- shared pieces ----------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on {port} within {limit:g} s")
+
+
+@contextlib.contextmanager
+def server_process(
+    what: str, cmd: list[str], port: int, env: dict[str, str] | None = None, limit: float = 30
+) -> Iterator[Path]:
+    """Run a server in its own process group and temp dir until the block ends."""
+    data = Path(tempfile.mkdtemp(prefix=f"bench-{what}-"))
+    full = [part.replace("{data}", str(data)) for part in cmd]
+    env = {k: v.replace("{data}", str(data)) for k, v in (env or {}).items()}
+    log = (data / "server.log").open("wb")
+    proc = subprocess.Popen(
+        full, env={**os.environ, **env}, stdout=log, stderr=log, start_new_session=True
+    )
+    try:
+        wait_for_port(port, proc, what, limit)
+        yield data
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+async def open_loop(
+    rate: int, seconds: float, send: Callable[[int], Coroutine[Any, Any, None]]
+) -> None:
+    """Start ``send(seq)`` on schedule; a slow answer never delays the next send."""
+    total = int(rate * seconds)
+    async with asyncio.TaskGroup() as group:
+        start = time.perf_counter()
+        for seq in range(total):
+            delay = start + seq / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            group.create_task(send(seq))
+
+
+class Counter:
+    """Counts deliveries; ``done`` once all ``total`` are in."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.got = 0
+        self.done = asyncio.Event()
+
+    def delivered(self, _: bytes) -> None:
+        self.got += 1
+        if self.got >= self.total:
+            self.done.set()
+
+
+class Clock:
+    """Send times by sequence number, and the latency of each delivery."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.sent: dict[int, int] = {}
+        self.latencies: list[float] = []
+        self.done = asyncio.Event()
+
+    def send(self, seq: int) -> bytes:
+        self.sent[seq] = time.perf_counter_ns()
+        return b"%d" % seq
+
+    def delivered(self, payload: bytes) -> None:
+        self.latencies.append((time.perf_counter_ns() - self.sent[int(payload)]) / 1e6)
+        if len(self.latencies) >= self.total:
+            self.done.set()
+
+
+async def batches_of(records: int, publish_batch: Callable[[int], Awaitable[None]]) -> None:
+    """``records`` split in batches of BATCH, CONCURRENCY of them in flight."""
+    queue = [min(BATCH, records - i) for i in range(0, records, BATCH)]
+
+    async def worker() -> None:
+        while queue:
+            await publish_batch(queue.pop())
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(CONCURRENCY):
+            group.create_task(worker())
+
+
+# --- Herald -----------------------------------------------------------------------
+
+
+class Herald:
+    def __init__(self, url: str, acks: str) -> None:
+        self.url, self.acks = url, acks
+        self.name = f"Herald acks={acks}"
+
+    async def end_to_end(self, records: int) -> float:
+        result = await herald_bench.throughput(
+            self.url, None, self.acks, records, BATCH, CONCURRENCY, show=False
+        )
+        return result.end_to_end_seconds
+
+    async def latency(self, rate: int, seconds: float) -> list[float]:
+        return await herald_bench.latencies(self.url, self.acks, rate, seconds, show=False)
+
+
+# --- Redis Streams ----------------------------------------------------------------
+
+
+class RedisStreams:
+    name = "Redis Streams (AOF everysec)"
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    @contextlib.asynccontextmanager
+    async def _stream(self) -> AsyncIterator[tuple[Any, Any, str]]:
+        import redis.asyncio as redis
+
+        # The consumer has a connection of its own, as a separate process would.
+        producer, consumer = redis.Redis(port=self.port), redis.Redis(port=self.port)
+        stream = f"s-{uuid.uuid4().hex[:8]}"
+        await producer.xgroup_create(stream, "g", id="$", mkstream=True)
+        try:
+            yield producer, consumer, stream
+        finally:
+            await producer.delete(stream)
+            await producer.aclose()
+            await consumer.aclose()
+
+    @staticmethod
+    async def _consume(
+        client: Any, stream: str, on_record: Callable[[bytes], None], done: asyncio.Event
+    ) -> None:
+        # Short blocks instead of cancelling a blocked XREADGROUP, which redis-py can
+        # leave hanging.
+        while not done.is_set():
+            answer = await client.xreadgroup("g", "c", {stream: ">"}, count=WINDOW, block=50)
+            for _, entries in answer or ():
+                for _, fields in entries:
+                    on_record(fields[b"v"])
+                await client.xack(stream, "g", *(entry_id for entry_id, _ in entries))
+
+    async def end_to_end(self, records: int) -> float:
+        async with self._stream() as (producer, consumer, stream):
+            counter = Counter(records)
+
+            async def publish_batch(n: int) -> None:
+                async with producer.pipeline(transaction=False) as pipe:
+                    for _ in range(n):
+                        pipe.xadd(stream, {"v": RECORD})
+                    await pipe.execute()
+
+            reading = asyncio.create_task(
+                self._consume(consumer, stream, counter.delivered, counter.done)
+            )
+            start = time.perf_counter()
+            try:
+                await batches_of(records, publish_batch)
+                await asyncio.wait_for(counter.done.wait(), 600)
+                return time.perf_counter() - start
+            finally:
+                counter.done.set()
+                await reading
+
+    async def latency(self, rate: int, seconds: float) -> list[float]:
+        async with self._stream() as (producer, consumer, stream):
+            clock = Clock(int(rate * seconds))
+
+            async def send(seq: int) -> None:
+                await producer.xadd(stream, {"v": clock.send(seq)})
+
+            reading = asyncio.create_task(
+                self._consume(consumer, stream, clock.delivered, clock.done)
+            )
+            try:
+                await open_loop(rate, seconds, send)
+                await asyncio.wait_for(clock.done.wait(), 120)
+                return clock.latencies
+            finally:
+                clock.done.set()
+                await reading
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[RedisStreams]:
+    port = free_port()
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", "{data}"]
+    cmd += ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+    with server_process("redis", cmd, port):
+        yield RedisStreams(port)
+
+
+# --- NATS JetStream ---------------------------------------------------------------
+
+
+class JetStream:
+    name = "NATS JetStream (file)"
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    @contextlib.asynccontextmanager
+    async def _stream(self) -> AsyncIterator[tuple[Any, str]]:
+        import nats
+
+        nc = await nats.connect(f"nats://127.0.0.1:{self.port}")
+        js = nc.jetstream()
+        name = f"s{uuid.uuid4().hex[:8]}"
+        await js.add_stream(name=name, subjects=[name])
+        try:
+            yield js, name
+        finally:
+            await js.delete_stream(name)
+            await nc.close()
+
+    async def _consume(self, js: Any, subject: str, on_record: Callable[[bytes], None]) -> Any:
+        from nats.js.api import ConsumerConfig
+
+        async def handle(msg: Any) -> None:
+            on_record(msg.data)
+            await msg.ack()
+
+        config = ConsumerConfig(max_ack_pending=WINDOW)
+        return await js.subscribe(
+            subject, durable="c", cb=handle, manual_ack=True, config=config, pending_msgs_limit=-1
+        )
+
+    async def end_to_end(self, records: int) -> float:
+        async with self._stream() as (js, subject):
+            counter = Counter(records)
+
+            async def publish_batch(n: int) -> None:
+                acks = [await js.publish_async(subject, RECORD) for _ in range(n)]
+                await asyncio.gather(*acks)
+
+            sub = await self._consume(js, subject, counter.delivered)
+            start = time.perf_counter()
+            try:
+                await batches_of(records, publish_batch)
+                await asyncio.wait_for(counter.done.wait(), 600)
+                return time.perf_counter() - start
+            finally:
+                await sub.unsubscribe()
+
+    async def latency(self, rate: int, seconds: float) -> list[float]:
+        async with self._stream() as (js, subject):
+            clock = Clock(int(rate * seconds))
+
+            async def send(seq: int) -> None:
+                await js.publish(subject, clock.send(seq))
+
+            sub = await self._consume(js, subject, clock.delivered)
+            try:
+                await open_loop(rate, seconds, send)
+                await asyncio.wait_for(clock.done.wait(), 120)
+                return clock.latencies
+            finally:
+                await sub.unsubscribe()
+
+
+@contextlib.contextmanager
+def nats_server() -> Iterator[JetStream]:
+    port = free_port()
+    cmd = ["nats-server", "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", "{data}"]
+    with server_process("nats", cmd, port):
+        yield JetStream(port)
+
+
+# --- RabbitMQ ---------------------------------------------------------------------
+
+
+class RabbitMQ:
+    name = "RabbitMQ (durable, confirms)"
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    @contextlib.asynccontextmanager
+    async def _queue(self) -> AsyncIterator[tuple[Any, Any, str]]:
+        import aio_pika
+
+        connection = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{self.port}/")
+        publish = await connection.channel(publisher_confirms=True)
+        consume = await connection.channel()
+        await consume.set_qos(prefetch_count=WINDOW)
+        name = f"q-{uuid.uuid4().hex[:8]}"
+        queue = await consume.declare_queue(name, durable=True)
+        try:
+            yield publish, queue, name
+        finally:
+            await queue.delete(if_unused=False, if_empty=False)
+            await connection.close()
+
+    @staticmethod
+    def _message(body: bytes) -> Any:
+        import aio_pika
+
+        return aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+
+    @staticmethod
+    async def _consume(queue: Any, on_record: Callable[[bytes], None]) -> str:
+        async def handle(message: Any) -> None:
+            on_record(message.body)
+            await message.ack()
+
+        tag: str = await queue.consume(handle)
+        return tag
+
+    async def end_to_end(self, records: int) -> float:
+        async with self._queue() as (channel, queue, name):
+            counter = Counter(records)
+
+            async def publish_batch(n: int) -> None:
+                exchange = channel.default_exchange
+                await asyncio.gather(
+                    *(exchange.publish(self._message(RECORD), routing_key=name) for _ in range(n))
+                )
+
+            tag = await self._consume(queue, counter.delivered)
+            start = time.perf_counter()
+            try:
+                await batches_of(records, publish_batch)
+                await asyncio.wait_for(counter.done.wait(), 600)
+                return time.perf_counter() - start
+            finally:
+                await queue.cancel(tag)
+
+    async def latency(self, rate: int, seconds: float) -> list[float]:
+        async with self._queue() as (channel, queue, name):
+            clock = Clock(int(rate * seconds))
+
+            async def send(seq: int) -> None:
+                await channel.default_exchange.publish(
+                    self._message(clock.send(seq)), routing_key=name
+                )
+
+            tag = await self._consume(queue, clock.delivered)
+            try:
+                await open_loop(rate, seconds, send)
+                await asyncio.wait_for(clock.done.wait(), 120)
+                return clock.latencies
+            finally:
+                await queue.cancel(tag)
+
+
+@contextlib.contextmanager
+def rabbitmq_server() -> Iterator[RabbitMQ]:
+    port = free_port()
+    env = {
+        "HOME": "{data}",  # its Erlang cookie
+        "RABBITMQ_NODENAME": f"bench{port}@localhost",
+        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+        "RABBITMQ_NODE_PORT": str(port),
+        "RABBITMQ_DIST_PORT": str(free_port()),
+        "RABBITMQ_MNESIA_BASE": "{data}/mnesia",
+        "RABBITMQ_LOG_BASE": "{data}/log",
+        "RABBITMQ_ENABLED_PLUGINS_FILE": "{data}/enabled_plugins",
+        "RABBITMQ_CONFIG_FILE": "{data}/rabbitmq",
+    }
+    # Debian's /usr/sbin wrapper switches to the rabbitmq user; the real script does not.
+    script = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+    with server_process("rabbitmq", [script], port, env, limit=90) as data:
+        yield RabbitMQ(port)
+    del data
+
+
+# --- the run ----------------------------------------------------------------------
+
+SERVERS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[System]]]] = {
+    "redis": ("redis-server", redis_server),
+    "nats": ("nats-server", nats_server),
+    "rabbitmq": ("/usr/lib/rabbitmq/bin/rabbitmq-server", rabbitmq_server),
+}
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def measure(system: System, records: int, rate: int, seconds: float) -> Figures:
+    elapsed = await system.end_to_end(records)
+    ordered = sorted(await system.latency(rate, seconds))
+    return Figures(
+        records / elapsed,
+        percentile(ordered, 0.50),
+        percentile(ordered, 0.99),
+        percentile(ordered, 0.999),
+    )
+
+
+async def one_round(
+    systems: list[System], records: int, rate: int, seconds: float
+) -> dict[str, Figures]:
+    figures = {}
+    for system in systems:
+        print(f"  {system.name} ...", file=sys.stderr, flush=True)
+        figures[system.name] = await measure(system, records, rate, seconds)
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=50_000, help="records per e2e run")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; figures are medians")
+    parser.add_argument("--rate", type=int, default=2000, help="msg/s of the latency run")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency run")
+    parser.add_argument("--systems", nargs="+", choices=sorted(SERVERS), default=sorted(SERVERS))
+    args = parser.parse_args()
+    runner = getattr(__import__("uvloop"), "run", asyncio.run)
+
+    with contextlib.ExitStack() as stack:
+        url, _ = stack.enter_context(herald_bench.embedded_server())
+        systems: list[System] = [Herald(url, "1"), Herald(url, "all")]
+        for name in args.systems:
+            binary, start = SERVERS[name]
+            if shutil.which(binary) is None:
+                print(f"{name}: {binary} not installed, skipped", file=sys.stderr)
+                continue
+            systems.append(stack.enter_context(start()))
+        host_start = herald_bench.HostSample.take(None)
+        rounds = []
+        for number in range(args.rounds):
+            print(f"round {number + 1}/{args.rounds}", file=sys.stderr, flush=True)
+            # Rotate the order so no system always runs first (warm caches, quiet host).
+            shift = number % len(systems)
+            rotated = systems[shift:] + systems[:shift]
+            rounds.append(runner(one_round(rotated, args.records, args.rate, args.seconds)))
+        host_end = herald_bench.HostSample.take(None)
+
+    print(
+        f"{args.records} x 1 KiB records end to end ({CONCURRENCY} concurrent batches of "
+        f"{BATCH}, consumer window {WINDOW} acking every record); latency at {args.rate} msg/s, "
+        f"one record per publish, {args.seconds:g} s; medians of {args.rounds} rounds"
+    )
+    print(f"{'system':<30} {'e2e msg/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'p999 ms':>8}")
+    for system in systems:
+        runs = [r[system.name] for r in rounds]
+        print(
+            f"{system.name:<30} {statistics.median(r.e2e_rate for r in runs):>10,.0f} "
+            f"{statistics.median(r.p50_ms for r in runs):>8.2f} "
+            f"{statistics.median(r.p99_ms for r in runs):>8.2f} "
+            f"{statistics.median(r.p999_ms for r in runs):>8.2f}"
+        )
+    if host_start is not None and host_end is not None and host_end.total > host_start.total:
+        steal = (host_end.steal - host_start.steal) / (host_end.total - host_start.total)
+        print(f"host: steal {steal:.1%} of CPU time during the run (taken by the hypervisor)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
