@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench clean chromium
+.PHONY: run test lint bench compare clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,15 @@ lint: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/storage.py
 	$(BIN)/herald bench
+
+## Herald beside Redis Streams, NATS JetStream and RabbitMQ (their servers from apt-get).
+compare: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	@command -v redis-server >/dev/null && command -v nats-server >/dev/null \
+		&& [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq redis-server nats-server rabbitmq-server; }
+	$(BIN)/python bench/compare.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
