@@ -447,9 +447,8 @@ def rabbitmq_server() -> Iterator[RabbitMQ]:
     }
     # Debian's /usr/sbin wrapper switches to the rabbitmq user; the real script does not.
     script = "/usr/lib/rabbitmq/bin/rabbitmq-server"
-    with server_process("rabbitmq", [script], port, env, limit=90) as data:
+    with server_process("rabbitmq", [script], port, env, limit=90):
         yield RabbitMQ(port)
-    del data
 
 
 # --- the run ----------------------------------------------------------------------
@@ -494,6 +493,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency run")
     parser.add_argument("--systems", nargs="+", choices=sorted(SERVERS), default=sorted(SERVERS))
     args = parser.parse_args()
+    # Killed (timeout, CI), still stop the servers started below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     runner = getattr(__import__("uvloop"), "run", asyncio.run)
 
     with contextlib.ExitStack() as stack:
