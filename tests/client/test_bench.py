@@ -39,3 +39,19 @@ def test_host_line_separates_steal_and_other_work_from_ours() -> None:
     assert "steal 5.0%" in host_line(start, end)
     assert "other processes 10.0%" in host_line(start, end)
     assert "unknown" in host_line(start, None)
+
+
+def test_latency_trace_sees_every_record_at_every_stage() -> None:
+    # bench/latency_trace.py wraps server functions by name: a renamed one stops the
+    # traced server, one no longer on the path leaves its records out of the count.
+    done = subprocess.run(
+        [sys.executable, "bench/latency_trace.py", "--rate", "200", "--seconds", "1"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"p99  n=200$", done.stdout, re.M), done.stdout
+    stages = re.findall(r"^\S.*? +\d+ +\d+ +\d+$", done.stdout, re.M)
+    assert len(stages) == 15 and stages[-1].startswith("total"), done.stdout
