@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -11,9 +12,11 @@ import crc32c
 
 from storage.config import TopicConfig
 from storage.dedup import DedupIndex
-from storage.errors import PartitionNotFound, TopicNotFound
+from storage.errors import PartitionNotFound, StorageUnavailable, TopicNotFound
 from storage.partition import Partition
 from storage.record import Acks, NewRecord, message_size, slot_constructor
+
+log = logging.getLogger("herald.storage")
 
 # Rebuilding the dedup index reads the last window in bounded batches.
 _REBUILD_RECORDS = 1000
@@ -70,6 +73,8 @@ class Topic:
         self._pending: dict[str, _Landing] = {}  # producer id -> publish in flight
         self._next_spread = 0  # round-robin partition for keyless batches
         self._appends: set[asyncio.Task[None]] = set()
+        self._rebuilding: asyncio.Task[None] | None = None  # the dedup index, after open
+        self._rebuild_error: BaseException | None = None
         self._closed = False
 
     @classmethod
@@ -81,14 +86,41 @@ class Topic:
         *,
         wall_ms: Callable[[], int] = wall_clock_ms,
     ) -> Topic:
-        """Wrap opened partitions and rebuild the dedup index from their last window."""
+        """Wrap opened partitions; the dedup index is rebuilt from their last window in
+        the background (see :meth:`dedup_ready`)."""
         topic = cls(name, config, partitions, wall_ms=wall_ms)
-        await topic._rebuild_dedup()
+        # A window of millions of ids takes seconds to re-read: the topic serves reads,
+        # deliveries and publishes without ids meanwhile; publishes with ids wait.
+        topic._rebuilding = asyncio.create_task(
+            topic._rebuild_dedup(), name=f"herald-dedup-rebuild-{name}"
+        )
+        topic._rebuilding.add_done_callback(topic._rebuild_done)
         return topic
+
+    def _rebuild_done(self, task: asyncio.Task[None]) -> None:
+        self._rebuilding = None
+        if task.cancelled():
+            self._rebuild_error = StorageUnavailable(f"topic {self.name!r} is closing")
+        elif (error := task.exception()) is not None:
+            log.error("rebuilding the dedup index of topic %s failed", self.name, exc_info=error)
+            self._rebuild_error = error
+
+    async def dedup_ready(self) -> None:
+        """Return once producer ids can be checked; StorageUnavailable if they cannot
+        (the rebuild failed: publishes with ids are refused rather than risk duplicates)."""
+        if self._rebuilding is not None:
+            # wait(), not shield(): neither the rebuild's error nor its cancellation (the
+            # topic closing) is raised here, and a cancelled caller leaves the rebuild be.
+            await asyncio.wait([self._rebuilding])
+        if self._rebuild_error is not None:
+            raise StorageUnavailable(
+                f"producer ids of topic {self.name!r} cannot be checked: {self._rebuild_error}"
+            )
 
     async def _rebuild_dedup(self) -> None:
         # PROTOCOL §2: dedup holds across a restart. The log frames keep producer_id, so
         # the index is re-read from the log instead of being a second file to keep in step.
+        started = time.monotonic()
         since = self._wall_ms() - self.config.dedup_window_ms
         for partition in self.partitions:
             offset = await partition.offset_for_timestamp(since)
@@ -104,6 +136,14 @@ class Topic:
                         )
                 offset = records[-1].offset + 1
         self._dedup.expire(self._wall_ms())
+        took = time.monotonic() - started
+        log.log(
+            logging.INFO if took >= 1 else logging.DEBUG,
+            "dedup index of topic %s rebuilt: %d ids in %.1f s",
+            self.name,
+            len(self._dedup),
+            took,
+        )
 
     # --- partition choice -----------------------------------------------------------
 
@@ -131,6 +171,12 @@ class Topic:
         """
         if self._closed:
             raise TopicNotFound(f"topic {self.name!r} does not exist")
+        if (self._rebuilding is not None or self._rebuild_error is not None) and any(
+            item.record.producer_id is not None for item in items
+        ):
+            await self.dedup_ready()
+            if self._closed:
+                raise TopicNotFound(f"topic {self.name!r} does not exist")
         # Check every explicit partition before any producer id is claimed below.
         for item in items:
             if item.partition is not None and not 0 <= item.partition < len(self.partitions):
@@ -278,6 +324,9 @@ class Topic:
     async def close(self) -> None:
         """Let in-flight appends finish, then close the partitions."""
         self._closed = True
+        if (rebuilding := self._rebuilding) is not None:
+            rebuilding.cancel()
+            await asyncio.gather(rebuilding, return_exceptions=True)
         while self._appends:
             await asyncio.gather(*self._appends, return_exceptions=True)
         errors = await asyncio.gather(*(p.close() for p in self.partitions), return_exceptions=True)

@@ -15,10 +15,10 @@ import pytest
 
 from storage.config import TopicConfig
 from storage.engine import Storage
-from storage.errors import TopicConflict, TopicNotFound
+from storage.errors import StorageUnavailable, TopicConflict, TopicNotFound
 from storage.metadata import MetadataStore
 from storage.record import Acks, NewRecord
-from storage.topic import PublishItem, PublishResult
+from storage.topic import PublishItem, PublishResult, Topic
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -193,6 +193,85 @@ async def test_dedup_survives_restart(tmp_path: Path) -> None:
         assert topic.messages_total == 1
     finally:
         await storage.close()
+
+
+async def test_topic_serves_while_its_dedup_index_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = await Storage.open(tmp_path)
+    topic = await storage.create_topic("t", TopicConfig(partitions=1))
+    [first] = await topic.publish(with_ids("a"), Acks.ALL)
+    await storage.close()
+
+    # Hold the rebuild (as a window of millions of ids would) until the gate opens.
+    gate = asyncio.Event()
+    rebuild = Topic._rebuild_dedup
+
+    async def held(self: Topic) -> None:
+        await gate.wait()
+        await rebuild(self)
+
+    monkeypatch.setattr(Topic, "_rebuild_dedup", held)
+    storage = await Storage.open(tmp_path)
+    try:
+        topic = storage.topic("t")
+        assert topic is not None
+        # Reads and publishes without ids go on; a publish with an id waits.
+        [plain] = await topic.publish([PublishItem(NewRecord(b"2"))], Acks.ALL)
+        assert plain.offset == 1
+        assert [r.value for r in await topic.partitions[0].read(0, 10, 1 << 20)] == [b"1", b"2"]
+        retry = asyncio.ensure_future(topic.publish(with_ids("a"), Acks.ALL))
+        await asyncio.sleep(0.1)
+        assert not retry.done()
+        gate.set()
+        assert await asyncio.wait_for(retry, 10) == [PublishResult(0, first.offset, True)]
+        assert topic.partitions[0].end_offset == 2
+    finally:
+        await storage.close()
+
+
+async def test_failed_dedup_rebuild_refuses_ids_and_takes_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = await Storage.open(tmp_path)
+    await storage.create_topic("t", TopicConfig(partitions=1))
+    await storage.close()
+
+    async def broken(self: Topic) -> None:
+        raise OSError("EIO while re-reading the window")
+
+    monkeypatch.setattr(Topic, "_rebuild_dedup", broken)
+    storage = await Storage.open(tmp_path)
+    try:
+        topic = storage.topic("t")
+        assert topic is not None
+        with pytest.raises(StorageUnavailable, match="cannot be checked"):
+            await topic.publish(with_ids("a"), Acks.ALL)
+        [plain] = await topic.publish([PublishItem(NewRecord(b"2"))], Acks.ALL)
+        assert plain.offset == 0
+    finally:
+        await storage.close()
+
+
+async def test_closing_while_the_rebuild_runs_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = await Storage.open(tmp_path)
+    await storage.create_topic("t", TopicConfig(partitions=1))
+    await storage.close()
+
+    async def forever(self: Topic) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(Topic, "_rebuild_dedup", forever)
+    storage = await Storage.open(tmp_path)
+    topic = storage.topic("t")
+    assert topic is not None
+    waiting = asyncio.ensure_future(topic.publish(with_ids("a"), Acks.ALL))
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(storage.close(), 10)
+    with pytest.raises((StorageUnavailable, TopicNotFound)):
+        await asyncio.wait_for(waiting, 10)
 
 
 async def test_dedup_survives_sigkill_of_the_publisher(tmp_path: Path) -> None:
