@@ -12,6 +12,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from storage.record import slot_constructor
+
 
 @dataclass(frozen=True, slots=True)
 class DedupEntry:
@@ -20,6 +22,9 @@ class DedupEntry:
     partition: int
     offset: int
     timestamp_ms: int  # append time of the FIRST publish: the window counts from it
+
+
+_entry = slot_constructor(DedupEntry)  # one per published id: the fast constructor
 
 
 class DedupIndex:
@@ -66,7 +71,7 @@ class DedupIndex:
             and self._live(current, timestamp_ms)
         ):
             return
-        self._entries[producer_id] = DedupEntry(partition, offset, timestamp_ms)
+        self._entries[producer_id] = _entry(partition, offset, timestamp_ms)
         heapq.heappush(self._by_time, (timestamp_ms, producer_id))
 
     def expire(self, now_ms: int) -> int:
