@@ -9,8 +9,9 @@ the host's noise falls on all of them alike:
 - latency: one record per publish at a fixed rate, publish-to-deliver time.
 
 Durability as each is usually run: Herald acks=1 and acks=all; Redis with AOF fsync
-every second; NATS JetStream file storage (its default periodic sync); RabbitMQ with a
-durable queue, persistent messages and publisher confirms (fsynced before confirm).
+every second, and with fsync before every answer (``always``, the peer of acks=all);
+NATS JetStream file storage (its default periodic sync); RabbitMQ with a durable queue,
+persistent messages and publisher confirms (fsynced before confirm).
 
 Needs the servers (``apt-get install redis-server nats-server rabbitmq-server``) and
 the clients (``pip install -e '.[bench]'``); a system whose server is missing is
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -195,10 +197,9 @@ class Herald:
 
 
 class RedisStreams:
-    name = "Redis Streams (AOF everysec)"
-
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, fsync: str) -> None:
         self.port = port
+        self.name = f"Redis Streams (AOF {fsync})"
 
     @contextlib.asynccontextmanager
     async def _stream(self) -> AsyncIterator[tuple[Any, Any, str]]:
@@ -270,12 +271,13 @@ class RedisStreams:
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[RedisStreams]:
+def redis_server(fsync: str) -> Iterator[RedisStreams]:
+    """``fsync``: everysec (what acks=1 promises, and more) or always (acks=all)."""
     port = free_port()
     cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", "{data}"]
-    cmd += ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+    cmd += ["--appendonly", "yes", "--appendfsync", fsync, "--save", ""]
     with server_process("redis", cmd, port):
-        yield RedisStreams(port)
+        yield RedisStreams(port, fsync)
 
 
 # --- NATS JetStream ---------------------------------------------------------------
@@ -454,7 +456,8 @@ def rabbitmq_server() -> Iterator[RabbitMQ]:
 # --- the run ----------------------------------------------------------------------
 
 SERVERS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[System]]]] = {
-    "redis": ("redis-server", redis_server),
+    "redis": ("redis-server", functools.partial(redis_server, "everysec")),
+    "redis-always": ("redis-server", functools.partial(redis_server, "always")),
     "nats": ("nats-server", nats_server),
     "rabbitmq": ("/usr/lib/rabbitmq/bin/rabbitmq-server", rabbitmq_server),
 }
