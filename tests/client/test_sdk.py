@@ -158,6 +158,54 @@ async def test_consumer_of_a_missing_subscription_raises(shared_herald: HeraldPr
     await consumer.close()
 
 
+async def test_every_task_iterating_a_consumer_stops_when_it_closes(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("sdkw"), unique("sdkws")
+    async with Admin(shared_herald.url) as admin, Producer(shared_herald.url) as producer:
+        await admin.create_subscription(name, topic, start="earliest")
+        await producer.send(topic, "only")
+    consumer = Consumer(shared_herald.url, name, credit=10)
+    seen: list[str] = []
+    got_one = asyncio.Event()
+
+    async def worker() -> None:  # several workers sharing one consumer, all waiting
+        async for message in consumer:
+            seen.append(message.value)
+            await message.ack()
+            got_one.set()
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(3)]
+    await asyncio.wait_for(got_one.wait(), 15)
+    await asyncio.sleep(0.1)
+    assert not any(w.done() for w in workers)
+    await consumer.close()
+    async with asyncio.timeout(10):
+        await asyncio.gather(*workers)  # each one ended its loop; none is left waiting
+    assert seen == ["only"]
+
+
+async def eventually(condition: Callable[[], bool], what: str, within: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not condition():  # a counter on the client: nothing to wait on
+        assert asyncio.get_running_loop().time() < deadline, f"{what} not reached"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_waiting_reader_gets_the_error_that_ends_the_consumer(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("sdke"), unique("sdkes")
+    async with Admin(shared_herald.url) as admin:
+        await admin.create_subscription(name, topic, start="earliest")
+        async with Consumer(shared_herald.url, name) as consumer:
+            reader = asyncio.ensure_future(take(consumer, 1))
+            await eventually(lambda: consumer.connections > 0, what="consumer ready")
+            await admin.delete_subscription(name)  # PROTOCOL §3: its consumers are closed
+            with pytest.raises(ConsumerClosedError):
+                await asyncio.wait_for(reader, 15)
+
+
 async def test_consumer_reconnects_after_a_server_restart(
     herald_server: HeraldProcess, unique: Callable[[str], str]
 ) -> None:
