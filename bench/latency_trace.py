@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -222,57 +221,6 @@ def serve_traced(argv: Sequence[str], out: Path) -> int:
 # ---------------------------------------------------------------------- the client
 
 
-async def publish_and_consume(
-    url: str, acks: str, rate: int, seconds: float
-) -> tuple[dict[int, int], dict[int, int]]:
-    """One-record publishes at ``rate``; (sent, got) times by sequence number."""
-    from client.bench import CreditWindow, RawPublisher, _ack_and_replenish, _consumer, _setup
-
-    tag = uuid.uuid4().hex[:8]
-    topic = subscription = f"trace-{acks}-{tag}"
-    total = int(rate * seconds)
-    sent: dict[int, int] = {}
-    got: dict[int, int] = {}
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-        await _setup(http, topic, subscription)
-        async with _consumer(url, subscription, credit=10_000) as ws:
-            window = CreditWindow(10_000)
-
-            async def receive() -> None:
-                while len(got) < total:
-                    frame = orjson.loads(await ws.recv())
-                    if frame["type"] != "deliver":
-                        continue
-                    at = now()
-                    for message in frame["messages"]:
-                        got[message["value"]] = at
-                    await _ack_and_replenish(ws, [m["id"] for m in frame["messages"]], window)
-
-            path = f"/v1/topics/{topic}/messages?acks={acks}"
-
-            async def publish(raw: RawPublisher, seq: int) -> None:
-                body = orjson.dumps({"messages": [{"value": seq}]})
-                sent[seq] = now()
-                status = await raw.post(path, body)
-                if status >= 300:
-                    raise RuntimeError(f"publish answered {status}")
-
-            receiver = asyncio.ensure_future(receive())
-            try:
-                async with RawPublisher(url, 32) as raw, asyncio.TaskGroup() as group:
-                    start = time.perf_counter()
-                    for seq in range(total):
-                        delay = start + seq / rate - time.perf_counter()
-                        if delay > 0:
-                            await asyncio.sleep(delay)
-                        group.create_task(publish(raw, seq))
-                await asyncio.wait_for(receiver, timeout=120)
-            finally:
-                receiver.cancel()
-        await http.delete(f"/v1/topics/{topic}")
-    return sent, got
-
-
 def stage_table(
     server: dict[int, dict[str, int]], sent: dict[int, int], got: dict[int, int]
 ) -> tuple[int, list[tuple[str, list[float]]]]:
@@ -313,7 +261,7 @@ def main() -> int:
     if args.serve_traced:  # the server half, started by the client half below
         return serve_traced(rest, Path(args.serve_traced))
 
-    from client.bench import _free_port
+    from client.bench import _free_port, timed_deliveries
 
     work = Path(tempfile.mkdtemp(prefix="herald-trace-"))
     port = _free_port()
@@ -337,7 +285,7 @@ def main() -> int:
             time.sleep(0.05)
         gc.freeze()
         runner = getattr(__import__("uvloop"), "run", asyncio.run)
-        sent, got = runner(publish_and_consume(url, args.acks, args.rate, args.seconds))
+        sent, got = runner(timed_deliveries(url, args.acks, args.rate, args.seconds, False))
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)

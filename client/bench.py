@@ -307,11 +307,20 @@ async def latency(url: str, acks: str, rate: int, seconds: float, show: bool) ->
 
 async def latencies(url: str, acks: str, rate: int, seconds: float, show: bool) -> list[float]:
     """Publish-to-deliver times (ms) of one-record publishes at ``rate`` msg/s."""
+    sent, got = await timed_deliveries(url, acks, rate, seconds, show)
+    return [(at - sent[seq]) / 1e6 for seq, at in got.items()]
+
+
+async def timed_deliveries(
+    url: str, acks: str, rate: int, seconds: float, show: bool
+) -> tuple[dict[int, int], dict[int, int]]:
+    """One-record publishes at ``rate`` msg/s, each acked by the consumer: when each was
+    sent and when it arrived (``time.perf_counter_ns``, by sequence number)."""
     tag = uuid.uuid4().hex[:8]
     topic, subscription = f"lat-{acks}-{tag}", f"lat-{acks}-{tag}"
     total = int(rate * seconds)
-    sent_at: dict[int, int] = {}
-    times: list[float] = []
+    sent: dict[int, int] = {}
+    got: dict[int, int] = {}
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         await _setup(http, topic, subscription)
         async with _consumer(url, subscription, credit=LATENCY_CREDIT) as ws:
@@ -319,7 +328,7 @@ async def latencies(url: str, acks: str, rate: int, seconds: float, show: bool) 
             progress = Progress(f"acks={acks} latency", total, show)
 
             async def receive() -> None:
-                while len(times) < total:
+                while len(got) < total:
                     frame = orjson.loads(await ws.recv())
                     if frame["type"] != "deliver":
                         continue
@@ -327,7 +336,7 @@ async def latencies(url: str, acks: str, rate: int, seconds: float, show: bool) 
                     ids = []
                     for message in frame["messages"]:
                         ids.append(message["id"])
-                        times.append((now - sent_at[message["value"]]) / 1e6)
+                        got[message["value"]] = now
                     progress.advance(len(ids))
                     await _ack_and_replenish(ws, ids, window)
 
@@ -335,7 +344,7 @@ async def latencies(url: str, acks: str, rate: int, seconds: float, show: bool) 
 
             async def publish(raw: RawPublisher, seq: int) -> None:
                 body = orjson.dumps({"messages": [{"value": seq}]})
-                sent_at[seq] = time.perf_counter_ns()
+                sent[seq] = time.perf_counter_ns()
                 status = await raw.post(path, body)
                 if status >= 300:
                     raise RuntimeError(f"publish answered {status}")
@@ -354,7 +363,7 @@ async def latencies(url: str, acks: str, rate: int, seconds: float, show: bool) 
             finally:
                 receiver.cancel()
         await http.delete(f"/v1/topics/{topic}")
-    return times
+    return sent, got
 
 
 @dataclass(frozen=True, slots=True)
