@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import orjson
@@ -195,13 +196,31 @@ async def test_dedup_survives_restart(tmp_path: Path) -> None:
         await storage.close()
 
 
+async def topic_t_with(tmp_path: Path, *items: PublishItem) -> list[PublishResult]:
+    """Create topic "t" (one partition) holding ``items``, and close the storage."""
+    storage = await Storage.open(tmp_path)
+    try:
+        topic = await storage.create_topic("t", TopicConfig(partitions=1))
+        return await topic.publish(items, Acks.ALL) if items else []
+    finally:
+        await storage.close()
+
+
+async def reopened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rebuild: Callable[[Topic], Awaitable[None]]
+) -> tuple[Storage, Topic]:
+    """Open the storage again with ``rebuild`` in place of the dedup index rebuild."""
+    monkeypatch.setattr(Topic, "_rebuild_dedup", rebuild)
+    storage = await Storage.open(tmp_path)
+    topic = storage.topic("t")
+    assert topic is not None
+    return storage, topic
+
+
 async def test_topic_serves_while_its_dedup_index_is_rebuilt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    storage = await Storage.open(tmp_path)
-    topic = await storage.create_topic("t", TopicConfig(partitions=1))
-    [first] = await topic.publish(with_ids("a"), Acks.ALL)
-    await storage.close()
+    [first] = await topic_t_with(tmp_path, *with_ids("a"))
 
     # Hold the rebuild (as a window of millions of ids would) until the gate opens.
     gate = asyncio.Event()
@@ -211,11 +230,8 @@ async def test_topic_serves_while_its_dedup_index_is_rebuilt(
         await gate.wait()
         await rebuild(self)
 
-    monkeypatch.setattr(Topic, "_rebuild_dedup", held)
-    storage = await Storage.open(tmp_path)
+    storage, topic = await reopened(tmp_path, monkeypatch, held)
     try:
-        topic = storage.topic("t")
-        assert topic is not None
         # Reads and publishes without ids go on; a publish with an id waits.
         [plain] = await topic.publish([PublishItem(NewRecord(b"2"))], Acks.ALL)
         assert plain.offset == 1
@@ -233,18 +249,13 @@ async def test_topic_serves_while_its_dedup_index_is_rebuilt(
 async def test_failed_dedup_rebuild_refuses_ids_and_takes_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    storage = await Storage.open(tmp_path)
-    await storage.create_topic("t", TopicConfig(partitions=1))
-    await storage.close()
+    await topic_t_with(tmp_path)
 
     async def broken(self: Topic) -> None:
         raise OSError("EIO while re-reading the window")
 
-    monkeypatch.setattr(Topic, "_rebuild_dedup", broken)
-    storage = await Storage.open(tmp_path)
+    storage, topic = await reopened(tmp_path, monkeypatch, broken)
     try:
-        topic = storage.topic("t")
-        assert topic is not None
         with pytest.raises(StorageUnavailable, match="cannot be checked"):
             await topic.publish(with_ids("a"), Acks.ALL)
         [plain] = await topic.publish([PublishItem(NewRecord(b"2"))], Acks.ALL)
@@ -256,17 +267,12 @@ async def test_failed_dedup_rebuild_refuses_ids_and_takes_the_rest(
 async def test_closing_while_the_rebuild_runs_ends_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    storage = await Storage.open(tmp_path)
-    await storage.create_topic("t", TopicConfig(partitions=1))
-    await storage.close()
+    await topic_t_with(tmp_path)
 
     async def forever(self: Topic) -> None:
         await asyncio.Event().wait()
 
-    monkeypatch.setattr(Topic, "_rebuild_dedup", forever)
-    storage = await Storage.open(tmp_path)
-    topic = storage.topic("t")
-    assert topic is not None
+    storage, topic = await reopened(tmp_path, monkeypatch, forever)
     waiting = asyncio.ensure_future(topic.publish(with_ids("a"), Acks.ALL))
     await asyncio.sleep(0.05)
     await asyncio.wait_for(storage.close(), 10)
