@@ -36,7 +36,14 @@ class _Batch:
 
 
 class Producer:
-    """Publishes records; sends racing within `linger_ms` share one request.
+    """Publishes records; sends that come together share one request.
+
+    A send goes out as soon as the event loop has finished its current turn, with
+    every other send of that turn, unless `max_in_flight` requests for its topic
+    are already out: then sends gather until one of those is answered and go
+    together (up to `max_batch` records). A lone `await send()` costs one round
+    trip, and many concurrent senders make big batches without a timer.
+    `linger_ms` > 0 also waits that long for company first.
 
     `send` resolves with the record's SendResult (None with acks="0", which the
     server answers before writing). Retries 429 and 503 (honouring Retry-After)
@@ -49,9 +56,10 @@ class Producer:
         url: str = DEFAULT_URL,
         token: str | None = None,
         acks: str = "all",
-        linger_ms: float = 5.0,
+        linger_ms: float = 0.0,
         max_batch: int = 1000,
         *,
+        max_in_flight: int = 4,
         max_batch_bytes: int = 8 * 1024 * 1024,
         max_pending: int = 100_000,
         retries: int = 8,
@@ -62,15 +70,21 @@ class Producer:
             raise ValueError(f"acks must be one of {ACKS}, got {acks!r}")
         if not 1 <= max_batch <= MAX_BATCH:
             raise ValueError(f"max_batch must be 1..{MAX_BATCH}")
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        if linger_ms < 0:
+            raise ValueError("linger_ms must not be negative")
         self.acks = acks
         self.linger = linger_ms / 1000
         self.max_batch = max_batch
         self.max_batch_bytes = max_batch_bytes
+        self.max_in_flight = max_in_flight
         self.retries = retries
         self.max_retry_wait = max_retry_wait
         self._http = make_http(url, token, timeout)
         self._batches: dict[str, _Batch] = {}
-        self._lingering: dict[str, asyncio.TimerHandle] = {}
+        self._lingering: dict[str, asyncio.Handle] = {}  # a dispatch is scheduled
+        self._in_flight: dict[str, int] = {}  # publish requests out, by topic
         self._requests: set[asyncio.Task[None]] = set()
         # STYLE 3: records waiting for an answer are bounded; send() waits for room.
         self._room = asyncio.Semaphore(max_pending)
@@ -104,17 +118,21 @@ class Producer:
         batch.futures.append(future)
         batch.size += len(message) + 1
         if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
-            self._dispatch(topic)
+            self._dispatch(topic, force=True)
         elif topic not in self._lingering:
             loop = asyncio.get_running_loop()
-            self._lingering[topic] = loop.call_later(self.linger, self._dispatch, topic)
+            self._lingering[topic] = (
+                loop.call_later(self.linger, self._dispatch, topic)
+                if self.linger
+                else loop.call_soon(self._dispatch, topic)  # after this turn's other sends
+            )
         return await future
 
     async def flush(self) -> None:
         """Send every waiting record now and wait for all answers."""
-        for topic in list(self._batches):
-            self._dispatch(topic)
-        while self._requests:
+        while self._batches or self._requests:
+            for topic in list(self._batches):
+                self._dispatch(topic, force=True)
             await asyncio.gather(*self._requests, return_exceptions=True)
 
     async def close(self) -> None:
@@ -127,16 +145,31 @@ class Producer:
         finally:
             await self._http.aclose()
 
-    def _dispatch(self, topic: str) -> None:
+    def _dispatch(self, topic: str, *, force: bool = False) -> None:
+        """Send the topic's batch, unless `max_in_flight` requests are out (then the
+        first answer sends it; a full batch or a flush goes regardless)."""
         timer = self._lingering.pop(topic, None)
         if timer is not None:
             timer.cancel()
+        if not force and self._in_flight.get(topic, 0) >= self.max_in_flight:
+            return
         batch = self._batches.pop(topic, None)
         if batch is None or not batch.messages:
             return
+        self._in_flight[topic] = self._in_flight.get(topic, 0) + 1
         task = asyncio.get_running_loop().create_task(self._publish(topic, batch))
         self._requests.add(task)  # owned until done: flush() and close() await it
         task.add_done_callback(self._requests.discard)
+        task.add_done_callback(functools.partial(self._answered, topic))
+
+    def _answered(self, topic: str, _: asyncio.Task[None]) -> None:
+        left = self._in_flight[topic] - 1
+        if left:
+            self._in_flight[topic] = left
+        else:
+            del self._in_flight[topic]
+        if topic in self._batches and topic not in self._lingering:
+            self._dispatch(topic)  # what gathered while the requests were out
 
     async def _publish(self, topic: str, batch: _Batch) -> None:
         messages, futures = batch.messages, batch.futures

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from client import Admin, Consumer, ConsumerClosedError, HeraldClientError, Message, Producer
@@ -57,6 +59,42 @@ async def test_producer_batches_concurrent_sends_and_consumer_acks(
         stats = (await admin.get_subscription(name))["stats"]
         assert stats["backlog"] == 0
         assert stats["acked_total"] == 51 and stats["in_flight"] == 0
+
+
+async def publish_requests(url: str) -> int:
+    """How many publish requests the server has answered (its /metrics)."""
+    async with httpx.AsyncClient(base_url=url) as http:
+        text = (await http.get("/metrics")).text
+    match = re.search(r"^herald_publish_duration_seconds_count (\S+)$", text, re.M)
+    assert match is not None
+    return int(float(match.group(1)))
+
+
+async def test_lone_sends_go_at_once_and_sends_gather_while_requests_are_out(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, url = unique("sdkb"), shared_herald.url
+    async with Producer(url, max_in_flight=1) as producer:
+        await producer.send(topic, "creates the topic")
+        before = await publish_requests(url)
+        for n in range(3):  # one after another: each its own request, no timer to wait for
+            await asyncio.wait_for(producer.send(topic, n), 5)
+        assert await publish_requests(url) == before + 3
+
+        # One request out (max_in_flight=1); sends made meanwhile, one per loop turn,
+        # gather and go together when it is answered. Without the cap each would go
+        # alone (10 requests); with it, one or two (three if the host stalls us).
+        first = asyncio.ensure_future(producer.send(topic, "first"))
+        await asyncio.sleep(0)  # its dispatch runs after this turn
+        await asyncio.sleep(0)
+        rest = []
+        for n in range(10):
+            rest.append(asyncio.ensure_future(producer.send(topic, n)))
+            await asyncio.sleep(0)
+        results = await asyncio.gather(first, *rest)
+        assert before + 3 + 2 <= await publish_requests(url) <= before + 3 + 1 + 3
+        offsets = [r.offset for r in results if r is not None]
+        assert offsets == sorted(offsets) and len(set(offsets)) == 11
 
 
 async def test_take_batch_takes_what_has_arrived_in_order_and_keeps_credit_flowing(
