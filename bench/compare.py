@@ -175,6 +175,25 @@ async def batches_of(records: int, publish_batch: Callable[[int], Awaitable[None
             group.create_task(worker())
 
 
+async def timed_end_to_end(
+    records: int, publish_batch: Callable[[int], Awaitable[None]], counter: Counter
+) -> float:
+    """Seconds from the first publish until ``counter`` has seen every record."""
+    start = time.perf_counter()
+    await batches_of(records, publish_batch)
+    await asyncio.wait_for(counter.done.wait(), 600)
+    return time.perf_counter() - start
+
+
+async def timed_latencies(
+    rate: int, seconds: float, send: Callable[[int], Coroutine[Any, Any, None]], clock: Clock
+) -> list[float]:
+    """Publish-to-deliver times of ``send`` on an open-loop schedule."""
+    await open_loop(rate, seconds, send)
+    await asyncio.wait_for(clock.done.wait(), 120)
+    return clock.latencies
+
+
 # --- Herald -----------------------------------------------------------------------
 
 
@@ -242,11 +261,8 @@ class RedisStreams:
             reading = asyncio.create_task(
                 self._consume(consumer, stream, counter.delivered, counter.done)
             )
-            start = time.perf_counter()
             try:
-                await batches_of(records, publish_batch)
-                await asyncio.wait_for(counter.done.wait(), 600)
-                return time.perf_counter() - start
+                return await timed_end_to_end(records, publish_batch, counter)
             finally:
                 counter.done.set()
                 await reading
@@ -262,9 +278,7 @@ class RedisStreams:
                 self._consume(consumer, stream, clock.delivered, clock.done)
             )
             try:
-                await open_loop(rate, seconds, send)
-                await asyncio.wait_for(clock.done.wait(), 120)
-                return clock.latencies
+                return await timed_latencies(rate, seconds, send, clock)
             finally:
                 clock.done.set()
                 await reading
@@ -324,11 +338,8 @@ class JetStream:
                 await asyncio.gather(*acks)
 
             sub = await self._consume(js, subject, counter.delivered)
-            start = time.perf_counter()
             try:
-                await batches_of(records, publish_batch)
-                await asyncio.wait_for(counter.done.wait(), 600)
-                return time.perf_counter() - start
+                return await timed_end_to_end(records, publish_batch, counter)
             finally:
                 await sub.unsubscribe()
 
@@ -341,9 +352,7 @@ class JetStream:
 
             sub = await self._consume(js, subject, clock.delivered)
             try:
-                await open_loop(rate, seconds, send)
-                await asyncio.wait_for(clock.done.wait(), 120)
-                return clock.latencies
+                return await timed_latencies(rate, seconds, send, clock)
             finally:
                 await sub.unsubscribe()
 
@@ -407,11 +416,8 @@ class RabbitMQ:
                 )
 
             tag = await self._consume(queue, counter.delivered)
-            start = time.perf_counter()
             try:
-                await batches_of(records, publish_batch)
-                await asyncio.wait_for(counter.done.wait(), 600)
-                return time.perf_counter() - start
+                return await timed_end_to_end(records, publish_batch, counter)
             finally:
                 await queue.cancel(tag)
 
@@ -426,9 +432,7 @@ class RabbitMQ:
 
             tag = await self._consume(queue, clock.delivered)
             try:
-                await open_loop(rate, seconds, send)
-                await asyncio.wait_for(clock.done.wait(), 120)
-                return clock.latencies
+                return await timed_latencies(rate, seconds, send, clock)
             finally:
                 await queue.cancel(tag)
 
