@@ -23,8 +23,6 @@ import contextvars
 import gc
 import itertools
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +30,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 
 # Run as `python bench/latency_trace.py`, this file's folder comes first on sys.path and
@@ -261,34 +258,15 @@ def main() -> int:
     if args.serve_traced:  # the server half, started by the client half below
         return serve_traced(rest, Path(args.serve_traced))
 
-    from client.bench import _free_port, timed_deliveries
+    from client.bench import embedded_server, timed_deliveries
 
     work = Path(tempfile.mkdtemp(prefix="herald-trace-"))
-    port = _free_port()
-    out = work / "stamps.json"
-    cmd = [sys.executable, __file__, "--serve-traced", str(out)]
-    cmd += ["--port", str(port), "--data-dir", str(work / "data")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"traced server exited with {proc.returncode}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("traced server did not become healthy in 30 s")
-            time.sleep(0.05)
+    out = work / "stamps.json"  # written by the traced server as it stops
+    traced = (sys.executable, __file__, "--serve-traced", str(out))
+    with embedded_server(serve=traced) as (url, _):
         gc.freeze()
         runner = getattr(__import__("uvloop"), "run", asyncio.run)
         sent, got = runner(timed_deliveries(url, args.acks, args.rate, args.seconds, False))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
     server = {int(k): v for k, v in orjson.loads(out.read_bytes()).items()}
     shutil.rmtree(work, ignore_errors=True)
     print(f"acks={args.acks}, {args.rate} one-record publishes/s for {args.seconds:g} s")

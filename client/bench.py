@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -93,11 +93,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def embedded_server(cpus: str | None = None) -> Iterator[tuple[str, int]]:
-    """Start `herald serve` on a free port and a temp dir; yield (url, pid)."""
+def embedded_server(
+    cpus: str | None = None, serve: Sequence[str] = (sys.executable, "-m", "server.cli", "serve")
+) -> Iterator[tuple[str, int]]:
+    """Start `herald serve` (or ``serve``, a command taking its flags) on a free port and
+    a temp dir; yield (url, pid). On exit: SIGTERM, and wait for a graceful stop."""
     data_dir = tempfile.mkdtemp(prefix="herald-bench-")
     port = _free_port()
-    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--data-dir", data_dir]
+    cmd = [*serve, "--port", str(port), "--data-dir", data_dir]
     if cpus:
         cmd += ["--cpus", cpus]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
