@@ -377,6 +377,7 @@ class HostSample:
     steal: float
     total: float
     ours: float
+    server_counted: bool  # False with --url: the server's CPU is not known to be ours
 
     @classmethod
     def take(cls, pid: int | None) -> HostSample | None:
@@ -392,7 +393,7 @@ class HostSample:
         own = os.times()
         ours = own.user + own.system + (cpu_seconds(pid) or 0.0)
         busy = user + nice + system + irq + softirq
-        return cls(busy, steal, busy + idle + iowait + steal, ours)
+        return cls(busy, steal, busy + idle + iowait + steal, ours, pid is not None)
 
 
 def host_line(start: HostSample | None, end: HostSample | None) -> str:
@@ -402,9 +403,10 @@ def host_line(start: HostSample | None, end: HostSample | None) -> str:
     total = end.total - start.total
     steal = (end.steal - start.steal) / total
     others = max(0.0, (end.busy - start.busy) - (end.ours - start.ours)) / total
+    whose = "other processes" if start.server_counted else "other processes (the server's too)"
     return (
         f"host during the bench: steal {steal:.1%} of CPU time (taken by the hypervisor), "
-        f"other processes {others:.1%}; a few percent of either moves the tail figures"
+        f"{whose} {others:.1%}; a few percent of either moves the tail figures"
     )
 
 

@@ -33,12 +33,14 @@ def test_bench_runs_end_to_end_and_prints_every_figure() -> None:
 
 
 def test_host_line_separates_steal_and_other_work_from_ours() -> None:
-    start = HostSample(busy=10.0, steal=1.0, total=100.0, ours=5.0)
-    end = HostSample(busy=70.0, steal=11.0, total=300.0, ours=45.0)
+    start = HostSample(busy=10.0, steal=1.0, total=100.0, ours=5.0, server_counted=True)
+    end = HostSample(busy=70.0, steal=11.0, total=300.0, ours=45.0, server_counted=True)
     # 200 s of CPU time passed: 10 stolen (5 %), 60 busy of which 40 ours -> 20 (10 %).
     assert "steal 5.0%" in host_line(start, end)
     assert "other processes 10.0%" in host_line(start, end)
     assert "unknown" in host_line(start, None)
+    external = HostSample(busy=10.0, steal=1.0, total=100.0, ours=5.0, server_counted=False)
+    assert "other processes (the server's too) 10.0%" in host_line(external, end)
 
 
 def test_latency_trace_sees_every_record_at_every_stage() -> None:
