@@ -40,6 +40,7 @@ from server.publish import PublishEndpoint
 from server.routes_webhooks import push_stats
 from server.routes_webhooks import routes as webhook_routes
 from storage.engine import Storage
+from storage.lock import DataDirLock
 from subscribers.webhook import WebhookDispatchers, webhook_verify
 
 log = logging.getLogger("herald.server")
@@ -90,8 +91,9 @@ class BackgroundAppends:
 class Runtime:
     """The app-wide workers and their start/stop order."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, data_lock: DataDirLock | None = None) -> None:
         self.config = config
+        self._data_lock = data_lock  # taken by `herald serve` before it bound its port
         self.stopping = asyncio.Event()  # wakes long-polls on SIGTERM
         self.background = BackgroundAppends(config.max_pending_unacked_publishes)
         self.storage: Storage | None = None
@@ -103,8 +105,9 @@ class Runtime:
         self._closed = False
 
     async def start(self) -> None:
+        lock = self._data_lock if self._data_lock is not None and self._data_lock.held else None
         self.storage = await Storage.open(
-            self.config.data_dir, segment_bytes=self.config.segment_bytes
+            self.config.data_dir, segment_bytes=self.config.segment_bytes, lock=lock
         )
         try:
             self.engine = DeliveryEngine(self.storage)
@@ -213,13 +216,17 @@ def websocket_routes() -> list[BaseRoute]:
     ]
 
 
-def create_app(config: ServerConfig | None = None) -> Starlette:
+def create_app(
+    config: ServerConfig | None = None, *, data_lock: DataDirLock | None = None
+) -> Starlette:
+    """The app for ``config``. ``data_lock``: the data directory's lock if the caller took
+    it already; else the lifespan takes it when it opens Storage."""
     config = config or ServerConfig()
     guard = access_guard(config.auth_file)  # PROTOCOL §6; None: an open server
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        runtime = Runtime(config)
+        runtime = Runtime(config, data_lock)
         await runtime.start()
         app.state.runtime = runtime
         app.state.storage = runtime.storage

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import gc
 import importlib
 import os
@@ -36,6 +37,7 @@ from server.security_cli import (
     configure_encryption,
     uvicorn_security_options,
 )
+from storage.lock import DataDirLock, DataDirLocked
 
 # The hot paths allocate several GC-tracked objects per record (parsed request dicts,
 # Records, in-flight entries); reference counting frees them, but with CPython's default
@@ -202,9 +204,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from server.app import create_app  # imported here so client commands start fast
-    from server.audit import configure_audit
-    from server.auth import AuthFileError
+    from server.audit import configure_audit  # imported here so client commands start fast
     from server.logging import configure_logging
 
     overrides = {
@@ -242,9 +242,34 @@ def run_serve(args: argparse.Namespace) -> int:
     if (problem := configure_encryption(config)) is not None:
         print(f"herald serve: {problem}", file=sys.stderr)
         return 2
+    # The port first, then the data directory's lock, then recovery (in the lifespan): a
+    # start on a busy port touches no data, and a second server on a directory in use
+    # exits having read nothing of it.
     try:
-        app = create_app(config)
+        listener = listen(config.host, config.port)
+    except OSError as exc:
+        print(f"herald serve: {exc}", file=sys.stderr)
+        return 1
+    try:
+        data_lock = DataDirLock.acquire(config.data_dir)
+    except DataDirLocked as exc:
+        listener.close()
+        print(f"herald serve: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return _serve(config, listener, data_lock)
+    finally:
+        data_lock.release()
+
+
+def _serve(config: ServerConfig, listener: socket.socket, data_lock: DataDirLock) -> int:
+    from server.app import create_app
+    from server.auth import AuthFileError
+
+    try:
+        app = create_app(config, data_lock=data_lock)
     except AuthFileError as exc:
+        listener.close()
         print(f"herald serve: auth file: {exc}", file=sys.stderr)
         return 2
     uv_config = uvicorn.Config(
@@ -265,9 +290,31 @@ def run_serve(args: argparse.Namespace) -> int:
         **uvicorn_security_options(config),  # TLS, frame and idle caps (PROTOCOL §6)
     )
     server = HeraldServer(uv_config, config)
-    server.run()
-    # uvicorn leaves a failed startup (port taken, data dir unusable) with started False.
+    server.run(sockets=[listener])
+    # uvicorn leaves a failed startup (data dir unusable) with started False.
     return 0 if server.started else 1
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before recovery starts (as uvicorn would bind
+    it, after). Raises OSError with a message that says what to change."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise OSError(
+                exc.errno,
+                f"cannot listen on {host}:{port}: address already in use (another server "
+                "has that port); choose another with --port or HERALD_PORT, e.g. "
+                f"`herald serve --port {port + 1}`",
+            ) from None
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 # ------------------------------------------------------------------ parser

@@ -24,6 +24,8 @@ from typing import Any
 import crc32c
 import orjson
 
+from storage.durable import fsync_dir, make_dirs
+
 Range = tuple[int, int]  # half-open [start, end)
 
 _MAGIC = b"HCUR"
@@ -151,7 +153,7 @@ class CursorStore:
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         # Subscriptions whose main file this process wrote itself: known good, so a save
@@ -204,7 +206,7 @@ class CursorStore:
             if subscription in self._known_good or self._is_valid(main):
                 os.replace(main, prev)
             os.replace(tmp, main)
-            self._fsync_directory()
+            fsync_dir(self.directory)
             self._known_good.add(subscription)
 
     def delete(self, subscription: str) -> None:
@@ -213,7 +215,7 @@ class CursorStore:
             for path in paths:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
-            self._fsync_directory()
+            fsync_dir(self.directory)
             self._known_good.discard(subscription)
         with self._locks_guard:
             self._locks.pop(subscription, None)
@@ -225,10 +227,3 @@ class CursorStore:
         except (FileNotFoundError, _Invalid):
             return False
         return True
-
-    def _fsync_directory(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

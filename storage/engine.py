@@ -6,6 +6,7 @@ Layout (docs/architecture.md "Data directory")::
     <data_dir>/topics/<topic>/<partition>/  partition logs
     <data_dir>/cursors/                     subscription cursors
     <data_dir>/trash/                       deleted topics, removed off the event loop
+    <data_dir>/.lock                        held (flock) by the one process using the directory
 
 meta.db decides which topics exist: a topic is written there before its directory is
 made, and removed from there before its directory goes, so a crash at any point
@@ -25,7 +26,9 @@ from pathlib import Path
 
 from storage.config import TopicConfig
 from storage.cursors import CursorStore
+from storage.durable import fsync_dir, make_dirs
 from storage.errors import TopicConflict, TopicNotFound
+from storage.lock import DataDirLock
 from storage.metadata import MetadataStore
 from storage.partition import DEFAULT_CACHE_BYTES, Partition
 from storage.partition_log import LogConfig
@@ -46,8 +49,10 @@ class Storage:
         wall_ms: Callable[[], int],
         log_config: LogConfig,
         cache_bytes: int,
+        lock: DataDirLock,
     ) -> None:
         self.data_dir = data_dir
+        self.lock = lock
         self.metadata = metadata
         self.cursors = cursors
         self.writers = writers
@@ -77,8 +82,15 @@ class Storage:
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         writer_threads: int = 4,
         wall_ms: Callable[[], int] = wall_clock_ms,
+        lock: DataDirLock | None = None,
     ) -> Storage:
-        """Create the layout if needed, then open every topic listed in meta.db.
+        """Lock the directory, create the layout if needed, then open every topic listed
+        in meta.db.
+
+        ``lock`` is the directory's lock if the caller took it already (``herald serve``
+        takes it before anything else); otherwise it is taken here, and either way the
+        Storage holds it until :meth:`close`. Raises ``DataDirLocked`` if another process
+        holds it, having touched nothing.
 
         ``segment_bytes`` overrides ``log_config.segment_bytes``; ``cache_bytes`` is each
         partition's tail cache; every partition shares a pool of ``writer_threads``.
@@ -89,7 +101,13 @@ class Storage:
         segments = log_config or LogConfig()
         if segment_bytes is not None:
             segments = dataclasses.replace(segments, segment_bytes=segment_bytes)
-        metadata = await asyncio.to_thread(_prepare_layout, data_dir)
+        if lock is None:
+            lock = await asyncio.to_thread(DataDirLock.acquire, data_dir)
+        try:
+            metadata = await asyncio.to_thread(_prepare_layout, data_dir)
+        except BaseException:
+            lock.release()
+            raise
         storage = cls(
             data_dir,
             metadata,
@@ -98,6 +116,7 @@ class Storage:
             wall_ms=wall_ms,
             log_config=segments,
             cache_bytes=cache_bytes,
+            lock=lock,
         )
         try:
             configs = await asyncio.to_thread(metadata.topics)
@@ -179,11 +198,14 @@ class Storage:
 
     async def close(self) -> None:
         """Close every topic (pending appends finish, partitions fsync), stop the writer
-        threads, then close meta.db."""
+        threads, close meta.db, then release the directory's lock."""
         topics, self._topics = list(self._topics.values()), {}
         results = await asyncio.gather(*(t.close() for t in topics), return_exceptions=True)
-        await asyncio.to_thread(self.writers.close)
-        await asyncio.to_thread(self.metadata.close)
+        try:
+            await asyncio.to_thread(self.writers.close)
+            await asyncio.to_thread(self.metadata.close)
+        finally:
+            self.lock.release()
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -225,7 +247,7 @@ class Storage:
             os.rename(source, target)
         except FileNotFoundError:
             return
-        _fsync_dir(self.topics_dir)
+        fsync_dir(self.topics_dir)
         shutil.rmtree(target, ignore_errors=True)
 
     def _sweep_orphans(self, known: set[str]) -> None:
@@ -243,13 +265,9 @@ class Storage:
 
 def _prepare_layout(data_dir: Path) -> MetadataStore:
     for sub in ("topics", "cursors", "trash"):
-        (data_dir / sub).mkdir(parents=True, exist_ok=True)
-    return MetadataStore(data_dir / "meta.db")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        make_dirs(data_dir / sub)
+    created = not (data_dir / "meta.db").exists()
+    metadata = MetadataStore(data_dir / "meta.db")
+    if created:  # SQLite fsyncs its files, not the directory entries naming them
+        fsync_dir(data_dir)
+    return metadata

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.batch import EncodedBatch, encode_batch
+from storage.durable import fsync_dir, make_dirs
 from storage.errors import StorageUnavailable
 from storage.record import NewRecord, Record
 from storage.segment import LogSegment
@@ -36,15 +37,6 @@ class LogConfig:
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= _MAX_SEGMENT_BYTES:
             raise ValueError("segment_bytes must be in 1..4 GiB")
-
-
-def fsync_dir(path: Path) -> None:
-    """Make file creations and deletions in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class PartitionLog:
@@ -67,7 +59,7 @@ class PartitionLog:
     # -- opening -----------------------------------------------------------------------
 
     def _load(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.directory)  # a new topic's directories are durable before its 201
         bases = self._segment_bases()
         segments: list[LogSegment] = []
         try:
@@ -82,7 +74,6 @@ class PartitionLog:
             if not segments:
                 segments.append(LogSegment(self.directory, 0, self.config.index_interval_bytes))
                 fsync_dir(self.directory)
-                fsync_dir(self.directory.parent)
         except BaseException:
             for segment in segments:
                 segment.close()
