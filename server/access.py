@@ -107,6 +107,23 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
 ]
 
 
+_PREPOSITION = {"publish": "publish to", "subscribe": "subscribe on"}
+
+
+def _refusal(principal: Principal, roles: tuple[str, ...], topic: str | None) -> str:
+    """What a 403 says: the permission missing, and for topics the patterns the token has,
+    e.g. "token 5beba147 may publish to `orders.*`, not to `orders`"."""
+    who = f"token {principal.token_id}"
+    held = [role for role in roles if role in principal.roles]
+    if topic is None or not held:
+        has = ", ".join(sorted(principal.roles)) or "none"
+        return f"{who} lacks the {' or '.join(roles)} permission (it has: {has})"
+    patterns = ", ".join(f"`{p}`" for p in principal.topics) or "no topic patterns"
+    verbs = " or ".join(_PREPOSITION[role] for role in held)
+    but = f"not {_PREPOSITION[held[0]].split()[-1]}" if len(held) == 1 else "not"
+    return f"{who} may {verbs} {patterns}, {but} `{topic}`"
+
+
 def classify(scope_type: str, method: str, path: str) -> tuple[Rule, dict[str, str]]:
     for kind, methods, pattern, rule in RULES:
         if kind != scope_type or (methods is not None and method not in methods):
@@ -155,29 +172,32 @@ class AccessGuard:
     def authorize(
         self, principal: Principal, rule: Rule, params: dict[str, str], lookup: Callable[[str], str]
     ) -> None:
+        """Raise Forbidden, saying which permission and topic the token lacked."""
         if rule.role == "topic":
             topic = params[rule.topic or "topic"]
-            allowed = principal.may("publish", topic) or principal.may("subscribe", topic)
+            if not (principal.may("publish", topic) or principal.may("subscribe", topic)):
+                raise Forbidden(_refusal(principal, ("publish", "subscribe"), topic))
         elif rule.subscription is not None:
-            allowed = principal.is_admin or self._may_subscription(
-                principal, rule.role, params[rule.subscription], lookup
-            )
+            name = params[rule.subscription]
+            if principal.is_admin:
+                return
+            try:
+                topic = lookup(name)
+            except SubscriptionNotFound:
+                # Only admins learn which subscriptions exist.
+                raise Forbidden(
+                    f"token {principal.token_id} may not {rule.role} on subscription {name!r}"
+                ) from None
+            if not principal.may(rule.role, topic):
+                raise Forbidden(
+                    f"{_refusal(principal, (rule.role,), topic)} (the topic of subscription "
+                    f"{name!r})"
+                )
         elif rule.topic is not None:
-            allowed = principal.may(rule.role, params[rule.topic])
-        else:
-            allowed = principal.may(rule.role)
-        if not allowed:
-            raise Forbidden(f"token {principal.token_id} may not do this")
-
-    @staticmethod
-    def _may_subscription(
-        principal: Principal, role: str, name: str, lookup: Callable[[str], str]
-    ) -> bool:
-        try:
-            topic = lookup(name)
-        except SubscriptionNotFound:
-            return False  # only admins learn which subscriptions exist
-        return principal.may(role, topic)
+            if not principal.may(rule.role, params[rule.topic]):
+                raise Forbidden(_refusal(principal, (rule.role,), params[rule.topic]))
+        elif not principal.may(rule.role):
+            raise Forbidden(_refusal(principal, (rule.role,), None))
 
     # -- open WebSockets: checked again whenever the credentials change --------------
 

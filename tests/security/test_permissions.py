@@ -142,3 +142,65 @@ def test_audit_log_names_token_ids_of_admin_actions_and_refusals(secured: Secure
     assert any(e["event"] == "auth_failure" and e["code"] == "forbidden" for e in entries)
     assert any(e["event"] == "auth_failure" and e["code"] == "unauthorized" for e in entries)
     assert publisher_id  # ids are in entries; tokens never are (test_tokens_never_reach_the_logs)
+
+
+def token_id(secured: Secured, who: str) -> str:
+    return secured.tokens[who].split("_")[1]
+
+
+@pytest.mark.parametrize(
+    ("who", "method", "path", "body", "detail"),
+    [
+        (
+            "publisher",
+            "POST",
+            "/v1/topics/other.a/messages",
+            {"messages": [{"value": 1}]},
+            "token {id} may publish to `orders.*`, not to `other.a`",
+        ),
+        (
+            "subscriber",
+            "POST",
+            "/v1/topics/orders.a/messages",
+            {"messages": [{"value": 1}]},
+            "token {id} lacks the publish permission (it has: subscribe)",
+        ),
+        (
+            "stranger",
+            "GET",
+            "/v1/topics/orders.a",
+            None,
+            "token {id} may publish to or subscribe on `other.*`, not `orders.a`",
+        ),
+        (
+            "stranger",
+            "GET",
+            "/v1/subscriptions/s-orders",
+            None,
+            "token {id} may subscribe on `other.*`, not on `orders.a` "
+            "(the topic of subscription 's-orders')",
+        ),
+        (
+            "publisher",
+            "GET",
+            "/v1/topics",
+            None,
+            "token {id} lacks the admin permission (it has: publish)",
+        ),
+    ],
+)
+def test_a_403_says_which_permission_and_topic_pattern_were_missing(
+    secured: Secured, who: str, method: str, path: str, body: Any, detail: str
+) -> None:
+    r = call(secured, method, path, body, who)
+    assert r.status_code == 403, r.text
+    assert r.json()["detail"] == detail.format(id=token_id(secured, who))
+
+
+def test_a_403_on_a_missing_subscription_does_not_reveal_that_it_is_missing(
+    secured: Secured,
+) -> None:
+    missing = call(secured, "GET", "/v1/subscriptions/s-missing", None, "subscriber").json()
+    assert missing["detail"] == (
+        f"token {token_id(secured, 'subscriber')} may not subscribe on subscription 's-missing'"
+    )
