@@ -66,6 +66,7 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
     ("http", frozenset({"GET", "HEAD"}), re.compile(r"^/console(/[^?]*)?$"), OPEN),
     ("http", frozenset({"GET", "HEAD"}), _path("/metrics"), METRICS),
     ("http", frozenset({"GET", "HEAD"}), _path("/v1/stats"), METRICS),
+    ("http", frozenset({"GET", "HEAD"}), _path("/v1/cluster"), METRICS),
     ("websocket", None, _path("/v1/stats/ws"), METRICS),
     # Inspecting a topic: anyone who may publish to it or subscribe on it.
     ("http", frozenset({"GET", "HEAD"}), _path("/v1/topics/{topic}"), Rule("topic", "topic")),

@@ -24,7 +24,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from delivery.engine import DeliveryEngine
-from server import console, metrics, openapi, routes_stats, routes_subscriptions, routes_topics
+from server import (
+    console,
+    metrics,
+    openapi,
+    routes_cluster,
+    routes_stats,
+    routes_subscriptions,
+    routes_topics,
+)
 from server.access import AccessControlMiddleware, access_guard, watching
 from server.config import ServerConfig
 from server.errors import (
@@ -251,6 +259,7 @@ def create_app(
         *webhook_routes,
         *websocket_routes(),
         *routes_stats.routes,
+        *routes_cluster.routes,
         *console.routes,
     ]
     app = Starlette(

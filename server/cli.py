@@ -199,6 +199,10 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         "default: not pinned). The event loop and the writer threads then hand off "
         "without waking another CPU; see docs/protocol.md",
     )
+    p.add_argument(
+        "--node-id",
+        help=f"this node's id in GET /v1/cluster (default {defaults.node_id}; env HERALD_NODE_ID)",
+    )
     add_security_flags(p)
     p.set_defaults(func=run_serve)
 
@@ -226,6 +230,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "ws_ping_interval",
             "ws_ping_timeout",
             "cpus",
+            "node_id",
             *SECURITY_FIELDS,
         )
     }

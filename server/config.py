@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ MIB = 1024 * 1024
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -62,6 +64,8 @@ class ServerConfig:
     # CPUs the server's threads are pinned to ("0", "0,2", "1-3"); "" leaves them to the
     # scheduler. See pinned_cpus.
     cpus: str = ""
+    # PROTOCOL §7: this node's id in GET /v1/cluster (and, in a cluster, in etcd).
+    node_id: str = "local"
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:
@@ -80,6 +84,11 @@ class ServerConfig:
             raise ConfigError("tls_cert and tls_key go together")
         if self.ws_ping_interval <= 0 or self.ws_ping_timeout <= 0:
             raise ConfigError("ws_ping_interval and ws_ping_timeout must be positive")
+        if not NODE_ID.fullmatch(self.node_id):
+            raise ConfigError(
+                f"node_id must match {NODE_ID.pattern} (letters, digits, '.', '_', '-'), "
+                f"not {self.node_id!r}"
+            )
         self.pinned_cpus  # noqa: B018 (validates)
 
     @property
