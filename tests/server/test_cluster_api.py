@@ -35,11 +35,12 @@ def test_node_id_names_the_node(herald_factory: Callable[..., HeraldProcess]) ->
 
 
 def test_a_bad_node_id_is_refused_at_start(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "server.cli", "serve", "--port", str(free_port()),
+        "--data-dir", str(tmp_path / "data"), "--node-id", "no spaces",
+    ]  # fmt: skip
     refused = subprocess.run(
-        [
-            sys.executable, "-m", "server.cli", "serve", "--port", str(free_port()),
-            "--data-dir", str(tmp_path / "data"), "--node-id", "no spaces",
-        ],  # fmt: skip
+        command,
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

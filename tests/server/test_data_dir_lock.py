@@ -17,11 +17,12 @@ from tests.conftest import PROJECT_ROOT, HeraldProcess, free_port
 
 def serve_once(data_dir: Path, port: int) -> subprocess.CompletedProcess[str]:
     """A second `herald serve` that is expected to exit by itself."""
+    command = [
+        sys.executable, "-m", "server.cli", "serve",
+        "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
+    ]  # fmt: skip
     return subprocess.run(
-        [
-            sys.executable, "-m", "server.cli", "serve",
-            "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir),
-        ],  # fmt: skip
+        command,
         cwd=PROJECT_ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         capture_output=True,

@@ -8,6 +8,7 @@ topic is answered for.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -84,7 +85,7 @@ async def test_a_refused_open_touches_nothing(tmp_path: Path) -> None:
     try:
         with pytest.raises(DataDirLocked):
             await Storage.open(tmp_path)
-        assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE]
+        assert await asyncio.to_thread(os.listdir, tmp_path) == [LOCK_FILE]
     finally:
         kill(holder)
 
