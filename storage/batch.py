@@ -3,16 +3,18 @@
 One write and one CRC32C cover a batch of many records (as Kafka's record batch v2).
 All integers are little-endian. Layout::
 
-    batch header (40 bytes)
+    batch header (44 bytes; 40 in version 1, which has no leader_epoch)
       u32  length        whole batch in bytes, header included
       u32  crc           CRC32C of everything after this field
-      u8   magic         0x48 ("H")
+      u8   magic         0x49 ("I"): version 2; 0x48 ("H"): version 1
       u8   attributes    bit flags; ATTR_ENCRYPTED is reserved for payload encryption
       u16  key_id        encryption key id when ATTR_ENCRYPTED, else 0
       i64  base_offset
       u32  record_count
       i64  first_timestamp
       i64  last_timestamp
+      i32  leader_epoch  the epoch of the leader that appended the batch (version 2 only;
+                         a version 1 batch reads as epoch 0)
     records, each:
       u32  offset_delta
       i64  timestamp
@@ -26,6 +28,9 @@ All integers are little-endian. Layout::
 
 Everything a reader needs to find offsets and timestamps stays in the header, so a later
 encryption of the record section leaves scanning, indexing and retention untouched.
+The leader epoch (Kafka's partition leader epoch, KIP-101) lets a returning replica find
+where its log diverged from the current leader's; every field of version 1 keeps its
+position in version 2, which only appends the epoch to the header.
 """
 
 from __future__ import annotations
@@ -42,15 +47,21 @@ from storage import encryption
 from storage.errors import CorruptLog
 from storage.record import NewRecord, Record, ValueKind
 
-MAGIC = 0x48
+MAGIC = 0x49  # version 2, written by this code
+MAGIC_V1 = 0x48  # version 1: no leader epoch (read as epoch 0)
 ATTR_ENCRYPTED = encryption.ATTR_ENCRYPTED  # record section encrypted with key ``key_id``
 
-HEADER = struct.Struct("<IIBBHqIqq")
-HEADER_SIZE = HEADER.size  # 40
+HEADER = struct.Struct("<IIBBHqIqqi")
+HEADER_V1 = struct.Struct("<IIBBHqIqq")
+HEADER_SIZE = HEADER.size  # 44: the most a header can take (version 2)
+HEADER_V1_SIZE = HEADER_V1.size  # 40
+_HEADER_SIZES = {MAGIC: HEADER_SIZE, MAGIC_V1: HEADER_V1_SIZE}
+_MAGIC_AT = 8
 _CRC_START = 8  # the CRC covers the batch from the magic byte on
 _RECORD = struct.Struct("<IqBBHiiI")
 _HEADER_PAIR = struct.Struct("<II")
 _KINDS = (ValueKind.JSON, ValueKind.BYTES)
+_MAX_EPOCH = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +76,8 @@ class BatchHeader:
     record_count: int
     first_timestamp: int
     last_timestamp: int
+    leader_epoch: int = 0
+    size: int = HEADER_SIZE  # bytes of the header itself: 40 in version 1
 
     @property
     def next_offset(self) -> int:
@@ -84,16 +97,23 @@ class EncodedBatch:
     record_count: int
     first_timestamp: int
     last_timestamp: int
+    leader_epoch: int = 0
 
 
 def encode_batch(
-    base_offset: int, records: Sequence[NewRecord], timestamps: Sequence[int] | int
+    base_offset: int,
+    records: Sequence[NewRecord],
+    timestamps: Sequence[int] | int,
+    leader_epoch: int = 0,
 ) -> EncodedBatch:
-    """Frame ``records`` as one batch starting at ``base_offset``.
+    """Frame ``records`` as one batch starting at ``base_offset``, appended under
+    ``leader_epoch`` (0 on a single node).
 
     ``timestamps`` is one timestamp for the whole batch (an append) or one per record
     (a replicated append).
     """
+    if not 0 <= leader_epoch <= _MAX_EPOCH:
+        raise ValueError(f"leader_epoch must be in 0..{_MAX_EPOCH}")
     if not records:
         raise ValueError("a batch holds at least one record")
     if isinstance(timestamps, int):
@@ -129,14 +149,29 @@ def encode_batch(
         if headers:
             append(_encode_headers(headers))
         append(record.value)
-    parts[0] = HEADER.pack(0, 0, MAGIC, 0, 0, base_offset, len(records), first_ts, last_ts)
+    parts[0] = HEADER.pack(
+        0, 0, MAGIC, 0, 0, base_offset, len(records), first_ts, last_ts, leader_epoch
+    )
     buf = bytearray().join(parts)
     struct.pack_into("<I", buf, 0, len(buf))
     struct.pack_into("<I", buf, 4, crc32c.crc32c(memoryview(buf)[_CRC_START:]))
     data = bytes(buf)
     if encryption.active():  # storage/encryption.py: the record section, AES-GCM
-        data = encryption.seal(data)
-    return EncodedBatch(data, base_offset, len(records), first_ts, last_ts)
+        data = encryption.seal(data, HEADER_SIZE)
+    return EncodedBatch(data, base_offset, len(records), first_ts, last_ts, leader_epoch)
+
+
+def as_encoded(data: bytes, header: BatchHeader) -> EncodedBatch:
+    """A batch read or received as stored bytes (a follower copying its leader: the
+    bytes, CRC included, go to disk as they came)."""
+    return EncodedBatch(
+        data,
+        header.base_offset,
+        header.record_count,
+        header.first_timestamp,
+        header.last_timestamp,
+        header.leader_epoch,
+    )
 
 
 def _encode_headers(headers: Mapping[str, str]) -> bytes:
@@ -197,15 +232,33 @@ def make_records(
 
 
 def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
-    """Parse the header at ``pos``; raises CorruptLog if it cannot be a batch header."""
-    if len(buf) - pos < HEADER_SIZE:
+    """Parse the header at ``pos`` (either version); raises CorruptLog if it cannot be a
+    batch header."""
+    available = len(buf) - pos
+    if available < HEADER_V1_SIZE:
         raise CorruptLog(f"incomplete batch header at {pos}")
-    length, crc, magic, attributes, key_id, base, count, first_ts, last_ts = HEADER.unpack_from(
-        buf, pos
-    )
-    if magic != MAGIC or length < HEADER_SIZE or count == 0:
+    size = _HEADER_SIZES.get(buf[pos + _MAGIC_AT])
+    if size is None:
         raise CorruptLog(f"not a batch header at {pos}")
-    return BatchHeader(length, crc, attributes, key_id, base, count, first_ts, last_ts)
+    if available < size:
+        raise CorruptLog(f"incomplete batch header at {pos}")
+    if size == HEADER_SIZE:
+        length, crc, _magic, attributes, key_id, base, count, first_ts, last_ts, epoch = (
+            HEADER.unpack_from(buf, pos)
+        )
+    else:
+        length, crc, _magic, attributes, key_id, base, count, first_ts, last_ts = (
+            HEADER_V1.unpack_from(buf, pos)
+        )
+        epoch = 0
+    if length < size or count == 0 or epoch < 0:
+        raise CorruptLog(f"not a batch header at {pos}")
+    return BatchHeader(length, crc, attributes, key_id, base, count, first_ts, last_ts, epoch, size)
+
+
+def header_size(batch: bytes | memoryview) -> int:
+    """How many bytes the header of the framed ``batch`` takes (by its version)."""
+    return _HEADER_SIZES[batch[_MAGIC_AT]]
 
 
 def check_batch(buf: bytes | memoryview, pos: int, header: BatchHeader) -> None:
@@ -226,14 +279,15 @@ def decode_batch(
 ) -> list[Record]:
     """Decode the records of the (checked) batch at ``pos`` with offset >= ``from_offset``."""
     if header.attributes & ATTR_ENCRYPTED:
-        plain = encryption.unseal(buf, pos, header.length)  # EncryptionError: key missing/wrong
+        # EncryptionError: key missing or wrong
+        plain = encryption.unseal(buf, pos, header.length, header.size)
         return decode_batch(plain, 0, read_header(plain), partition, from_offset)
     view = memoryview(buf)
     unpack = _RECORD.unpack_from
     rsize = _RECORD.size
     base = header.base_offset
     end = pos + header.length
-    p = pos + HEADER_SIZE
+    p = pos + header.size
     out: list[Record] = []
     try:
         for _ in range(header.record_count):

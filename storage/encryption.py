@@ -36,7 +36,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from storage.errors import HeraldError
 
 ATTR_ENCRYPTED = 0x01  # the same bit as storage/batch.py's
-_HEADER_SIZE = 40
 _CRC_START = 8
 _ATTR_AT, _KEY_ID_AT = 9, 10
 _NONCE = 12
@@ -108,25 +107,27 @@ def new_key_line(key_id: int) -> str:
     return f"{key_id}:{base64.b64encode(AESGCM.generate_key(bit_length=256)).decode()}"
 
 
-def seal(batch: bytes) -> bytes:
-    """The encrypted form of a framed plaintext batch (header fields kept in clear)."""
+def seal(batch: bytes, header_size: int) -> bytes:
+    """The encrypted form of a framed plaintext batch whose header takes ``header_size``
+    bytes (header fields kept in clear)."""
     assert _keyring is not None
     key_id = _keyring.active_id
-    header = bytearray(batch[:_HEADER_SIZE])
+    header = bytearray(batch[:header_size])
     header[_ATTR_AT] |= ATTR_ENCRYPTED
     _KEY_ID.pack_into(header, _KEY_ID_AT, key_id)
     nonce = os.urandom(_NONCE)
-    sealed = _keyring.keys[key_id].encrypt(nonce, batch[_HEADER_SIZE:], bytes(header[_CRC_START:]))
+    sealed = _keyring.keys[key_id].encrypt(nonce, batch[header_size:], bytes(header[_CRC_START:]))
     buf = header + nonce + sealed
     struct.pack_into("<I", buf, 0, len(buf))
     struct.pack_into("<I", buf, 4, crc32c.crc32c(memoryview(buf)[_CRC_START:]))
     return bytes(buf)
 
 
-def unseal(buf: bytes | memoryview, pos: int, length: int) -> bytes:
-    """The framed plaintext batch of the (CRC-checked) encrypted batch at ``pos``."""
+def unseal(buf: bytes | memoryview, pos: int, length: int, header_size: int) -> bytes:
+    """The framed plaintext batch of the (CRC-checked) encrypted batch at ``pos``, whose
+    header takes ``header_size`` bytes."""
     view = memoryview(buf)[pos : pos + length]
-    header = bytes(view[:_HEADER_SIZE])
+    header = bytes(view[:header_size])
     (key_id,) = _KEY_ID.unpack_from(header, _KEY_ID_AT)
     base_offset = struct.unpack_from("<q", header, 12)[0]
     if _keyring is None:
@@ -142,8 +143,8 @@ def unseal(buf: bytes | memoryview, pos: int, length: int) -> bytes:
         )
     try:
         plain = aead.decrypt(
-            bytes(view[_HEADER_SIZE : _HEADER_SIZE + _NONCE]),
-            bytes(view[_HEADER_SIZE + _NONCE :]),
+            bytes(view[header_size : header_size + _NONCE]),
+            bytes(view[header_size + _NONCE :]),
             header[_CRC_START:],
         )
     except InvalidTag:

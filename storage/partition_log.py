@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.batch import EncodedBatch, encode_batch
+from storage.batch import EncodedBatch, as_encoded, check_batch, encode_batch, read_header
 from storage.durable import fsync_dir, make_dirs
+from storage.epochs import CorruptCheckpoint, LeaderEpochCache, StaleEpoch
 from storage.errors import StorageUnavailable
 from storage.record import NewRecord, Record
 from storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _MAX_SEGMENT_BYTES = (1 << 32) - 1  # index positions are u32
@@ -55,6 +59,7 @@ class PartitionLog:
         self.closed = False
         self._load()
         self.last_timestamp: int | None = self._newest_timestamp()
+        self.epochs = self._load_epochs()
 
     # -- opening -----------------------------------------------------------------------
 
@@ -79,6 +84,29 @@ class PartitionLog:
                 segment.close()
             raise
         self._segments = tuple(segments)
+
+    def _load_epochs(self) -> LeaderEpochCache:
+        try:
+            epochs = LeaderEpochCache.load(self.directory, self.start_offset)
+            if epochs.latest_epoch == 0 and self._last_epoch() > 0:
+                raise CorruptCheckpoint("the checkpoint is missing")
+        except CorruptCheckpoint as exc:
+            log.warning("%s: rebuilding the leader epoch cache (%s)", self.directory, exc)
+            epochs = LeaderEpochCache(self.directory, [])
+            for segment in self._segments:
+                for header in segment.batch_headers():
+                    epochs.assign(header.leader_epoch, header.base_offset)
+        # An epoch noted just before its first batch, which a crash then tore off.
+        epochs.truncate_from_end(self.end_offset)
+        return epochs
+
+    def _last_epoch(self) -> int:
+        """The epoch of the newest batch (epochs never go down: none means all are 0)."""
+        for segment in reversed(self._segments):
+            header = segment.last_header()
+            if header is not None:
+                return header.leader_epoch
+        return 0
 
     def _segment_bases(self) -> list[int]:
         logs: set[int] = set()
@@ -117,18 +145,62 @@ class PartitionLog:
 
     # -- writer thread -----------------------------------------------------------------
 
-    def append(self, records: Sequence[NewRecord], timestamp: int) -> int:
-        """Append ``records`` stamped ``timestamp`` (written, not fsynced); returns the
-        first offset. Raises StorageUnavailable on an I/O error, the log unchanged."""
-        return self._append(encode_batch(self.end_offset, records, timestamp))
+    def append(self, records: Sequence[NewRecord], timestamp: int, leader_epoch: int = 0) -> int:
+        """Append ``records`` stamped ``timestamp`` (written, not fsynced) under
+        ``leader_epoch``; returns the first offset. Raises StorageUnavailable on an I/O
+        error, the log unchanged, and StaleEpoch for an epoch older than the log's."""
+        self._note_epoch(leader_epoch, self.end_offset)
+        return self._append(encode_batch(self.end_offset, records, timestamp, leader_epoch))
 
-    def append_at(self, offset: int, records: Sequence[tuple[NewRecord, int]]) -> int:
+    def append_at(
+        self, offset: int, records: Sequence[tuple[NewRecord, int]], leader_epoch: int = 0
+    ) -> int:
         """Append records with their own timestamps at ``offset``, which must be the end
         offset (a replica copying its leader). Returns ``offset``."""
         if offset != self.end_offset:
             raise ValueError(f"append_at({offset}) but the log ends at {self.end_offset}")
+        self._note_epoch(leader_epoch, offset)
         timestamps = [ts for _, ts in records]
-        return self._append(encode_batch(offset, [r for r, _ in records], timestamps))
+        return self._append(encode_batch(offset, [r for r, _ in records], timestamps, leader_epoch))
+
+    def append_batches(self, data: bytes | memoryview) -> int:
+        """Append batches byte for byte as another replica stored them (a follower copying
+        its leader: the CRC computed by the leader is checked here, end to end). They
+        must begin at the end offset, follow each other, and never lower the epoch; all
+        of them are checked before any is written. Returns the new end offset. Raises
+        CorruptLog, ValueError (not contiguous) or StaleEpoch, the log unchanged."""
+        view = memoryview(data)
+        batches: list[EncodedBatch] = []
+        expected, epoch, pos = self.end_offset, self.epochs.latest_epoch, 0
+        while pos < len(view):
+            header = read_header(view, pos)
+            check_batch(view, pos, header)
+            if header.base_offset != expected:
+                raise ValueError(
+                    f"batch at offset {header.base_offset} where offset {expected} was expected"
+                )
+            if header.leader_epoch < epoch:
+                raise StaleEpoch(f"batch of epoch {header.leader_epoch} after epoch {epoch}")
+            batches.append(as_encoded(bytes(view[pos : pos + header.length]), header))
+            expected, epoch, pos = header.next_offset, header.leader_epoch, pos + header.length
+        for batch in batches:
+            self._note_epoch(batch.leader_epoch, batch.base_offset)
+            self._append(batch)
+        return self.end_offset
+
+    def _note_epoch(self, epoch: int, start_offset: int) -> None:
+        if epoch != self.epochs.latest_epoch:  # rare: a change of leader
+            try:
+                self.epochs.assign(epoch, start_offset)
+            except OSError as exc:
+                raise StorageUnavailable(
+                    f"cannot write the epoch checkpoint of partition {self.partition}: {exc}"
+                ) from exc
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(the largest epoch <= ``epoch`` in this log, the offset where it ended): what a
+        leader answers a returning replica, which truncates there (KIP-101)."""
+        return self.epochs.end_offset_for(epoch, self.end_offset)
 
     def _append(self, batch: EncodedBatch) -> int:
         if self.closed:
@@ -220,6 +292,8 @@ class PartitionLog:
             ):
                 self._delete_oldest()
                 deleted += 1
+        if deleted:
+            self.epochs.truncate_from_start(self.start_offset)
         return deleted
 
     def _delete_oldest(self) -> None:
@@ -238,12 +312,16 @@ class PartitionLog:
             newest = self._segments[-1]
             self._segments = self._segments[:-1]
             newest.delete()
+        kept_epoch = self.epochs.epoch_at(offset - 1)  # of a batch cut in the middle
         active = self._segments[-1]
         active.unseal()
         keep = active.truncate_to_offset(offset, self.partition)
+        self.epochs.truncate_from_end(offset)
         self.last_timestamp = self._newest_timestamp()
         if keep:
-            self.append_at(keep[0].offset, [(_as_new(r), r.timestamp) for r in keep])
+            self.append_at(
+                keep[0].offset, [(_as_new(r), r.timestamp) for r in keep], max(kept_epoch, 0)
+            )
 
     def _newest_timestamp(self) -> int | None:
         for segment in reversed(self._segments):
@@ -303,6 +381,39 @@ class PartitionLog:
             if offset < min(segment.next_offset, end):
                 break  # stopped inside the segment by a limit
         return out
+
+    def read_batches(self, offset: int, max_bytes: int, end_offset: int | None = None) -> bytes:
+        """Stored batches, as written, from the one holding ``offset`` (from the start
+        offset if it is below): at least one whole batch, then up to ``max_bytes``, none
+        beginning at or past ``end_offset``. What a leader ships to a follower, which
+        appends them with append_batches; b"" when there is nothing from ``offset``."""
+        for _ in range(_READ_RETRIES):
+            try:
+                return self._read_batches(max(offset, self.start_offset), max_bytes, end_offset)
+            except FileNotFoundError:
+                continue  # retention deleted a segment under us: again from the new start
+        return self._read_batches(max(offset, self.start_offset), max_bytes, end_offset)
+
+    def _read_batches(self, offset: int, max_bytes: int, end_offset: int | None) -> bytes:
+        end = self.end_offset if end_offset is None else min(end_offset, self.end_offset)
+        segments = self._segments
+        i = max(0, bisect.bisect_right([s.base_offset for s in segments], offset) - 1)
+        out: list[bytes] = []
+        budget = max_bytes
+        while i < len(segments) and offset < end:
+            segment = segments[i]
+            i += 1
+            if offset >= segment.next_offset:
+                continue
+            got = segment.read_batches(offset, budget, end, at_least_one=not out)
+            if not got:
+                break
+            out += got
+            budget -= sum(len(b) for b in got)
+            offset = read_header(got[-1]).next_offset
+            if budget <= 0 or offset < segment.next_offset:
+                break  # stopped inside the segment by the budget
+        return b"".join(out)
 
     def offset_for_timestamp(self, timestamp: int) -> int:
         """The first offset whose timestamp is >= ``timestamp``, or the end offset."""

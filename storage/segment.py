@@ -169,6 +169,53 @@ class LogSegment:
             os.close(fd)
         return out
 
+    def read_batches(
+        self, offset: int, max_bytes: int, end_offset: int, at_least_one: bool = True
+    ) -> list[bytes]:
+        """The stored bytes of whole batches from the one holding ``offset`` on, none
+        beginning at or past ``end_offset``, up to ``max_bytes`` in all — but
+        ``at_least_one`` even if it alone is larger. Each batch's CRC is checked. Raises
+        FileNotFoundError like read()."""
+        size = self.size
+        _, position = self.offset_index.lookup(offset)
+        out: list[bytes] = []
+        budget = max_bytes
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for _pos, header, buf, at in iter_batches(fd, position, size):
+                if header.next_offset <= offset:
+                    continue
+                if header.base_offset >= end_offset or (
+                    header.length > budget and (out or not at_least_one)
+                ):
+                    break
+                check_batch(buf, at, header)
+                out.append(bytes(buf[at : at + header.length]))
+                budget -= header.length
+        finally:
+            os.close(fd)
+        return out
+
+    def last_header(self) -> BatchHeader | None:
+        """The header of the last batch (hopping from the last index entry), if any."""
+        _, position = self.offset_index.last()
+        last = None
+        for last in self.batch_headers(position):  # noqa: B007 (the loop finds the last)
+            pass
+        return last
+
+    def batch_headers(self, position: int = 0) -> Iterator[BatchHeader]:
+        """Every batch header from ``position`` on, hopping from one to the next (reads
+        headers only)."""
+        fd = os.open(self.path, os.O_RDONLY)  # sealed segments keep no descriptor
+        try:
+            while position < self.size:
+                header = read_header(os.pread(fd, HEADER_SIZE, position))
+                yield header
+                position += header.length
+        finally:
+            os.close(fd)
+
     def find_timestamp(self, timestamp: int) -> int | None:
         """The first offset in this segment whose timestamp is >= ``timestamp``, if any."""
         if self.last_timestamp is None or self.last_timestamp < timestamp:

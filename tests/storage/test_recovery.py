@@ -82,11 +82,15 @@ def test_a_torn_last_batch_is_cut_at_the_last_whole_batch(tmp_path, healthy, kee
 
 
 @pytest.mark.parametrize("from_end", [1, 2])
-def test_a_crc_mismatch_cuts_the_tail_from_the_bad_batch(tmp_path, healthy, from_end):
-    # Recovery checks the batches after the last index entry (where a crash can tear);
-    # earlier ones were whole when their entry was written.
-    last = files(tmp_path, ".log")[-1]
+def test_a_crc_mismatch_cuts_the_tail_from_the_bad_batch(tmp_path, from_end):
+    # Recovery checks the batches from the last index entry on (where a crash can tear);
+    # earlier ones were whole when their entry was written. 29 batches leave two there.
+    healthy = build(tmp_path, batches=29)
+    base = healthy["segments"][-1][0]
+    last_entry = base + healthy["offset_index"][-1][0][-1]
     bad_batch = healthy["end"] - 5 * from_end
+    assert bad_batch >= last_entry, "the layout moved: pick batches after the last entry"
+    last = files(tmp_path, ".log")[-1]
     value = next(r[2] for r in healthy["records"] if r[0] == bad_batch + 2)
     with last.open("r+b") as f:
         data = f.read()
