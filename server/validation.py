@@ -19,13 +19,14 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
+import httpx
 import orjson
 
+from delivery import redrive
 from delivery.config import (
     MAX_PREVIOUS_SECRETS,
     Backoff,
@@ -41,15 +42,13 @@ from storage.errors import (
     BadRequest,
     InvalidName,
     MessageTooLarge,
-    PartitionNotFound,
-    PayloadTooLarge,
     ValidationError,
 )
 from storage.record import Acks, NewRecord, ValueKind, message_size, new_record
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
 _INT_TEXT_RE = re.compile(r"-?[0-9]+")
-_MAX_INT64 = 2**63 - 1
+MAX_INT64 = 2**63 - 1
 
 MAX_PARTITIONS = 1024
 MAX_BATCH = 10_000
@@ -57,6 +56,12 @@ MAX_ID_CHARS = 128
 MAX_READ_LIMIT = 10_000
 DEFAULT_READ_LIMIT = 100
 MAX_WAIT_MS = 30_000
+# PROTOCOL §1: `value` is any JSON value, stored as the compact JSON text the server
+# writes of it. orjson, which writes it, goes no deeper than 254 levels of arrays and
+# objects and holds integers within 64 bits (signed or unsigned).
+MAX_VALUE_DEPTH = 254
+MIN_VALUE_INT = -(2**63)
+MAX_VALUE_INT = 2**64 - 1
 
 _MISSING: Any = object()
 
@@ -72,13 +77,6 @@ def check_name(name: str, what: str = "topic") -> str:
     return name
 
 
-def parse_json(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise BadRequest("the request body is not valid JSON") from None
-
-
 def _as_int(value: Any, field: str) -> int:
     """A JSON integer. ``2.0`` is integral and accepted; ``2.5`` and ``true`` are not."""
     if type(value) is int:
@@ -90,7 +88,7 @@ def _as_int(value: Any, field: str) -> int:
     raise BadRequest(f"{field} must be an integer")
 
 
-def _int_in(value: Any, field: str, low: int, high: int = _MAX_INT64) -> int:
+def _int_in(value: Any, field: str, low: int, high: int = MAX_INT64) -> int:
     number = _as_int(value, field)
     if not low <= number <= high:
         raise ValidationError(f"{field} must be in {low}..{high}, not {number}")
@@ -152,43 +150,15 @@ def path_int(raw: str, field: str) -> int:
     return int(raw)
 
 
-# ---------------------------------------------------------------- request body
-
-
-async def read_body(chunks: AsyncIterator[bytes], content_length: str | None, limit: int) -> bytes:
-    """The whole body, refused with 413 as soon as it would exceed ``limit``.
-
-    Checks the declared length first and counts while streaming, so a client
-    that lies about (or omits) Content-Length still never makes us hold more
-    than ``limit`` bytes.
-    """
-    if content_length is not None:
-        try:
-            declared = int(content_length)
-        except ValueError:
-            raise BadRequest("Content-Length is not a number") from None
-        if declared > limit:
-            raise PayloadTooLarge(f"the request body is over max_request_bytes ({limit})")
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"the request body is over max_request_bytes ({limit})")
-        if chunk:
-            parts.append(chunk)
-    return b"".join(parts)
-
-
 # ---------------------------------------------------------------- topics
 
 _TOPIC_FIELDS = frozenset({"partitions", "retention_ms", "retention_bytes", "dedup_window_ms"})
 
 
 def parse_topic_config(body: Any) -> tuple[TopicConfig, frozenset[str]]:
-    """A TopicConfig and the set of fields the request gave (the ones a 200 compares)."""
-    if body is None:
-        return TopicConfig(), frozenset()
+    """A TopicConfig and the set of fields the request gave (the ones a 200 compares).
+
+    No body is ``{}`` (server/http.py); a JSON ``null`` body is not an object."""
     obj = _as_object(body, "the request body")
     _check_fields(obj, _TOPIC_FIELDS, "the topic config")
     values: dict[str, Any] = {}
@@ -234,15 +204,29 @@ def parse_acks(raw: str | None) -> Acks:
         raise BadRequest(f"acks must be 0, 1 or all, not {raw!r}") from None
 
 
+class InexactIntegers(Exception):
+    """A `value` may hold an integer orjson read as a float (one beyond 64 bits): the body
+    must be parsed again exactly (server/http.py parse_json_exact) and validated with
+    ``exact=True``. Never reaches a client."""
+
+
 def parse_publish(
-    body: Any, max_message_bytes: int, item_type: Any, partitions: int = MAX_PARTITIONS
+    body: Any,
+    max_message_bytes: int,
+    item_type: Any,
+    partitions: int = MAX_PARTITIONS,
+    *,
+    exact: bool = False,
 ) -> PublishBatch:
     """Validates a publish batch in one pass; the first bad message's position is ``index``.
 
     ``item_type`` is storage's PublishItem (passed in to keep this module free of
     the storage engine's imports); ``partitions`` is the topic's partition count
     (what it will have once auto-created), so an explicit partition past it is
-    reported at its own index like any other bad message.
+    reported at its own index like any other bad message (PROTOCOL §2: a
+    well-formed number out of range is validation_error). ``exact``: the body was
+    parsed with every integer exact; otherwise a value that may have lost an
+    integer's digits raises InexactIntegers.
     """
     obj = _as_object(body, "the request body")
     _check_fields(obj, frozenset({"messages"}), "the publish request")
@@ -257,12 +241,12 @@ def parse_publish(
     max_partition, max_partition_index, total = -1, -1, 0
     for index, message in enumerate(messages):
         try:
-            record, partition = _parse_message(message, max_message_bytes)
+            record, partition = _parse_message(message, max_message_bytes, exact)
             if partition is not None and partition >= partitions:
-                raise PartitionNotFound(
+                raise ValidationError(
                     f"partition {partition} does not exist (the topic has {partitions})"
                 )
-        except (BadRequest, ValidationError, MessageTooLarge, PartitionNotFound) as exc:
+        except (BadRequest, ValidationError, MessageTooLarge) as exc:
             exc.extra["index"] = index
             raise
         if partition is not None and partition > max_partition:
@@ -280,10 +264,40 @@ def _own_buffer(encoded: bytes) -> bytes:
     return bytes(memoryview(encoded))
 
 
-def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int | None]:
+# orjson writes a float of magnitude >= 1e16 as `<digits>e+NN`; an integer it read as a
+# float (one beyond 64 bits) is >= 2**63, so `e+18` or more. Only a value showing that
+# pattern can have lost digits (a plain large float shows it too: a rare extra parse).
+_LARGE_FLOAT = re.compile(rb"[0-9]e\+(?:1[89]|[2-9][0-9]|[0-9]{3})")
+
+
+def encode_value(value: Any, exact: bool) -> bytes:
+    """The compact JSON text a record stores of `value` (PROTOCOL §1).
+
+    What orjson cannot write exactly is refused with validation_error instead of being
+    changed (docs/protocol.md "Requests"): arrays and objects nested deeper than
+    MAX_VALUE_DEPTH, and integers outside MIN_VALUE_INT..MAX_VALUE_INT.
+    """
+    try:
+        encoded = orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        if "Recursion" in str(exc):
+            raise ValidationError(
+                f"value nests arrays and objects deeper than {MAX_VALUE_DEPTH} levels"
+            ) from None
+        raise ValidationError(
+            f"value holds an integer outside {MIN_VALUE_INT}..{MAX_VALUE_INT}"
+        ) from None
+    if not exact and b"e+" in encoded and _LARGE_FLOAT.search(encoded) is not None:
+        raise InexactIntegers()
+    return _own_buffer(encoded)
+
+
+def _parse_message(
+    message: Any, max_message_bytes: int, exact: bool
+) -> tuple[NewRecord, int | None]:
     if type(message) is dict and len(message) == 1 and "value" in message:
         # The common shape, `{"value": ...}`: no key, headers, partition or id to check.
-        value = _own_buffer(orjson.dumps(message["value"]))
+        value = encode_value(message["value"], exact)
         if len(value) > max_message_bytes:
             raise MessageTooLarge(
                 f"a message of {len(value)} bytes is over max_message_bytes ({max_message_bytes})"
@@ -298,7 +312,7 @@ def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int
     if has_value == (b64 is not None):
         raise BadRequest("a message needs exactly one of value and value_b64")
     if has_value:
-        value = _own_buffer(orjson.dumps(message["value"]))
+        value = encode_value(message["value"], exact)
         kind = ValueKind.JSON
     else:
         value = b64decode_strict(_as_str(b64, "value_b64"), "value_b64")
@@ -346,8 +360,8 @@ def parse_read_query(params: Mapping[str, str]) -> ReadQuery:
     offset_raw, timestamp_raw = params.get("offset"), params.get("timestamp")
     if offset_raw is not None and timestamp_raw is not None:
         raise BadRequest("give offset or timestamp, not both")
-    offset = query_int(offset_raw, "offset", 0, _MAX_INT64, None)
-    timestamp = query_int(timestamp_raw, "timestamp", 0, _MAX_INT64, None)
+    offset = query_int(offset_raw, "offset", 0, MAX_INT64, None)
+    timestamp = query_int(timestamp_raw, "timestamp", 0, MAX_INT64, None)
     limit = query_int(params.get("limit"), "limit", 1, MAX_READ_LIMIT, DEFAULT_READ_LIMIT)
     wait_ms = query_int(params.get("wait_ms"), "wait_ms", 0, MAX_WAIT_MS, 0)
     assert limit is not None and wait_ms is not None
@@ -376,6 +390,7 @@ _PUSH_FIELDS = frozenset(
 _PREVIOUS_SECRET_FIELDS = frozenset({"secret", "expires_at"})
 # Standard Webhooks: keys of 24..64 bytes; 16 (128 bits) is the least HMAC-SHA256 should get.
 SECRET_BYTES = (16, 64)
+MAX_URL_CHARS = 2048
 _BREAKER_FIELDS = frozenset({"failures", "open_ms", "max_open_ms"})
 _BACKOFF_FIELDS = frozenset({"min_ms", "max_ms"})
 _MAX_BACKOFF_MS = 3_600_000
@@ -462,10 +477,7 @@ def _parse_push(value: Any) -> PushConfig:
     secret = _given(obj, "secret")
     if url is _MISSING or secret is _MISSING:
         raise BadRequest("push needs url and secret")
-    url = _as_str(url, "push.url")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadRequest("push.url must be an absolute http:// or https:// URL")
+    url = _parse_push_url(url)
     secret = _parse_secret(secret, "push.secret")
     values: dict[str, Any] = {"url": url, "secret": secret}
     if (v := _given(obj, "previous_secrets")) is not _MISSING:
@@ -477,6 +489,25 @@ def _parse_push(value: Any) -> PushConfig:
     if (v := _given(obj, "breaker")) is not _MISSING:
         values["breaker"] = _parse_breaker(v)
     return PushConfig(**values)
+
+
+def _parse_push_url(value: Any) -> str:
+    """An absolute http(s) URL the webhook client can POST to: the very parser that
+    sends (httpx) reads it here, so a stored URL never fails at delivery time."""
+    url = _as_str(value, "push.url")
+    if len(url) > MAX_URL_CHARS:
+        raise ValidationError(f"push.url is over {MAX_URL_CHARS} characters")
+    if any(c.isspace() for c in url):
+        raise BadRequest("push.url must not contain whitespace")
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        raise BadRequest("push.url is not a valid URL") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise BadRequest("push.url must be an absolute http:// or https:// URL")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise ValidationError(f"push.url port must be in 1..65535, not {parsed.port}")
+    return url
 
 
 def _parse_secret(value: Any, field: str) -> str:
@@ -561,6 +592,28 @@ def _parse_breaker(value: Any) -> Breaker:
     if b.open_ms > b.max_open_ms:
         raise ValidationError("push.breaker.open_ms must not exceed push.breaker.max_open_ms")
     return b
+
+
+# ---------------------------------------------------------------- redrive
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveRequest:
+    rate: int = redrive.DEFAULT_RATE
+    max_records: int = redrive.DEFAULT_MAX_RECORDS
+
+
+def parse_redrive(body: Any) -> RedriveRequest:
+    """`POST /v1/subscriptions/{name}/redrive` (docs/protocol.md): an optional body
+    `{"rate": 1..10000, "max_records": 1..1000000}`."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"rate", "max_records"}), "the redrive request")
+    values: dict[str, int] = {}
+    if (v := _given(obj, "rate")) is not _MISSING:
+        values["rate"] = _int_in(v, "rate", 1, redrive.MAX_RATE)
+    if (v := _given(obj, "max_records")) is not _MISSING:
+        values["max_records"] = _int_in(v, "max_records", 1, redrive.MAX_RECORDS)
+    return RedriveRequest(**values)
 
 
 # ---------------------------------------------------------------- seek
