@@ -112,7 +112,7 @@ def test_integral_float_is_an_integer() -> None:
 def test_topic_config_compares_only_given_fields() -> None:
     existing = TopicConfig(partitions=3, retention_ms=None)
     assert topic_config_matches(existing, *parse_topic_config({"partitions": 3}))
-    assert topic_config_matches(existing, *parse_topic_config(None))
+    assert topic_config_matches(existing, *parse_topic_config({}))
     assert not topic_config_matches(existing, *parse_topic_config({"partitions": 2}))
     assert not topic_config_matches(existing, *parse_topic_config({"retention_ms": 5000}))
 
