@@ -73,7 +73,9 @@ class IntRange:
 def base64_pattern(min_bytes: int = 0, max_bytes: int | None = None) -> str:
     """A regex of the strict, padded base64 (RFC 4648 §4) of ``min_bytes..max_bytes`` bytes,
     as ``b64decode_strict`` reads it: what OpenAPI publishes for value_b64 and secrets."""
-    quad, tails = "(?:[A-Za-z0-9+/]{4})", ("", "[A-Za-z0-9+/]{2}==", "[A-Za-z0-9+/]{3}=")
+    # The last character before padding carries pad bits, which must be zero.
+    quad = "(?:[A-Za-z0-9+/]{4})"
+    tails = ("", "[A-Za-z0-9+/][AQgw]==", "[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=")
     if max_bytes is None:
         return f"{quad}*(?:{tails[1]}|{tails[2]})?"
     branches = []
@@ -184,10 +186,15 @@ def _given(obj: Mapping[str, Any], field: str) -> Any:
 
 
 def b64decode_strict(text: str, field: str) -> bytes:
+    """Canonical base64 (RFC 4648 §4, padded, zero pad bits): what base64_pattern says.
+    The standard library alone also takes a stray "=" after a full quad."""
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
+        data = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError, ValueError):
         raise BadRequest(f"{field} is not valid base64") from None
+    if base64.b64encode(data) != text.encode("ascii"):
+        raise BadRequest(f"{field} is not canonical base64 (padding or pad bits)")
+    return data
 
 
 def query_int(raw: str | None, field: str, allowed: IntRange, default: int | None) -> int | None:
@@ -232,7 +239,9 @@ def parse_topic_config(body: Any) -> tuple[TopicConfig, frozenset[str]]:
         values["retention_ms"] = None if v is None else _int_in(v, "retention_ms", RETENTION_MS)
     if "retention_bytes" in obj:
         v = obj["retention_bytes"]
-        values["retention_bytes"] = None if v is None else _int_in(v, "retention_bytes", RETENTION_BYTES)
+        values["retention_bytes"] = (
+            None if v is None else _int_in(v, "retention_bytes", RETENTION_BYTES)
+        )
     return TopicConfig(**values), frozenset(values)
 
 
@@ -516,15 +525,9 @@ def _parse_backoff(value: Any) -> Backoff:
     default = Backoff()
     low = _given(obj, "min_ms")
     high = _given(obj, "max_ms")
-    min_ms = (
-        default.min_ms
-        if low is _MISSING
-        else _int_in(low, "retry_backoff.min_ms", BACKOFF_MS)
-    )
+    min_ms = default.min_ms if low is _MISSING else _int_in(low, "retry_backoff.min_ms", BACKOFF_MS)
     max_ms = (
-        default.max_ms
-        if high is _MISSING
-        else _int_in(high, "retry_backoff.max_ms", BACKOFF_MS)
+        default.max_ms if high is _MISSING else _int_in(high, "retry_backoff.max_ms", BACKOFF_MS)
     )
     if min_ms > max_ms:
         raise ValidationError("retry_backoff.min_ms must not exceed retry_backoff.max_ms")
