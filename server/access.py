@@ -28,6 +28,7 @@ from server import audit
 from server.auth import Credentials, Principal
 from server.errors import herald_error_response
 from server.limits import PublishLimiter
+from server.tasks import cancel_and_wait
 from storage.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
 
 log = logging.getLogger("herald.auth")
@@ -384,6 +385,4 @@ async def watching(guard: AccessGuard | None) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from delivery.engine import DeliveryEngine
+from delivery.redrive import Redrives
 from server import (
     console,
     metrics,
@@ -41,12 +42,13 @@ from server.errors import (
     ServiceStopping,
     problem_response,
 )
+from server.http import push_stats
 from server.limits import ClientLimitsMiddleware
 from server.logging import RequestContextMiddleware
 from server.metrics import Histogram
 from server.publish import PublishEndpoint
-from server.routes_webhooks import push_stats
 from server.routes_webhooks import routes as webhook_routes
+from server.tasks import cancel_and_wait
 from storage.engine import Storage
 from storage.lock import DataDirLock
 from subscribers.webhook import WebhookDispatchers, webhook_verify
@@ -172,13 +174,11 @@ class Runtime:
         try:
             await self.drain(state)
         finally:
-            for task in (self._retention, self._flusher):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-            if self.storage is not None:
-                await self.storage.close()
+            try:
+                await cancel_and_wait(self._retention, self._flusher)
+            finally:
+                if self.storage is not None:
+                    await self.storage.close()
 
 
 # ------------------------------------------------------------------ small routes
@@ -242,6 +242,8 @@ def create_app(
         app.state.webhooks = runtime.webhooks
         app.state.stopping = runtime.stopping
         app.state.background = runtime.background
+        assert runtime.engine is not None  # started
+        app.state.redrives = Redrives(runtime.engine)  # delivery/redrive.py
         log.info("recovered %s; serving", config.data_dir)
         try:
             async with watching(guard):
@@ -282,5 +284,4 @@ def create_app(
     app.state.publish_duration = Histogram()
     app.state.admin_lock = asyncio.Lock()
     app.state.started_ms = time.time_ns() // 1_000_000  # GET /v1/stats uptime
-    app.state.redrives = set()  # subscriptions with a redrive running
     return app

@@ -7,6 +7,7 @@ variable, and is overridden by the matching ``herald serve`` flag (cli.py).
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -55,7 +56,11 @@ class ServerConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     webhook_ca_file: Path | None = None  # extra CA bundle webhook deliveries trust
-    max_requests_per_client: int = 256  # requests + WebSockets at once per client address
+    # Requests + WebSockets at once per client address (server/limits.py); 0 = no cap.
+    max_requests_per_client: int = 256
+    # Proxies whose X-Forwarded-For names the client (uvicorn's forwarded_allow_ips):
+    # comma-separated IP addresses or networks, or "*"; "" trusts no proxy.
+    forwarded_allow_ips: str = ""
     body_timeout_s: float = 10.0  # a request body that stalls this long gets 408
     header_timeout_s: float = 10.0  # a connection must send a request's headers within this
     encryption_key_file: Path | None = None  # storage/encryption.py; or HERALD_ENCRYPTION_KEY
@@ -82,6 +87,9 @@ class ServerConfig:
             raise ConfigError("max_pending_unacked_publishes must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together")
+        if self.max_requests_per_client < 0:
+            raise ConfigError("max_requests_per_client must be 0 (no cap) or more")
+        self.trusted_proxies  # noqa: B018 (validates)
         if self.ws_ping_interval <= 0 or self.ws_ping_timeout <= 0:
             raise ConfigError("ws_ping_interval and ws_ping_timeout must be positive")
         if not NODE_ID.fullmatch(self.node_id):
@@ -121,6 +129,21 @@ class ServerConfig:
             missing = ",".join(str(c) for c in sorted(chosen - available))
             raise ConfigError(f"cpus {missing} are not available to this process")
         return frozenset(chosen)
+
+    @property
+    def trusted_proxies(self) -> list[str]:
+        """``forwarded_allow_ips`` as uvicorn takes it: ``[]`` when no proxy is trusted."""
+        entries = [e.strip() for e in self.forwarded_allow_ips.split(",") if e.strip()]
+        for entry in entries:
+            if entry == "*":
+                continue
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ConfigError(
+                    f"forwarded_allow_ips must list IP addresses or networks (or *), not {entry!r}"
+                ) from None
+        return entries
 
     @property
     def base_url(self) -> str:

@@ -7,8 +7,11 @@ requests and WebSockets per client address, and a deadline for request bodies.
   admitted when the bucket is full, and its debt is paid back before the next);
   otherwise 429 ``rate_limited`` with ``Retry-After`` in whole seconds.
 * ``ClientLimitsMiddleware``: at most ``max_per_client`` requests and WebSockets
-  at once per client address (429 / close 1013), and a body that does not move
-  for ``body_timeout_s`` ends the request with 408 ``request_timeout``.
+  at once per client address (429 / close 1013; 0 turns the cap off), and a body
+  that does not move for ``body_timeout_s`` ends the request with 408
+  ``request_timeout``. The client address is the connection's peer, or, from a
+  proxy the operator trusts (``--forwarded-allow-ips``), the address the proxy
+  names in ``X-Forwarded-For`` (uvicorn's ProxyHeadersMiddleware sets it first).
 """
 
 from __future__ import annotations
@@ -116,6 +119,9 @@ class ClientLimitsMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if self.max_per_client <= 0:  # the cap is off
+            await self._serve(scope, receive, send)
+            return
         client = scope.get("client")
         address = client[0] if client else ""
         active = self._active.get(address, 0)
@@ -124,16 +130,19 @@ class ClientLimitsMiddleware:
             return
         self._active[address] = active + 1
         try:
-            if scope["type"] == "http":
-                await self.app(scope, self._timed(receive), send)
-            else:
-                await self.app(scope, receive, send)
+            await self._serve(scope, receive, send)
         finally:
             left = self._active[address] - 1
             if left:
                 self._active[address] = left
             else:
                 del self._active[address]
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self.app(scope, self._timed(receive), send)
+        else:
+            await self.app(scope, receive, send)
 
     def _timed(self, receive: Receive) -> Receive:
         timeout = self.body_timeout_s

@@ -1,8 +1,18 @@
 """The OpenAPI 3.1 description of the HTTP API (PROTOCOL §2, §5), served at /openapi.json.
 
-Written by hand next to the routes rather than generated, so it says what the
-protocol promises (codes, ranges, forms) and not just what the handlers accept.
-A test checks that its paths and methods are exactly the app's routes.
+Built from what the server itself uses, so it cannot drift from it: every range,
+pattern and enum comes from server/validation.py (``IntRange`` constants, the name
+and base64 patterns, the push URL pattern), every default from the config
+dataclasses. Requests and responses have separate schemas (a push secret is
+required in a request and never shown in a response). PROTOCOL §2's "an optional
+field given as null is the same as the field left out" is written out: each
+optional request field also takes ``null``.
+
+What JSON Schema cannot say, the descriptions say, and tests/security/test_fuzz_api.py
+allows explicitly: ``offset`` together with ``timestamp`` (bad_request), min <= max
+between two fields (validation_error), reads past a partition's end
+(offset_out_of_range) and partitions a topic does not have (state, not shape).
+A test checks that the document's paths and methods are exactly the app's routes.
 """
 
 from __future__ import annotations
@@ -11,7 +21,16 @@ from typing import Any
 
 import orjson
 
+from delivery import redrive
+from delivery.config import MAX_PREVIOUS_SECRETS, DeliveryMode, PushConfig, SubscriptionConfig
+from server import validation as v
+from storage.config import TopicConfig
+
 _REF = "#/components/schemas/"
+
+_TOPIC_DEFAULTS = TopicConfig().to_dict()
+_SUB_DEFAULTS = SubscriptionConfig(topic="t").public_dict()
+_PUSH_DEFAULTS = PushConfig(url="", secret="").public_dict()
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -29,17 +48,56 @@ def _problem(description: str) -> dict[str, Any]:
     }
 
 
-def _int(minimum: int | None = None, maximum: int | None = None, **extra: Any) -> dict[str, Any]:
+def _int(allowed: v.IntRange | None = None, **extra: Any) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "integer", **extra}
-    if minimum is not None:
-        schema["minimum"] = minimum
-    if maximum is not None:
-        schema["maximum"] = maximum
+    if allowed is not None:
+        schema["minimum"] = allowed.low
+        schema["maximum"] = allowed.high
     return schema
 
 
-_NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$"}
+_COUNT = _int(v.IntRange(0))
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """PROTOCOL §2: an optional field given as null is the same as the field left out."""
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {**schema, "type": [kind, "null"]}
+    if "enum" in schema:
+        return {**schema, "enum": [*schema["enum"], None]}
+    annotations: dict[str, Any] = {k: schema[k] for k in ("default", "description") if k in schema}
+    core = {k: x for k, x in schema.items() if k not in annotations}
+    return {"anyOf": [core, {"type": "null"}], **annotations}
+
+
+def _object(
+    properties: dict[str, Any], required: tuple[str, ...] = (), *, closed: bool = True, **extra: Any
+) -> dict[str, Any]:
+    """An object; request objects are ``closed`` (PROTOCOL §2: unknown fields -> 400)."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties, **extra}
+    if required:
+        schema["required"] = list(required)
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def _pattern(regex: str) -> str:
+    return regex if regex.startswith("^") else f"^{regex}$"
+
+
+_NAME = {"type": "string", "pattern": _pattern(v.NAME_RE.pattern)}
+_SECRET = {
+    "type": "string",
+    "pattern": v.SECRET_PATTERN,
+    "description": f"{v.SECRET_PREFIX} + strict base64 of "
+    f"{v.SECRET_BYTES[0]}..{v.SECRET_BYTES[1]} bytes",
+}
+_BASE64 = {"type": "string", "pattern": _pattern(v.base64_pattern()), "contentEncoding": "base64"}
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _BAD = _problem("bad_request, validation_error or invalid_name")
+_TOO_LARGE = _problem("payload_too_large: the body is over the server's cap")
 _TOPIC_404 = _problem("topic_not_found")
 _SUB_404 = _problem("subscription_not_found")
 
@@ -54,535 +112,699 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str = "")
     }
 
 
-_TOPIC = _param("topic", "path", _NAME, "topic name")
-_SUBSCRIPTION = _param("name", "path", _NAME, "subscription name")
+_TOPIC = _param("topic", "path", _NAME, "topic name (else 400 invalid_name)")
+_SUBSCRIPTION = _param("name", "path", _NAME, "subscription name (else 400 invalid_name)")
 
-SCHEMAS: dict[str, Any] = {
-    "Problem": {
-        "type": "object",
-        "description": "RFC 9457 problem details",
-        "required": ["status", "title", "detail", "code"],
-        "properties": {
-            "status": {"type": "integer"},
-            "title": {"type": "string"},
-            "detail": {"type": "string"},
-            "code": {"type": "string"},
-            "index": {
-                "type": "integer",
-                "description": "position of the first bad message of a batch",
-            },
+
+# ------------------------------------------------------------------ requests
+
+
+def _topic_config() -> dict[str, Any]:
+    d = _TOPIC_DEFAULTS
+    return _object(
+        {
+            "partitions": _nullable(_int(v.PARTITIONS, default=d["partitions"])),
+            # PROTOCOL §2: for these two, null means unlimited rather than "absent".
+            "retention_ms": _nullable(
+                _int(v.RETENTION_MS, default=d["retention_ms"], description="null: unlimited")
+            ),
+            "retention_bytes": _nullable(
+                _int(v.RETENTION_BYTES, default=d["retention_bytes"], description="null: unlimited")
+            ),
+            "dedup_window_ms": _nullable(_int(v.DEDUP_WINDOW_MS, default=d["dedup_window_ms"])),
         },
-    },
-    "TopicConfig": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "partitions": _int(1, 1024, default=1),
-            "retention_ms": {"type": ["integer", "null"], "minimum": 1000, "default": 1209600000},
-            "retention_bytes": {"type": ["integer", "null"], "minimum": 1048576, "default": None},
-            "dedup_window_ms": _int(1000, 604800000, default=120000),
-        },
-    },
-    "Topic": {
-        "type": "object",
-        "properties": {
-            "name": _NAME,
-            "config": _ref("TopicConfig"),
-            "partitions": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "partition": _int(0),
-                        "start_offset": _int(0),
-                        "end_offset": _int(0),
-                        "bytes": _int(0),
-                    },
-                },
-            },
-            "messages_total": _int(0),
-            "bytes_total": _int(0),
-        },
-    },
-    "TopicList": {
-        "type": "object",
-        "properties": {
-            "topics": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"name": _NAME, "config": _ref("TopicConfig")},
-                },
-            }
-        },
-    },
-    "Message": {
-        "type": "object",
-        "additionalProperties": False,
-        "description": "exactly one of value and value_b64",
-        "properties": {
-            "value": {"description": "any JSON value, null included"},
-            "value_b64": {"type": "string", "contentEncoding": "base64"},
+        description="no body (or an empty one) is all defaults; JSON null is not an object",
+    )
+
+
+# Any JSON value, with integers within what the server stores exactly. Nesting is at
+# most MAX_VALUE_DEPTH levels deep, which JSON Schema cannot say short of unrolling it.
+_JSON_VALUE = {
+    "description": "any JSON value; integers within "
+    f"{v.MIN_VALUE_INT}..{v.MAX_VALUE_INT}, arrays and objects nested at most "
+    f"{v.MAX_VALUE_DEPTH} levels (else 400 validation_error)",
+    "if": {"type": "integer"},
+    "then": {"minimum": v.MIN_VALUE_INT, "maximum": v.MAX_VALUE_INT},
+    "items": {"$ref": _REF + "JsonValue"},
+    "additionalProperties": {"$ref": _REF + "JsonValue"},
+}
+
+
+def _message() -> dict[str, Any]:
+    return _object(
+        {
+            "value": _ref("JsonValue"),
+            "value_b64": _nullable(_BASE64),
             "key": {"type": ["string", "null"]},
-            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-            "partition": _int(0),
-            "id": {"type": "string", "minLength": 1, "maxLength": 128},
+            "headers": _nullable(_STRINGS),
+            "partition": _nullable(
+                _int(
+                    v.PARTITION, description="a partition the topic has (else 400 validation_error)"
+                )
+            ),
+            "id": _nullable({"type": "string", "minLength": 1, "maxLength": v.MAX_ID_CHARS}),
         },
-    },
-    "PublishRequest": {
-        "type": "object",
-        "required": ["messages"],
-        "additionalProperties": False,
-        "properties": {
-            "messages": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 10000,
-                "items": _ref("Message"),
-            }
+        description="exactly one of value (null included) and value_b64",
+        # `"value": null` is a value; `"value_b64": null` is absent (PROTOCOL §1, §2).
+        oneOf=[
+            {"required": ["value"]},
+            {"required": ["value_b64"], "properties": {"value_b64": {"type": "string"}}},
+        ],
+    )
+
+
+def _start() -> dict[str, Any]:
+    return _nullable(
+        {
+            "oneOf": [
+                {"enum": ["earliest", "latest"]},
+                _object({"timestamp": _int(v.TIMESTAMP)}, ("timestamp",)),
+            ],
+            "default": _SUB_DEFAULTS["start"],
+        }
+    )
+
+
+def _retry_backoff() -> dict[str, Any]:
+    d = _SUB_DEFAULTS["retry_backoff"]
+    return _nullable(
+        _object(
+            {
+                "min_ms": _nullable(_int(v.BACKOFF_MS, default=d["min_ms"])),
+                "max_ms": _nullable(_int(v.BACKOFF_MS, default=d["max_ms"])),
+            },
+            description="min_ms <= max_ms (else 400 validation_error)",
+        )
+    )
+
+
+def _breaker() -> dict[str, Any]:
+    d = _PUSH_DEFAULTS["breaker"]
+    return _nullable(
+        _object(
+            {
+                "failures": _nullable(_int(v.BREAKER_FAILURES, default=d["failures"])),
+                "open_ms": _nullable(_int(v.BREAKER_OPEN_MS, default=d["open_ms"])),
+                "max_open_ms": _nullable(_int(v.BREAKER_OPEN_MS, default=d["max_open_ms"])),
+            },
+            description="open_ms <= max_open_ms (else 400 validation_error)",
+        )
+    )
+
+
+def _push_config() -> dict[str, Any]:
+    d = _PUSH_DEFAULTS
+    return _object(
+        {
+            "url": {"type": "string", "pattern": v.PUSH_URL_PATTERN, "maxLength": v.MAX_URL_CHARS},
+            "secret": _SECRET,
+            "max_in_flight": _nullable(_int(v.PUSH_MAX_IN_FLIGHT, default=d["max_in_flight"])),
+            "timeout_ms": _nullable(_int(v.PUSH_TIMEOUT_MS, default=d["timeout_ms"])),
+            "breaker": _breaker(),
+            "previous_secrets": _nullable(
+                {
+                    "type": "array",
+                    "maxItems": MAX_PREVIOUS_SECRETS,
+                    "description": "docs/protocol.md: secrets still signed with until "
+                    "expires_at (rotation); GET shows only expires_at",
+                    "items": _object(
+                        {"secret": _SECRET, "expires_at": _int(v.TIMESTAMP)},
+                        ("secret", "expires_at"),
+                    ),
+                }
+            ),
         },
-    },
-    "PublishResponse": {
-        "type": "object",
-        "properties": {
-            "results": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "partition": _int(0),
-                        "offset": _int(0),
-                        "duplicate": {"type": "boolean"},
-                    },
-                },
-            }
-        },
-    },
-    "Record": {
-        "type": "object",
-        "required": ["topic", "id", "partition", "offset", "timestamp", "key", "headers"],
-        "properties": {
+        ("url", "secret"),
+    )
+
+
+def _subscription_config() -> dict[str, Any]:
+    d = _SUB_DEFAULTS
+    return _object(
+        {
             "topic": _NAME,
-            "id": {"type": "string", "description": "{partition}-{offset}"},
-            "partition": _int(0),
-            "offset": _int(0),
-            "timestamp": _int(0, description="broker append time, ms since the epoch"),
+            "start": _start(),
+            "delivery": _nullable(
+                {"enum": [m.value for m in DeliveryMode], "default": d["delivery"]}
+            ),
+            "ack_deadline_ms": _nullable(_int(v.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])),
+            "max_in_flight": _nullable(_int(v.MAX_IN_FLIGHT, default=d["max_in_flight"])),
+            "max_deliveries": _nullable(_int(v.MAX_DELIVERIES, default=d["max_deliveries"])),
+            "retry_backoff": _retry_backoff(),
+            "dead_letter_topic": _nullable({**_NAME, "default": None}),
+            "ordered_by_key": _nullable({"type": "boolean", "default": d["ordered_by_key"]}),
+            "push": _nullable({**_ref("PushConfig"), "default": None}),
+        },
+        ("topic",),
+    )
+
+
+def _seek() -> dict[str, Any]:
+    """Exactly one form; the other two may be given as null (absent)."""
+    forms = {
+        "to": {"enum": ["earliest", "latest"]},
+        "timestamp": _int(v.TIMESTAMP),
+        "offsets": {
+            "type": "object",
+            "description": "partition number -> offset; a partition the topic does not "
+            "have -> 404 partition_not_found; past the end means the end",
+            "propertyNames": {"pattern": "^-?[0-9]+$"},
+            "additionalProperties": _int(v.OFFSET),
+        },
+    }
+    branches = []
+    for form, schema in forms.items():
+        others = {name: {"type": "null"} for name in forms if name != form}
+        branches.append(_object({form: schema, **others}, (form,)))
+    return {"description": "exactly one form", "oneOf": branches}
+
+
+def _redrive_request() -> dict[str, Any]:
+    return _object(
+        {
+            "rate": _nullable(
+                _int(v.REDRIVE_RATE, default=redrive.DEFAULT_RATE, description="records/s")
+            ),
+            "max_records": _nullable(
+                _int(v.REDRIVE_MAX_RECORDS, default=redrive.DEFAULT_MAX_RECORDS)
+            ),
+        },
+        description="optional: no body is all defaults",
+    )
+
+
+def _rotation_request() -> dict[str, Any]:
+    return _object(
+        {
+            "secret": _SECRET,
+            "previous_ttl_ms": _nullable(
+                _int(
+                    v.PREVIOUS_TTL_MS,
+                    default=v.DEFAULT_PREVIOUS_TTL_MS,
+                    description="how long the replaced secret is still signed with; "
+                    "0 drops it at once",
+                )
+            ),
+        },
+        ("secret",),
+    )
+
+
+# ------------------------------------------------------------------ responses
+
+
+def _topic_view() -> dict[str, Any]:
+    config = _object(
+        {
+            "partitions": _int(v.PARTITIONS),
+            "retention_ms": {"type": ["integer", "null"]},
+            "retention_bytes": {"type": ["integer", "null"]},
+            "dedup_window_ms": _int(v.DEDUP_WINDOW_MS),
+        },
+        tuple(_TOPIC_DEFAULTS),
+        closed=False,
+    )
+    partition = _object(
+        {"partition": _COUNT, "start_offset": _COUNT, "end_offset": _COUNT, "bytes": _COUNT},
+        ("partition", "start_offset", "end_offset", "bytes"),
+        closed=False,
+    )
+    return {
+        "TopicConfigView": config,
+        "Topic": _object(
+            {
+                "name": _NAME,
+                "config": _ref("TopicConfigView"),
+                "partitions": {"type": "array", "items": partition},
+                "messages_total": _COUNT,
+                "bytes_total": _COUNT,
+            },
+            ("name", "config", "partitions", "messages_total", "bytes_total"),
+            closed=False,
+        ),
+        "TopicList": _object(
+            {
+                "topics": {
+                    "type": "array",
+                    "items": _object(
+                        {"name": _NAME, "config": _ref("TopicConfigView")},
+                        ("name", "config"),
+                        closed=False,
+                    ),
+                }
+            },
+            ("topics",),
+            closed=False,
+        ),
+    }
+
+
+def _record() -> dict[str, Any]:
+    return _object(
+        {
+            "topic": _NAME,
+            "id": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"},
+            "partition": _COUNT,
+            "offset": _COUNT,
+            "timestamp": _int(v.TIMESTAMP, description="broker append time, ms since the epoch"),
             "key": {"type": ["string", "null"]},
-            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-            "value": {},
-            "value_b64": {"type": "string", "contentEncoding": "base64"},
+            "headers": _STRINGS,
+            "value": {"description": "any JSON value"},
+            "value_b64": _BASE64,
         },
-    },
-    "ReadResponse": {
-        "type": "object",
-        "properties": {
-            "messages": {"type": "array", "items": _ref("Record")},
-            "next_offset": _int(0),
+        ("topic", "id", "partition", "offset", "timestamp", "key", "headers"),
+        closed=False,
+        description="exactly one of value and value_b64, in the form it was published in",
+        oneOf=[{"required": ["value"]}, {"required": ["value_b64"]}],
+    )
+
+
+def _subscription_view() -> dict[str, Any]:
+    push = _object(
+        {
+            "url": {"type": "string"},
+            "max_in_flight": _int(v.PUSH_MAX_IN_FLIGHT),
+            "timeout_ms": _int(v.PUSH_TIMEOUT_MS),
+            "breaker": _object(
+                {
+                    "failures": _int(v.BREAKER_FAILURES),
+                    "open_ms": _int(v.BREAKER_OPEN_MS),
+                    "max_open_ms": _int(v.BREAKER_OPEN_MS),
+                },
+                ("failures", "open_ms", "max_open_ms"),
+                closed=False,
+            ),
+            "previous_secrets": {
+                "type": "array",
+                "items": _object({"expires_at": _int(v.TIMESTAMP)}, ("expires_at",)),
+            },
         },
-    },
-    "SubscriptionConfig": {
-        "type": "object",
-        "required": ["topic"],
-        "additionalProperties": False,
-        "properties": {
+        ("url", "max_in_flight", "timeout_ms", "breaker"),
+        closed=False,
+        description="the push config without its secrets",
+    )
+    config = _object(
+        {
             "topic": _NAME,
             "start": {
                 "oneOf": [
                     {"enum": ["earliest", "latest"]},
-                    {
-                        "type": "object",
-                        "required": ["timestamp"],
-                        "additionalProperties": False,
-                        "properties": {"timestamp": _int(0)},
-                    },
-                ],
-                "default": "latest",
+                    _object({"timestamp": _int(v.TIMESTAMP)}, ("timestamp",)),
+                ]
             },
-            "delivery": {"enum": ["at_least_once", "at_most_once"], "default": "at_least_once"},
-            "ack_deadline_ms": _int(100, 600000, default=30000),
-            "max_in_flight": _int(1, 100000, default=1000),
-            "max_deliveries": _int(0, 1000, default=5),
-            "retry_backoff": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "min_ms": _int(1, 3600000, default=100),
-                    "max_ms": _int(1, 3600000, default=60000),
-                },
-            },
-            "dead_letter_topic": {"anyOf": [_NAME, {"type": "null"}], "default": None},
-            "ordered_by_key": {"type": "boolean", "default": False},
-            "push": {"anyOf": [_ref("PushConfig"), {"type": "null"}], "default": None},
+            "delivery": {"enum": [m.value for m in DeliveryMode]},
+            "ack_deadline_ms": _int(v.ACK_DEADLINE_MS),
+            "max_in_flight": _int(v.MAX_IN_FLIGHT),
+            "max_deliveries": _int(v.MAX_DELIVERIES),
+            "retry_backoff": _object(
+                {"min_ms": _int(v.BACKOFF_MS), "max_ms": _int(v.BACKOFF_MS)},
+                ("min_ms", "max_ms"),
+                closed=False,
+            ),
+            "dead_letter_topic": {"anyOf": [_NAME, {"type": "null"}]},
+            "ordered_by_key": {"type": "boolean"},
+            "push": {"anyOf": [push, {"type": "null"}]},
         },
-    },
-    "PushConfig": {
-        "type": "object",
-        "required": ["url", "secret"],
-        "additionalProperties": False,
-        "properties": {
-            "url": {"type": "string", "format": "uri"},
-            "secret": {"type": "string", "pattern": "^whsec_", "writeOnly": True},
-            "max_in_flight": _int(1, 1000, default=16),
-            "timeout_ms": _int(100, 60000, default=10000),
-            "breaker": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "failures": _int(1, 1000, default=5),
-                    "open_ms": _int(100, 3600000, default=1000),
-                    "max_open_ms": _int(100, 3600000, default=60000),
-                },
-            },
-            "previous_secrets": {
-                "type": "array",
-                "maxItems": 5,
-                "description": "docs/protocol.md: secrets still signed with until expires_at "
-                "(rotation); GET shows only expires_at",
-                "items": {
-                    "type": "object",
-                    "required": ["secret", "expires_at"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "secret": {"type": "string", "pattern": "^whsec_", "writeOnly": True},
-                        "expires_at": _int(0, description="ms since the epoch"),
-                    },
-                },
-            },
-        },
-    },
-    "SubscriptionStats": {
-        "type": "object",
-        "properties": {
-            "backlog": _int(0),
-            "in_flight": _int(0),
-            "consumers": _int(0),
-            "delivered_total": _int(0),
-            "redelivered_total": _int(0),
-            "acked_total": _int(0),
-            "dead_lettered_total": _int(0),
-            "expired_total": _int(0),
+        tuple(_SUB_DEFAULTS),
+        closed=False,
+        description="every field, defaults filled (PROTOCOL §2)",
+    )
+    counters = (
+        "backlog",
+        "in_flight",
+        "consumers",
+        "delivered_total",
+        "redelivered_total",
+        "acked_total",
+        "dead_lettered_total",
+        "expired_total",
+    )
+    stats = _object(
+        {
+            **{name: _COUNT for name in counters},
             "partitions": {
                 "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"partition": _int(0), "ack_floor": _int(0)},
-                },
+                "items": _object(
+                    {"partition": _COUNT, "ack_floor": _COUNT},
+                    ("partition", "ack_floor"),
+                    closed=False,
+                ),
             },
         },
-    },
-    "Subscription": {
-        "type": "object",
-        "properties": {
-            "name": _NAME,
-            "config": _ref("SubscriptionConfig"),
-            "stats": _ref("SubscriptionStats"),
+        (*counters, "partitions"),
+        closed=False,
+        description="PROTOCOL §5; a push subscription adds the endpoint_* members of "
+        "docs/protocol.md",
+    )
+    return {
+        "SubscriptionConfigView": config,
+        "SubscriptionStats": stats,
+        "Subscription": _object(
+            {
+                "name": _NAME,
+                "config": _ref("SubscriptionConfigView"),
+                "stats": _ref("SubscriptionStats"),
+            },
+            ("name", "config", "stats"),
+            closed=False,
+        ),
+        "SubscriptionList": _object(
+            {
+                "subscriptions": {
+                    "type": "array",
+                    "items": _object(
+                        {"name": _NAME, "config": _ref("SubscriptionConfigView")},
+                        ("name", "config"),
+                        closed=False,
+                    ),
+                }
+            },
+            ("subscriptions",),
+            closed=False,
+        ),
+    }
+
+
+def _schemas() -> dict[str, Any]:
+    return {
+        "Problem": _object(
+            {
+                "status": {"type": "integer"},
+                "title": {"type": "string"},
+                "detail": {"type": "string"},
+                "code": {"type": "string"},
+                "index": {
+                    "type": "integer",
+                    "description": "position of the first bad message of a batch",
+                },
+            },
+            ("status", "title", "detail", "code"),
+            closed=False,
+            description="RFC 9457 problem details",
+        ),
+        "JsonValue": _JSON_VALUE,
+        "TopicConfig": _topic_config(),
+        **_topic_view(),
+        "Message": _message(),
+        "PublishRequest": _object(
+            {
+                "messages": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": v.MAX_BATCH,
+                    "items": _ref("Message"),
+                }
+            },
+            ("messages",),
+        ),
+        "PublishResponse": _object(
+            {
+                "results": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "partition": _COUNT,
+                            "offset": _COUNT,
+                            "duplicate": {"type": "boolean"},
+                        },
+                        ("partition", "offset", "duplicate"),
+                        closed=False,
+                    ),
+                }
+            },
+            ("results",),
+            closed=False,
+        ),
+        "Record": _record(),
+        "ReadResponse": _object(
+            {"messages": {"type": "array", "items": _ref("Record")}, "next_offset": _COUNT},
+            ("messages", "next_offset"),
+            closed=False,
+        ),
+        "SubscriptionConfig": _subscription_config(),
+        "PushConfig": _push_config(),
+        **_subscription_view(),
+        "Seek": _seek(),
+        "RedriveRequest": _redrive_request(),
+        "SecretRotation": _rotation_request(),
+    }
+
+
+# ------------------------------------------------------------------ paths
+
+
+def _body(schema: str, required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": _ref(schema)}}}
+
+
+def _attempts() -> dict[str, Any]:
+    attempt = _object(
+        {
+            "time": _int(v.TIMESTAMP),
+            "id": {"type": "string"},
+            "attempt": _int(v.IntRange(1)),
+            "status": {"type": ["integer", "null"]},
+            "latency_ms": {"type": "number"},
+            "error": {"type": ["string", "null"]},
         },
-    },
-    "SubscriptionList": {
-        "type": "object",
-        "properties": {
-            "subscriptions": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"name": _NAME, "config": _ref("SubscriptionConfig")},
+        ("time", "id", "attempt", "status", "latency_ms", "error"),
+        closed=False,
+    )
+    return _object(
+        {"subscription": _NAME, "attempts": {"type": "array", "items": attempt}},
+        ("subscription", "attempts"),
+        closed=False,
+    )
+
+
+def _redrive_response() -> dict[str, Any]:
+    counts = ("scanned", "republished", "duplicates", "skipped")
+    return _object(
+        {"subscription": _NAME, "dead_letter_topic": _NAME, **{k: _COUNT for k in counts}},
+        ("subscription", "dead_letter_topic", *counts),
+        closed=False,
+    )
+
+
+def _paths() -> dict[str, Any]:
+    read_params = [
+        _param("offset", "query", _int(v.OFFSET), "first offset; not with timestamp"),
+        _param(
+            "timestamp", "query", _int(v.TIMESTAMP), "from the first record with timestamp >= T"
+        ),
+        _param("limit", "query", _int(v.READ_LIMIT, default=v.DEFAULT_READ_LIMIT)),
+        _param(
+            "wait_ms", "query", _int(v.WAIT_MS, default=0), "long-poll when nothing is there yet"
+        ),
+    ]
+    return {
+        "/healthz": {
+            "get": {
+                "summary": "Readiness: 200 once recovery is complete",
+                "responses": {
+                    "200": _json(
+                        _object({"status": {"const": "ok"}}, ("status",), closed=False), "ready"
+                    ),
+                    "503": _problem("shutting down"),
                 },
             }
         },
-    },
-    "Seek": {
-        "description": "exactly one form",
-        "oneOf": [
-            {
-                "type": "object",
-                "required": ["to"],
-                "properties": {"to": {"enum": ["earliest", "latest"]}},
-            },
-            {"type": "object", "required": ["timestamp"], "properties": {"timestamp": _int(0)}},
-            {
-                "type": "object",
-                "required": ["offsets"],
-                "properties": {
-                    "offsets": {
-                        "type": "object",
-                        "propertyNames": {"pattern": "^[0-9]+$"},
-                        "additionalProperties": _int(0),
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus text exposition 0.0.4",
+                "responses": {
+                    "200": {
+                        "description": "metrics",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
                     }
                 },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1 document")},
+            }
+        },
+        "/v1/topics": {
+            "get": {
+                "summary": "List topics",
+                "responses": {"200": _json(_ref("TopicList"), "topics")},
+            }
+        },
+        "/v1/topics/{topic}": {
+            "parameters": [_TOPIC],
+            "put": {
+                "summary": "Create a topic",
+                "requestBody": _body("TopicConfig", required=False),
+                "responses": {
+                    "200": _json(_ref("Topic"), "exists; every field given equals its config"),
+                    "201": _json(_ref("Topic"), "created"),
+                    "400": _BAD,
+                    "409": _problem("topic_conflict"),
+                    "413": _TOO_LARGE,
+                },
             },
-        ],
-    },
-}
-
-PATHS: dict[str, Any] = {
-    "/healthz": {
-        "get": {
-            "summary": "Readiness: 200 once recovery is complete",
-            "responses": {
-                "200": _json(
-                    {"type": "object", "properties": {"status": {"const": "ok"}}}, "ready"
-                ),
-                "503": _problem("shutting down"),
+            "get": {
+                "summary": "Describe a topic",
+                "responses": {
+                    "200": _json(_ref("Topic"), "the topic"),
+                    "400": _BAD,
+                    "404": _TOPIC_404,
+                },
             },
-        }
-    },
-    "/metrics": {
-        "get": {
-            "summary": "Prometheus text exposition 0.0.4",
-            "responses": {
-                "200": {
-                    "description": "metrics",
-                    "content": {"text/plain": {"schema": {"type": "string"}}},
-                }
-            },
-        }
-    },
-    "/openapi.json": {
-        "get": {
-            "summary": "This document",
-            "responses": {"200": _json({"type": "object"}, "OpenAPI 3.1 document")},
-        }
-    },
-    "/v1/topics": {
-        "get": {"summary": "List topics", "responses": {"200": _json(_ref("TopicList"), "topics")}}
-    },
-    "/v1/topics/{topic}": {
-        "parameters": [_TOPIC],
-        "put": {
-            "summary": "Create a topic",
-            "requestBody": {
-                "required": False,
-                "content": {"application/json": {"schema": _ref("TopicConfig")}},
-            },
-            "responses": {
-                "200": _json(_ref("Topic"), "exists; every field given equals its config"),
-                "201": _json(_ref("Topic"), "created"),
-                "400": _BAD,
-                "409": _problem("topic_conflict"),
+            "delete": {
+                "summary": "Delete a topic and its subscriptions",
+                "responses": {"204": {"description": "deleted"}, "400": _BAD, "404": _TOPIC_404},
             },
         },
-        "get": {
-            "summary": "Describe a topic",
-            "responses": {"200": _json(_ref("Topic"), "the topic"), "400": _BAD, "404": _TOPIC_404},
-        },
-        "delete": {
-            "summary": "Delete a topic and its subscriptions",
-            "responses": {"204": {"description": "deleted"}, "400": _BAD, "404": _TOPIC_404},
-        },
-    },
-    "/v1/topics/{topic}/messages": {
-        "parameters": [_TOPIC],
-        "post": {
-            "summary": "Publish a batch (all-or-nothing)",
-            "parameters": [_param("acks", "query", {"enum": ["0", "1", "all"], "default": "all"})],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _ref("PublishRequest")}},
-            },
-            "responses": {
-                "200": _json(_ref("PublishResponse"), "results in request order"),
-                "202": {"description": "acks=0: validated, appended in the background"},
-                "400": _BAD,
-                "404": _problem("topic_not_found (auto-create off) or partition_not_found"),
-                "413": _problem("message_too_large or payload_too_large"),
-                "503": _problem("storage_unavailable"),
+        "/v1/topics/{topic}/messages": {
+            "parameters": [_TOPIC],
+            "post": {
+                "summary": "Publish a batch (all-or-nothing)",
+                "parameters": [
+                    _param("acks", "query", {"enum": ["0", "1", "all"], "default": "all"})
+                ],
+                "requestBody": _body("PublishRequest"),
+                "responses": {
+                    "200": _json(_ref("PublishResponse"), "results in request order"),
+                    "202": {"description": "acks=0: validated, appended in the background"},
+                    "400": _problem(
+                        "bad_request, validation_error (with index: the first bad message) "
+                        "or invalid_name"
+                    ),
+                    "404": _problem("topic_not_found (auto-create off)"),
+                    "413": _problem("message_too_large or payload_too_large"),
+                    "503": _problem("storage_unavailable"),
+                },
             },
         },
-    },
-    "/v1/topics/{topic}/partitions/{partition}/messages": {
-        "parameters": [_TOPIC, _param("partition", "path", _int(0))],
-        "get": {
-            "summary": "Read records from a partition",
+        "/v1/topics/{topic}/partitions/{partition}/messages": {
             "parameters": [
-                _param("offset", "query", _int(0), "first offset; not with timestamp"),
-                _param("timestamp", "query", _int(0), "from the first record with timestamp >= T"),
-                _param("limit", "query", _int(1, 10000, default=100)),
-                _param(
-                    "wait_ms",
-                    "query",
-                    _int(0, 30000, default=0),
-                    "long-poll when nothing is there yet",
-                ),
+                _TOPIC,
+                _param("partition", "path", {"type": "integer"}, "else 404 partition_not_found"),
             ],
-            "responses": {
-                "200": _json(_ref("ReadResponse"), "records and the next offset"),
-                "400": _problem("bad_request, validation_error or offset_out_of_range"),
-                "404": _problem("topic_not_found or partition_not_found"),
-            },
-        },
-    },
-    "/v1/subscriptions": {
-        "get": {
-            "summary": "List subscriptions",
-            "responses": {"200": _json(_ref("SubscriptionList"), "subscriptions")},
-        }
-    },
-    "/v1/subscriptions/{name}": {
-        "parameters": [_SUBSCRIPTION],
-        "put": {
-            "summary": "Create a subscription",
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _ref("SubscriptionConfig")}},
-            },
-            "responses": {
-                "200": _json(
-                    _ref("Subscription"), "exists; every field given (but start) equals its config"
-                ),
-                "201": _json(_ref("Subscription"), "created"),
-                "400": _BAD,
-                "404": _TOPIC_404,
-                "409": _problem("subscription_conflict"),
-            },
-        },
-        "get": {
-            "summary": "Describe a subscription with its stats",
-            "responses": {
-                "200": _json(_ref("Subscription"), "the subscription"),
-                "400": _BAD,
-                "404": _SUB_404,
-            },
-        },
-        "delete": {
-            "summary": "Delete a subscription; its consumers are closed with 4410",
-            "responses": {"204": {"description": "deleted"}, "400": _BAD, "404": _SUB_404},
-        },
-    },
-    "/v1/subscriptions/{name}/seek": {
-        "parameters": [_SUBSCRIPTION],
-        "post": {
-            "summary": "Move the subscription's cursor",
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _ref("Seek")}},
-            },
-            "responses": {
-                "200": _json(_ref("Subscription"), "the subscription after the seek"),
-                "400": _BAD,
-                "404": _problem("subscription_not_found or partition_not_found"),
-            },
-        },
-    },
-    "/v1/subscriptions/{name}/attempts": {
-        "parameters": [_SUBSCRIPTION],
-        "get": {
-            "summary": "The last 100 webhook POSTs of a push subscription, oldest first",
-            "responses": {
-                "200": _json(
-                    {
-                        "type": "object",
-                        "properties": {
-                            "subscription": {"type": "string"},
-                            "attempts": {
-                                "type": "array",
-                                "items": {
-                                    "type": "object",
-                                    "properties": {
-                                        "time": _int(0),
-                                        "id": {"type": "string"},
-                                        "attempt": _int(1),
-                                        "status": {"type": ["integer", "null"]},
-                                        "latency_ms": {"type": "number"},
-                                        "error": {"type": ["string", "null"]},
-                                    },
-                                },
-                            },
-                        },
-                    },
-                    "the attempt log",
-                ),
-                "404": _problem("subscription_not_found"),
-            },
-        },
-    },
-    "/v1/subscriptions/{name}/push/rotate-secret": {
-        "parameters": [_SUBSCRIPTION],
-        "post": {
-            "summary": "Rotate a push subscription's secret (admin): the new secret signs from "
-            "the next request on; the replaced one is still signed with for previous_ttl_ms; "
-            "expired previous secrets are dropped and at most 5 kept. The cursor, in-flight "
-            "records, attempts and stats are untouched",
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["secret"],
-                            "additionalProperties": False,
-                            "properties": {
-                                "secret": {
-                                    "type": "string",
-                                    "pattern": "^whsec_",
-                                    "writeOnly": True,
-                                    "description": "whsec_ + base64 of 16..64 bytes",
-                                },
-                                "previous_ttl_ms": _int(
-                                    0,
-                                    2_592_000_000,
-                                    default=86_400_000,
-                                    description="how long the replaced secret is still signed "
-                                    "with; 0 drops it at once",
-                                ),
-                            },
-                        }
-                    }
+            "get": {
+                "summary": "Read records from a partition",
+                "parameters": read_params,
+                "responses": {
+                    "200": _json(_ref("ReadResponse"), "records and the next offset"),
+                    "400": _problem(
+                        "bad_request (offset with timestamp), validation_error, invalid_name "
+                        "or offset_out_of_range (past the end)"
+                    ),
+                    "404": _problem("topic_not_found or partition_not_found"),
                 },
             },
-            "responses": {
-                "200": _json(_ref("Subscription"), "the subscription after the rotation"),
-                "400": _problem(
-                    "bad_request (also: not a push subscription), validation_error or invalid_name"
-                ),
-                "404": _SUB_404,
-            },
         },
-    },
-    "/v1/subscriptions/{name}/redrive": {
-        "parameters": [_SUBSCRIPTION],
-        "post": {
-            "summary": "Republish the dead-letter topic's records to the source topic "
-            "(rate-limited; ids derived from dead-letter offsets, so a retry is deduplicated)",
-            "requestBody": {
-                "required": False,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "properties": {
-                                "rate": _int(1, 10_000, description="records/s, default 500"),
-                                "max_records": _int(1, 1_000_000, description="default 10000"),
-                            },
-                        }
-                    }
+        "/v1/subscriptions": {
+            "get": {
+                "summary": "List subscriptions",
+                "responses": {"200": _json(_ref("SubscriptionList"), "subscriptions")},
+            }
+        },
+        "/v1/subscriptions/{name}": {
+            "parameters": [_SUBSCRIPTION],
+            "put": {
+                "summary": "Create a subscription",
+                "requestBody": _body("SubscriptionConfig"),
+                "responses": {
+                    "200": _json(
+                        _ref("Subscription"),
+                        "exists; every field given (but start) equals its config",
+                    ),
+                    "201": _json(_ref("Subscription"), "created"),
+                    "400": _BAD,
+                    "404": _TOPIC_404,
+                    "409": _problem("subscription_conflict"),
+                    "413": _TOO_LARGE,
                 },
             },
-            "responses": {
-                "200": _json(
-                    {
-                        "type": "object",
-                        "properties": {
-                            k: {"type": "integer"}
-                            for k in ("scanned", "republished", "duplicates", "skipped")
-                        },
-                    },
-                    "counts of the records scanned, republished, deduplicated, skipped",
-                ),
-                "400": _BAD,
-                "404": _problem("subscription_not_found or topic_not_found"),
-                "409": _problem("redrive_conflict: no dead_letter_topic, or one is running"),
+            "get": {
+                "summary": "Describe a subscription with its stats",
+                "responses": {
+                    "200": _json(_ref("Subscription"), "the subscription"),
+                    "400": _BAD,
+                    "404": _SUB_404,
+                },
+            },
+            "delete": {
+                "summary": "Delete a subscription; its consumers are closed with 4410",
+                "responses": {"204": {"description": "deleted"}, "400": _BAD, "404": _SUB_404},
             },
         },
-    },
-    "/v1/stats": {
-        "get": {
-            "summary": "One snapshot for the console: server, totals, topics, subscriptions "
-            "(with pause_reason and oldest_unacked_age_ms). GET /v1/stats/ws pushes it "
-            "every second as {type: stats, ...}",
-            "responses": {"200": _json({"type": "object"}, "the snapshot")},
-        }
-    },
-}
+        "/v1/subscriptions/{name}/seek": {
+            "parameters": [_SUBSCRIPTION],
+            "post": {
+                "summary": "Move the subscription's cursor",
+                "requestBody": _body("Seek"),
+                "responses": {
+                    "200": _json(_ref("Subscription"), "the subscription after the seek"),
+                    "400": _BAD,
+                    "404": _problem("subscription_not_found or partition_not_found"),
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/v1/subscriptions/{name}/attempts": {
+            "parameters": [_SUBSCRIPTION],
+            "get": {
+                "summary": "The last webhook POSTs of a push subscription, oldest first",
+                "responses": {
+                    "200": _json(_attempts(), "the attempt log"),
+                    "400": _problem("invalid_name"),
+                    "404": _SUB_404,
+                },
+            },
+        },
+        "/v1/subscriptions/{name}/push/rotate-secret": {
+            "parameters": [_SUBSCRIPTION],
+            "post": {
+                "summary": "Rotate a push subscription's secret (admin): the new secret signs "
+                "from the next request on; the replaced one is still signed with for "
+                f"previous_ttl_ms; expired previous secrets are dropped and at most "
+                f"{MAX_PREVIOUS_SECRETS} kept. The cursor, in-flight records, attempts and "
+                "stats are untouched",
+                "requestBody": _body("SecretRotation"),
+                "responses": {
+                    "200": _json(_ref("Subscription"), "the subscription after the rotation"),
+                    "400": _problem(
+                        "bad_request (also: not a push subscription), validation_error or "
+                        "invalid_name"
+                    ),
+                    "404": _SUB_404,
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/v1/subscriptions/{name}/redrive": {
+            "parameters": [_SUBSCRIPTION],
+            "post": {
+                "summary": "Republish the dead-letter topic's records to the source topic "
+                "(rate-limited; ids derived from dead-letter offsets, so a retry is "
+                "deduplicated)",
+                "requestBody": _body("RedriveRequest", required=False),
+                "responses": {
+                    "200": _json(
+                        _redrive_response(),
+                        "counts of the records scanned, republished, deduplicated, skipped",
+                    ),
+                    "400": _BAD,
+                    "404": _problem("subscription_not_found or topic_not_found"),
+                    "409": _problem("redrive_conflict: no dead_letter_topic, or one is running"),
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/v1/stats": {
+            "get": {
+                "summary": "One snapshot for the console: server, totals, topics, "
+                "subscriptions (with pause_reason and oldest_unacked_age_ms). "
+                "GET /v1/stats/ws pushes it every second as {type: stats, ...}",
+                "responses": {"200": _json({"type": "object"}, "the snapshot")},
+            }
+        },
+    }
 
 
 def document(version: str = "0.1.0") -> dict[str, Any]:
@@ -595,8 +817,8 @@ def document(version: str = "0.1.0") -> dict[str, Any]:
             "GET /v1/subscriptions/{name}/ws and GET /v1/topics/{topic}/ws; "
             "the stats WebSocket is GET /v1/stats/ws; the browser console is /console/.",
         },
-        "paths": PATHS,
-        "components": {"schemas": SCHEMAS},
+        "paths": _paths(),
+        "components": {"schemas": _schemas()},
     }
 
 

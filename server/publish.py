@@ -27,17 +27,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.config import ServerConfig
 from server.errors import herald_error_response, log_server_error
+from server.http import parse_json_body, parse_json_exact, read_body
 from server.limits import charge_publish
 from server.validation import (
+    InexactIntegers,
     PublishBatch,
     check_name,
     parse_acks,
-    parse_json,
     parse_publish,
-    read_body,
 )
 from storage.config import TopicConfig
-from storage.errors import HeraldError, PartitionNotFound, TopicNotFound
+from storage.errors import HeraldError, TopicNotFound, ValidationError
 from storage.record import Acks
 from storage.topic import PublishResult, Topic, publish_item
 
@@ -68,11 +68,30 @@ async def ensure_topic(state: Any, name: str, max_partition: int = -1, index: in
 
 
 def _check_partition(name: str, partitions: int, wanted: int, index: int) -> None:
+    # PROTOCOL §2: a partition named in a message is a number out of range, not a
+    # partition_not_found (which is for the partition in a read's path).
     if wanted >= partitions:
         extra = {"index": index} if index >= 0 else {}
-        raise PartitionNotFound(
+        raise ValidationError(
             f"topic {name!r} has {partitions} partition(s); partition {wanted} does not exist",
             **extra,
+        )
+
+
+def _parse_batch(raw: bytes, max_message_bytes: int, partitions: int) -> PublishBatch:
+    body = parse_json_body(raw)
+    try:
+        return parse_publish(body, max_message_bytes, publish_item, partitions)
+    except InexactIntegers:
+        # Rare: a value holds a float that may have been an integer beyond 64 bits. A
+        # body too deep for the exact parser is refused for its depth in any case.
+        exact = parse_json_exact(raw)
+        return parse_publish(
+            body if exact is None else exact,
+            max_message_bytes,
+            publish_item,
+            partitions,
+            exact=True,
         )
 
 
@@ -102,9 +121,7 @@ async def publish_records(
     raw = await read_body(chunks, content_length, config.max_request_bytes)
     existing: Topic | None = state.storage.topic(name)
     partitions = len(existing.partitions) if existing is not None else TopicConfig().partitions
-    batch: PublishBatch = parse_publish(
-        parse_json(raw), config.max_message_bytes, publish_item, partitions
-    )
+    batch = _parse_batch(raw, config.max_message_bytes, partitions)
     charge_publish(scope, len(batch.items), len(raw))  # PROTOCOL §6 rate limits
     topic = await ensure_topic(state, name, batch.max_partition, batch.max_partition_index)
     if acks is Acks.NONE:

@@ -1,4 +1,5 @@
-"""The console's aggregate: `GET /v1/stats`, the stats WebSocket, and dead-letter redrive.
+"""The console's aggregate: `GET /v1/stats`, the stats WebSocket, and the dead-letter
+redrive route (its work is delivery/redrive.py).
 
 One snapshot carries everything the console's pages show (docs/protocol.md "Stats"):
 server uptime and version, totals, every topic's partitions and every
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+from dataclasses import asdict
 from importlib import metadata
 from typing import Any
 
@@ -23,13 +24,11 @@ from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from delivery.config import SubscriptionConfig
-from server.routes_topics import ADMIN_BODY_LIMIT, json_response, topic_body
-from server.routes_webhooks import push_stats
+from server.http import json_body, json_response, push_stats, topic_body
 from server.routing import method_route
-from server.validation import check_name, parse_json, read_body
-from storage.errors import BadRequest, HeraldError, SubscriptionNotFound, TopicNotFound
-from storage.record import Acks, NewRecord, Record
-from storage.topic import PublishItem, Topic, wall_clock_ms
+from server.validation import check_name, parse_redrive
+from storage.errors import SubscriptionNotFound
+from storage.topic import Topic, wall_clock_ms
 
 try:
     VERSION = metadata.version("herald")
@@ -37,17 +36,6 @@ except metadata.PackageNotFoundError:  # run from a source tree that was never i
     VERSION = "0+unknown"
 
 STATS_INTERVAL_S = 1.0
-SOURCE_HEADER_PREFIX = "herald-source-"  # PROTOCOL §2 dead_letter_topic headers
-REDRIVE_HEADER = "herald-redriven-from"
-REDRIVE_DEFAULT_RATE = 500  # records/s
-REDRIVE_MAX_RATE = 10_000
-REDRIVE_DEFAULT_MAX = 10_000
-REDRIVE_MAX = 1_000_000
-REDRIVE_BATCH = 100
-
-
-class RedriveConflict(HeraldError):
-    code, status, title = "redrive_conflict", 409, "Conflict"
 
 
 # ------------------------------------------------------------------ snapshot
@@ -178,82 +166,15 @@ async def _drain_client(websocket: WebSocket) -> None:
 # ------------------------------------------------------------------ redrive
 
 
-def _int_member(body: dict[str, Any], name: str, default: int, top: int) -> int:
-    value = body.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
-        raise BadRequest(f"{name} must be an integer from 1 to {top}", field=name)
-    return value
-
-
-def redrive_record(record: Record, dlq: str) -> NewRecord:
-    """The source record again: same value, key and headers without the herald-source-*
-    ones; its id is derived from the dead-letter offset, so a retried redrive is deduplicated
-    (PROTOCOL §2 `id`) instead of publishing the record twice."""
-    headers = {k: v for k, v in record.headers.items() if not k.startswith(SOURCE_HEADER_PREFIX)}
-    origin = f"{dlq}/{record.partition}/{record.offset}"
-    headers[REDRIVE_HEADER] = origin
-    return NewRecord(
-        record.value, record.kind, record.key, headers, producer_id=f"redrive:{origin}"
-    )
-
-
 async def redrive(request: Request) -> Response:
+    """`POST /v1/subscriptions/{name}/redrive`: delivery/redrive.py does the work."""
     name = check_name(request.path_params["name"], "subscription")
-    raw = await read_body(request.stream(), request.headers.get("content-length"), ADMIN_BODY_LIMIT)
-    body = parse_json(raw) if raw.strip() else {}
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    rate = _int_member(body, "rate", REDRIVE_DEFAULT_RATE, REDRIVE_MAX_RATE)
-    limit = _int_member(body, "max_records", REDRIVE_DEFAULT_MAX, REDRIVE_MAX)
+    wanted = parse_redrive(await json_body(request, optional=True))
     state = request.app.state
-    config: SubscriptionConfig = state.engine.get(name)
-    if config.dead_letter_topic is None:
-        raise RedriveConflict(f"subscription {name!r} has no dead_letter_topic")
-    dlq: Topic | None = state.storage.topic(config.dead_letter_topic)
-    if dlq is None:
-        raise TopicNotFound(f"dead-letter topic {config.dead_letter_topic!r} does not exist")
-    source: Topic | None = state.storage.topic(config.topic)
-    if source is None:
-        raise TopicNotFound(f"topic {config.topic!r} does not exist")
-    running: set[str] = state.redrives
-    if name in running:
-        raise RedriveConflict(f"a redrive of {name!r} is already running")
-    running.add(name)
-    try:
-        result = await _redrive(state, dlq, source, rate, limit)
-    finally:
-        running.discard(name)
-    return json_response({"subscription": name, "dead_letter_topic": dlq.name, **result})
-
-
-async def _redrive(state: Any, dlq: Topic, source: Topic, rate: int, limit: int) -> dict[str, Any]:
-    """Scan the dead-letter topic from its start to its end *as of now* — records
-    dead-lettered again while this runs wait for the next redrive, so it always ends."""
-    ends = [p.end_offset for p in dlq.partitions]
-    counts = {"scanned": 0, "republished": 0, "duplicates": 0, "skipped": 0}
-    started = time.monotonic()
-    for partition, end in zip(dlq.partitions, ends, strict=True):
-        offset = partition.start_offset
-        while offset < end and counts["scanned"] < limit and not state.stopping.is_set():
-            want = min(REDRIVE_BATCH, end - offset, limit - counts["scanned"], rate)
-            records = [r for r in await partition.read(offset, want, 1 << 22) if r.offset < end]
-            if not records:
-                break
-            offset = records[-1].offset + 1
-            counts["scanned"] += len(records)
-            mine = [r for r in records if r.headers.get("herald-source-topic") == source.name]
-            counts["skipped"] += len(records) - len(mine)
-            if mine:
-                items = [PublishItem(redrive_record(r, dlq.name)) for r in mine]
-                results = await source.publish(items, Acks.ALL)
-                duplicates = sum(1 for r in results if r.duplicate)
-                counts["duplicates"] += duplicates
-                counts["republished"] += len(results) - duplicates
-            # Rate limit: never ahead of `rate` records per second since the start.
-            ahead = counts["scanned"] / rate - (time.monotonic() - started)
-            if ahead > 0:
-                await asyncio.sleep(ahead)
-    return counts
+    result = await state.redrives.run(
+        name, wanted.rate, wanted.max_records, stopping=state.stopping.is_set
+    )
+    return json_response({"subscription": name, **asdict(result)})
 
 
 routes: list[BaseRoute] = [

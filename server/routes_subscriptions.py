@@ -8,52 +8,25 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from delivery.config import SubscriptionConfig
+from server.http import existing_subscription, json_body, json_response, subscription_body
 from server.publish import ensure_topic
-from server.routes_topics import ADMIN_BODY_LIMIT, json_response
 from server.routing import method_route
 from server.validation import (
     SeekTarget,
     check_name,
-    parse_json,
     parse_seek,
     parse_subscription_config,
-    read_body,
     subscription_config_matches,
 )
-from storage.errors import BadRequest, PartitionNotFound, SubscriptionConflict, SubscriptionNotFound
-
-
-def subscription_body(engine: Any, name: str, webhooks: Any = None) -> dict[str, Any]:
-    """The GET /v1/subscriptions/{name} body: config with defaults filled, and §5 stats
-    (with the push members of docs/protocol.md for a push subscription)."""
-    config: SubscriptionConfig = engine.get(name)
-    stats = engine.stats(name)
-    if webhooks is not None and (push := webhooks.stats(name)) is not None:
-        stats.update(push)
-    return {"name": name, "config": config.public_dict(), "stats": stats}
-
-
-def _existing(engine: Any, name: str) -> SubscriptionConfig | None:
-    try:
-        config: SubscriptionConfig = engine.get(name)
-    except SubscriptionNotFound:
-        return None
-    return config
-
-
-async def _json_body(request: Request) -> Any:
-    raw = await read_body(request.stream(), request.headers.get("content-length"), ADMIN_BODY_LIMIT)
-    if not raw.strip():
-        raise BadRequest("a JSON body is required")
-    return parse_json(raw)
+from storage.errors import PartitionNotFound, SubscriptionConflict
 
 
 async def put_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
-    config, given = parse_subscription_config(await _json_body(request))
+    config, given = parse_subscription_config(await json_body(request))
     state = request.app.state
     engine = state.engine
-    existing = _existing(engine, name)
+    existing = existing_subscription(engine, name)
     if existing is not None:
         # Decided before any topic is auto-created: a refused PUT changes nothing.
         if not subscription_config_matches(existing, config, given):
@@ -61,7 +34,7 @@ async def put_subscription(request: Request) -> Response:
         return json_response(subscription_body(engine, name), 200)
     await ensure_topic(state, config.topic)
     async with state.admin_lock:
-        existing = _existing(engine, name)
+        existing = existing_subscription(engine, name)
         if existing is not None:  # created by a concurrent PUT while the topic was made
             if not subscription_config_matches(existing, config, given):
                 raise SubscriptionConflict(f"subscription {name!r} exists with a different config")
@@ -100,7 +73,7 @@ async def delete_subscription(request: Request) -> Response:
 
 async def seek(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
-    target = parse_seek(await _json_body(request))
+    target = parse_seek(await json_body(request))
     state = request.app.state
     engine = state.engine
     config: SubscriptionConfig = engine.get(name)

@@ -6,20 +6,18 @@ import asyncio
 import time
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from server.errors import ServiceStopping
+from server.http import JSON, json_body, json_response, topic_body
 from server.publish import publish_route
 from server.routing import method_route
 from server.validation import (
     check_name,
-    parse_json,
     parse_read_query,
     parse_topic_config,
     path_int,
-    read_body,
     topic_config_matches,
 )
 from storage.errors import (
@@ -31,34 +29,6 @@ from storage.errors import (
 from storage.record import Record
 from storage.topic import Topic
 from subscribers.wire import json_array, record_json
-
-JSON = "application/json"
-
-# Small admin bodies never need the full publish allowance.
-ADMIN_BODY_LIMIT = 1024 * 1024
-
-
-def json_response(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type=JSON)
-
-
-def topic_body(topic: Topic) -> dict[str, Any]:
-    """The GET /v1/topics/{topic} body (PROTOCOL §2)."""
-    return {
-        "name": topic.name,
-        "config": topic.config.to_dict(),
-        "partitions": [
-            {
-                "partition": p.partition,
-                "start_offset": p.start_offset,
-                "end_offset": p.end_offset,
-                "bytes": p.size_bytes,
-            }
-            for p in topic.partitions
-        ],
-        "messages_total": topic.messages_total,
-        "bytes_total": topic.bytes_total,
-    }
 
 
 def get_topic(request: Request, name: str) -> Topic:
@@ -73,8 +43,8 @@ def get_topic(request: Request, name: str) -> Topic:
 
 async def put_topic(request: Request) -> Response:
     name = check_name(request.path_params["topic"])
-    raw = await read_body(request.stream(), request.headers.get("content-length"), ADMIN_BODY_LIMIT)
-    config, given = parse_topic_config(parse_json(raw) if raw.strip() else None)
+    # PROTOCOL §2: the body is optional (an empty one is all defaults); JSON null is not.
+    config, given = parse_topic_config(await json_body(request, optional=True))
     topic, created = await request.app.state.storage.ensure_topic(name, config)
     if created:
         return json_response(topic_body(topic), 201)

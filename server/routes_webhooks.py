@@ -3,24 +3,13 @@ subscription, rotating its secret, and the push members its stats carry."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server.routes_subscriptions import subscription_body
-from server.routes_topics import ADMIN_BODY_LIMIT, json_response
+from server.http import json_body, json_response, subscription_body
 from server.routing import method_route
-from server.validation import check_name, parse_json, parse_secret_rotation, read_body
-from storage.errors import BadRequest
+from server.validation import check_name, parse_secret_rotation
 from storage.topic import wall_clock_ms
-
-
-def push_stats(state: Any, name: str) -> dict[str, Any]:
-    """endpoint_state, last_status, last_error… of a push subscription; {} for others."""
-    webhooks = getattr(state, "webhooks", None)
-    stats = None if webhooks is None else webhooks.stats(name)
-    return stats or {}
 
 
 async def get_attempts(request: Request) -> Response:
@@ -39,10 +28,7 @@ async def rotate_secret(request: Request) -> Response:
     secret"): the new secret signs from the next request on, the replaced one alongside it
     for `previous_ttl_ms`. Cursor, in-flight records, attempts and stats are untouched."""
     name = check_name(request.path_params["name"], "subscription")
-    raw = await read_body(request.stream(), request.headers.get("content-length"), ADMIN_BODY_LIMIT)
-    if not raw.strip():
-        raise BadRequest("a JSON body is required")
-    rotation = parse_secret_rotation(parse_json(raw))
+    rotation = parse_secret_rotation(await json_body(request))
     state = request.app.state
     now_ms = wall_clock_ms()
     await state.webhooks.update_push(

@@ -23,6 +23,8 @@ SECURITY_FIELDS = (
     "tls_key",
     "webhook_ca_file",
     "encryption_key_file",
+    "max_requests_per_client",
+    "forwarded_allow_ips",
 )
 
 # A WebSocket frame larger than this is refused by uvicorn (close 1009); consumer
@@ -52,6 +54,22 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
         help="encrypt segment payloads at rest with these keys (lines <id>:<base64 32 bytes>; "
         "or env HERALD_ENCRYPTION_KEY)",
     )
+    p.add_argument(
+        "--max-requests-per-client",
+        type=int,
+        metavar="N",
+        help="requests and WebSockets at once per client address; over it HTTP answers 429 "
+        "and a WebSocket is closed 1013 (default 256; 0 = no cap; "
+        "env HERALD_MAX_REQUESTS_PER_CLIENT)",
+    )
+    p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="LIST",
+        help="reverse proxies trusted to name the client in X-Forwarded-For (and the scheme "
+        "in X-Forwarded-Proto): comma-separated IP addresses or networks, or *; the "
+        "per-client cap, audit log and access log then use the address the proxy names "
+        "(default: none trusted; env HERALD_FORWARDED_ALLOW_IPS)",
+    )
 
 
 def configure_encryption(config: ServerConfig) -> str | None:
@@ -68,6 +86,10 @@ def uvicorn_security_options(config: ServerConfig) -> dict[str, Any]:
         "http": guarded_protocol(config.header_timeout_s),  # httptools + header deadline
         "ws_max_size": WS_MAX_FRAME_BYTES,
         "timeout_keep_alive": KEEP_ALIVE_TIMEOUT_S,
+        # X-Forwarded-For / -Proto are read only from proxies the operator trusts
+        # (uvicorn's own default would trust 127.0.0.1 without being asked).
+        "proxy_headers": bool(config.trusted_proxies),
+        "forwarded_allow_ips": config.trusted_proxies or None,
     }
     if config.tls_cert is not None:
         options["ssl_certfile"] = str(config.tls_cert)

@@ -19,13 +19,14 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
+import httpx
 import orjson
 
+from delivery import redrive
 from delivery.config import (
     MAX_PREVIOUS_SECRETS,
     Backoff,
@@ -41,22 +42,86 @@ from storage.errors import (
     BadRequest,
     InvalidName,
     MessageTooLarge,
-    PartitionNotFound,
-    PayloadTooLarge,
     ValidationError,
 )
 from storage.record import Acks, NewRecord, ValueKind, message_size, new_record
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
 _INT_TEXT_RE = re.compile(r"-?[0-9]+")
-_MAX_INT64 = 2**63 - 1
+MAX_INT64 = 2**63 - 1
 
 MAX_PARTITIONS = 1024
 MAX_BATCH = 10_000
 MAX_ID_CHARS = 128
-MAX_READ_LIMIT = 10_000
 DEFAULT_READ_LIMIT = 100
-MAX_WAIT_MS = 30_000
+# PROTOCOL §1: `value` is any JSON value, stored as the compact JSON text the server
+# writes of it. orjson, which writes it, goes no deeper than 254 levels of arrays and
+# objects and holds integers within 64 bits (signed or unsigned).
+MAX_VALUE_DEPTH = 254
+MIN_VALUE_INT = -(2**63)
+MAX_VALUE_INT = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class IntRange:
+    """The integers a field accepts (inclusive); server/openapi.py publishes the same."""
+
+    low: int
+    high: int = MAX_INT64
+
+
+def base64_pattern(min_bytes: int = 0, max_bytes: int | None = None) -> str:
+    """A regex of the strict, padded base64 (RFC 4648 §4) of ``min_bytes..max_bytes`` bytes,
+    as ``b64decode_strict`` reads it: what OpenAPI publishes for value_b64 and secrets."""
+    # The last character before padding carries pad bits, which must be zero.
+    quad = "(?:[A-Za-z0-9+/]{4})"
+    tails = ("", "[A-Za-z0-9+/][AQgw]==", "[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=")
+    if max_bytes is None:
+        return f"{quad}*(?:{tails[1]}|{tails[2]})?"
+    branches = []
+    for rest, tail in enumerate(tails):  # n bytes = 3 * quads + rest
+        fewest = max(0, -(-(min_bytes - rest) // 3))
+        most = (max_bytes - rest) // 3
+        if fewest <= most and (rest or most > 0):
+            branches.append(f"{quad}{{{fewest},{most}}}{tail}")
+    return "(?:" + "|".join(branches) + ")"
+
+
+_HOST_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_IPV4_PART = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_PORT = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+_URL_CHARS = "[A-Za-z0-9._~!$&'()*+,;=:@%/-]"
+# The push URLs OpenAPI describes: http(s), a DNS name (its last label starting with a
+# letter) or an IPv4 address, an optional port 1..65535, a path and query without spaces.
+# A subset of what _parse_push_url accepts (it also takes IPv6 and IDNA hosts).
+PUSH_URL_PATTERN = (
+    f"^https?://(?:(?:{_HOST_LABEL}\\.)*[A-Za-z](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?"
+    f"|{_IPV4_PART}(?:\\.{_IPV4_PART}){{3}})(?::{_PORT})?"
+    f"(?:/{_URL_CHARS}*)?(?:\\?{_URL_CHARS.replace('-]', '?-]')}*)?$"
+)
+
+
+# Every integer range of PROTOCOL §2-§4 and docs/protocol.md, in one place.
+PARTITIONS = IntRange(1, MAX_PARTITIONS)
+PARTITION = IntRange(0, MAX_PARTITIONS - 1)  # one named in a published message
+DEDUP_WINDOW_MS = IntRange(1000, 604_800_000)
+RETENTION_MS = IntRange(1000)
+RETENTION_BYTES = IntRange(1_048_576)
+TIMESTAMP = IntRange(0)  # ms since the epoch
+OFFSET = IntRange(0)
+READ_LIMIT = IntRange(1, 10_000)
+WAIT_MS = IntRange(0, 30_000)
+ACK_DEADLINE_MS = IntRange(100, 600_000)
+MAX_IN_FLIGHT = IntRange(1, 100_000)
+MAX_DELIVERIES = IntRange(0, 1000)
+BACKOFF_MS = IntRange(1, 3_600_000)  # retry_backoff.min_ms / max_ms
+PUSH_MAX_IN_FLIGHT = IntRange(1, 1000)
+PUSH_TIMEOUT_MS = IntRange(100, 60_000)
+BREAKER_FAILURES = IntRange(1, 1000)
+BREAKER_OPEN_MS = IntRange(100, 3_600_000)  # breaker.open_ms / max_open_ms
+PREVIOUS_TTL_MS = IntRange(0, 30 * 86_400_000)  # rotate-secret, 30 days
+REDRIVE_RATE = IntRange(1, redrive.MAX_RATE)
+REDRIVE_MAX_RECORDS = IntRange(1, redrive.MAX_RECORDS)
 
 _MISSING: Any = object()
 
@@ -72,13 +137,6 @@ def check_name(name: str, what: str = "topic") -> str:
     return name
 
 
-def parse_json(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise BadRequest("the request body is not valid JSON") from None
-
-
 def _as_int(value: Any, field: str) -> int:
     """A JSON integer. ``2.0`` is integral and accepted; ``2.5`` and ``true`` are not."""
     if type(value) is int:
@@ -90,10 +148,10 @@ def _as_int(value: Any, field: str) -> int:
     raise BadRequest(f"{field} must be an integer")
 
 
-def _int_in(value: Any, field: str, low: int, high: int = _MAX_INT64) -> int:
+def _int_in(value: Any, field: str, allowed: IntRange) -> int:
     number = _as_int(value, field)
-    if not low <= number <= high:
-        raise ValidationError(f"{field} must be in {low}..{high}, not {number}")
+    if not allowed.low <= number <= allowed.high:
+        raise ValidationError(f"{field} must be in {allowed.low}..{allowed.high}, not {number}")
     return number
 
 
@@ -128,21 +186,28 @@ def _given(obj: Mapping[str, Any], field: str) -> Any:
 
 
 def b64decode_strict(text: str, field: str) -> bytes:
+    """Canonical base64 (RFC 4648 §4, padded, zero pad bits): what base64_pattern says.
+    The standard library alone also takes a stray "=" after a full quad."""
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
+        data = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError, ValueError):
         raise BadRequest(f"{field} is not valid base64") from None
+    if base64.b64encode(data) != text.encode("ascii"):
+        raise BadRequest(f"{field} is not canonical base64 (padding or pad bits)")
+    return data
 
 
-def query_int(raw: str | None, field: str, low: int, high: int, default: int | None) -> int | None:
+def query_int(raw: str | None, field: str, allowed: IntRange, default: int | None) -> int | None:
     """An integer query parameter: ``abc``/``1.5`` -> bad_request, out of range -> validation_error."""
     if raw is None:
         return default
     if _INT_TEXT_RE.fullmatch(raw) is None:
         raise BadRequest(f"query parameter {field} must be an integer, not {raw!r}")
     number = int(raw)
-    if not low <= number <= high:
-        raise ValidationError(f"query parameter {field} must be in {low}..{high}, not {number}")
+    if not allowed.low <= number <= allowed.high:
+        raise ValidationError(
+            f"query parameter {field} must be in {allowed.low}..{allowed.high}, not {number}"
+        )
     return number
 
 
@@ -152,57 +217,31 @@ def path_int(raw: str, field: str) -> int:
     return int(raw)
 
 
-# ---------------------------------------------------------------- request body
-
-
-async def read_body(chunks: AsyncIterator[bytes], content_length: str | None, limit: int) -> bytes:
-    """The whole body, refused with 413 as soon as it would exceed ``limit``.
-
-    Checks the declared length first and counts while streaming, so a client
-    that lies about (or omits) Content-Length still never makes us hold more
-    than ``limit`` bytes.
-    """
-    if content_length is not None:
-        try:
-            declared = int(content_length)
-        except ValueError:
-            raise BadRequest("Content-Length is not a number") from None
-        if declared > limit:
-            raise PayloadTooLarge(f"the request body is over max_request_bytes ({limit})")
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"the request body is over max_request_bytes ({limit})")
-        if chunk:
-            parts.append(chunk)
-    return b"".join(parts)
-
-
 # ---------------------------------------------------------------- topics
 
 _TOPIC_FIELDS = frozenset({"partitions", "retention_ms", "retention_bytes", "dedup_window_ms"})
 
 
 def parse_topic_config(body: Any) -> tuple[TopicConfig, frozenset[str]]:
-    """A TopicConfig and the set of fields the request gave (the ones a 200 compares)."""
-    if body is None:
-        return TopicConfig(), frozenset()
+    """A TopicConfig and the set of fields the request gave (the ones a 200 compares).
+
+    No body is ``{}`` (server/http.py); a JSON ``null`` body is not an object."""
     obj = _as_object(body, "the request body")
     _check_fields(obj, _TOPIC_FIELDS, "the topic config")
     values: dict[str, Any] = {}
     if (v := _given(obj, "partitions")) is not _MISSING:
-        values["partitions"] = _int_in(v, "partitions", 1, MAX_PARTITIONS)
+        values["partitions"] = _int_in(v, "partitions", PARTITIONS)
     if (v := _given(obj, "dedup_window_ms")) is not _MISSING:
-        values["dedup_window_ms"] = _int_in(v, "dedup_window_ms", 1000, 604_800_000)
+        values["dedup_window_ms"] = _int_in(v, "dedup_window_ms", DEDUP_WINDOW_MS)
     # PROTOCOL §2: for these two, an explicit null means unlimited, not "default".
     if "retention_ms" in obj:
         v = obj["retention_ms"]
-        values["retention_ms"] = None if v is None else _int_in(v, "retention_ms", 1000)
+        values["retention_ms"] = None if v is None else _int_in(v, "retention_ms", RETENTION_MS)
     if "retention_bytes" in obj:
         v = obj["retention_bytes"]
-        values["retention_bytes"] = None if v is None else _int_in(v, "retention_bytes", 1_048_576)
+        values["retention_bytes"] = (
+            None if v is None else _int_in(v, "retention_bytes", RETENTION_BYTES)
+        )
     return TopicConfig(**values), frozenset(values)
 
 
@@ -234,15 +273,29 @@ def parse_acks(raw: str | None) -> Acks:
         raise BadRequest(f"acks must be 0, 1 or all, not {raw!r}") from None
 
 
+class InexactIntegers(Exception):
+    """A `value` may hold an integer orjson read as a float (one beyond 64 bits): the body
+    must be parsed again exactly (server/http.py parse_json_exact) and validated with
+    ``exact=True``. Never reaches a client."""
+
+
 def parse_publish(
-    body: Any, max_message_bytes: int, item_type: Any, partitions: int = MAX_PARTITIONS
+    body: Any,
+    max_message_bytes: int,
+    item_type: Any,
+    partitions: int = MAX_PARTITIONS,
+    *,
+    exact: bool = False,
 ) -> PublishBatch:
     """Validates a publish batch in one pass; the first bad message's position is ``index``.
 
     ``item_type`` is storage's PublishItem (passed in to keep this module free of
     the storage engine's imports); ``partitions`` is the topic's partition count
     (what it will have once auto-created), so an explicit partition past it is
-    reported at its own index like any other bad message.
+    reported at its own index like any other bad message (PROTOCOL §2: a
+    well-formed number out of range is validation_error). ``exact``: the body was
+    parsed with every integer exact; otherwise a value that may have lost an
+    integer's digits raises InexactIntegers.
     """
     obj = _as_object(body, "the request body")
     _check_fields(obj, frozenset({"messages"}), "the publish request")
@@ -257,12 +310,12 @@ def parse_publish(
     max_partition, max_partition_index, total = -1, -1, 0
     for index, message in enumerate(messages):
         try:
-            record, partition = _parse_message(message, max_message_bytes)
+            record, partition = _parse_message(message, max_message_bytes, exact)
             if partition is not None and partition >= partitions:
-                raise PartitionNotFound(
+                raise ValidationError(
                     f"partition {partition} does not exist (the topic has {partitions})"
                 )
-        except (BadRequest, ValidationError, MessageTooLarge, PartitionNotFound) as exc:
+        except (BadRequest, ValidationError, MessageTooLarge) as exc:
             exc.extra["index"] = index
             raise
         if partition is not None and partition > max_partition:
@@ -280,10 +333,40 @@ def _own_buffer(encoded: bytes) -> bytes:
     return bytes(memoryview(encoded))
 
 
-def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int | None]:
+# orjson writes a float of magnitude >= 1e16 as `<digits>e+NN`; an integer it read as a
+# float (one beyond 64 bits) is >= 2**63, so `e+18` or more. Only a value showing that
+# pattern can have lost digits (a plain large float shows it too: a rare extra parse).
+_LARGE_FLOAT = re.compile(rb"[0-9]e\+(?:1[89]|[2-9][0-9]|[0-9]{3})")
+
+
+def encode_value(value: Any, exact: bool) -> bytes:
+    """The compact JSON text a record stores of `value` (PROTOCOL §1).
+
+    What orjson cannot write exactly is refused with validation_error instead of being
+    changed (docs/protocol.md "Requests"): arrays and objects nested deeper than
+    MAX_VALUE_DEPTH, and integers outside MIN_VALUE_INT..MAX_VALUE_INT.
+    """
+    try:
+        encoded = orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        if "Recursion" in str(exc):
+            raise ValidationError(
+                f"value nests arrays and objects deeper than {MAX_VALUE_DEPTH} levels"
+            ) from None
+        raise ValidationError(
+            f"value holds an integer outside {MIN_VALUE_INT}..{MAX_VALUE_INT}"
+        ) from None
+    if not exact and b"e+" in encoded and _LARGE_FLOAT.search(encoded) is not None:
+        raise InexactIntegers()
+    return _own_buffer(encoded)
+
+
+def _parse_message(
+    message: Any, max_message_bytes: int, exact: bool
+) -> tuple[NewRecord, int | None]:
     if type(message) is dict and len(message) == 1 and "value" in message:
         # The common shape, `{"value": ...}`: no key, headers, partition or id to check.
-        value = _own_buffer(orjson.dumps(message["value"]))
+        value = encode_value(message["value"], exact)
         if len(value) > max_message_bytes:
             raise MessageTooLarge(
                 f"a message of {len(value)} bytes is over max_message_bytes ({max_message_bytes})"
@@ -298,7 +381,7 @@ def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int
     if has_value == (b64 is not None):
         raise BadRequest("a message needs exactly one of value and value_b64")
     if has_value:
-        value = _own_buffer(orjson.dumps(message["value"]))
+        value = encode_value(message["value"], exact)
         kind = ValueKind.JSON
     else:
         value = b64decode_strict(_as_str(b64, "value_b64"), "value_b64")
@@ -317,7 +400,7 @@ def _parse_message(message: Any, max_message_bytes: int) -> tuple[NewRecord, int
                 raise BadRequest("headers must be an object of string to string")
     partition = message.get("partition")
     if partition is not None:
-        partition = _int_in(partition, "partition", 0, MAX_PARTITIONS - 1)
+        partition = _int_in(partition, "partition", PARTITION)
     producer_id = message.get("id")
     if producer_id is not None:
         producer_id = _as_str(producer_id, "id")
@@ -346,10 +429,10 @@ def parse_read_query(params: Mapping[str, str]) -> ReadQuery:
     offset_raw, timestamp_raw = params.get("offset"), params.get("timestamp")
     if offset_raw is not None and timestamp_raw is not None:
         raise BadRequest("give offset or timestamp, not both")
-    offset = query_int(offset_raw, "offset", 0, _MAX_INT64, None)
-    timestamp = query_int(timestamp_raw, "timestamp", 0, _MAX_INT64, None)
-    limit = query_int(params.get("limit"), "limit", 1, MAX_READ_LIMIT, DEFAULT_READ_LIMIT)
-    wait_ms = query_int(params.get("wait_ms"), "wait_ms", 0, MAX_WAIT_MS, 0)
+    offset = query_int(offset_raw, "offset", OFFSET, None)
+    timestamp = query_int(timestamp_raw, "timestamp", TIMESTAMP, None)
+    limit = query_int(params.get("limit"), "limit", READ_LIMIT, DEFAULT_READ_LIMIT)
+    wait_ms = query_int(params.get("wait_ms"), "wait_ms", WAIT_MS, 0)
     assert limit is not None and wait_ms is not None
     return ReadQuery(offset, timestamp, limit, wait_ms)
 
@@ -376,9 +459,11 @@ _PUSH_FIELDS = frozenset(
 _PREVIOUS_SECRET_FIELDS = frozenset({"secret", "expires_at"})
 # Standard Webhooks: keys of 24..64 bytes; 16 (128 bits) is the least HMAC-SHA256 should get.
 SECRET_BYTES = (16, 64)
+SECRET_PREFIX = "whsec_"
+SECRET_PATTERN = f"^{SECRET_PREFIX}{base64_pattern(*SECRET_BYTES)}$"
+MAX_URL_CHARS = 2048
 _BREAKER_FIELDS = frozenset({"failures", "open_ms", "max_open_ms"})
 _BACKOFF_FIELDS = frozenset({"min_ms", "max_ms"})
-_MAX_BACKOFF_MS = 3_600_000
 
 
 def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[str]]:
@@ -397,11 +482,11 @@ def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[
         except ValueError:
             raise BadRequest("delivery must be at_least_once or at_most_once") from None
     if (v := _given(obj, "ack_deadline_ms")) is not _MISSING:
-        values["ack_deadline_ms"] = _int_in(v, "ack_deadline_ms", 100, 600_000)
+        values["ack_deadline_ms"] = _int_in(v, "ack_deadline_ms", ACK_DEADLINE_MS)
     if (v := _given(obj, "max_in_flight")) is not _MISSING:
-        values["max_in_flight"] = _int_in(v, "max_in_flight", 1, 100_000)
+        values["max_in_flight"] = _int_in(v, "max_in_flight", MAX_IN_FLIGHT)
     if (v := _given(obj, "max_deliveries")) is not _MISSING:
-        values["max_deliveries"] = _int_in(v, "max_deliveries", 0, 1000)
+        values["max_deliveries"] = _int_in(v, "max_deliveries", MAX_DELIVERIES)
     if (v := _given(obj, "retry_backoff")) is not _MISSING:
         values["retry_backoff"] = _parse_backoff(v)
     if (v := _given(obj, "dead_letter_topic")) is not _MISSING:
@@ -431,7 +516,7 @@ def parse_start(value: Any) -> StartAt:
     _check_fields(obj, frozenset({"timestamp"}), "start")
     if obj.get("timestamp") is None:
         raise BadRequest("start.timestamp is required")
-    return StartAt("timestamp", _int_in(obj["timestamp"], "start.timestamp", 0))
+    return StartAt("timestamp", _int_in(obj["timestamp"], "start.timestamp", TIMESTAMP))
 
 
 def _parse_backoff(value: Any) -> Backoff:
@@ -440,15 +525,9 @@ def _parse_backoff(value: Any) -> Backoff:
     default = Backoff()
     low = _given(obj, "min_ms")
     high = _given(obj, "max_ms")
-    min_ms = (
-        default.min_ms
-        if low is _MISSING
-        else _int_in(low, "retry_backoff.min_ms", 1, _MAX_BACKOFF_MS)
-    )
+    min_ms = default.min_ms if low is _MISSING else _int_in(low, "retry_backoff.min_ms", BACKOFF_MS)
     max_ms = (
-        default.max_ms
-        if high is _MISSING
-        else _int_in(high, "retry_backoff.max_ms", 1, _MAX_BACKOFF_MS)
+        default.max_ms if high is _MISSING else _int_in(high, "retry_backoff.max_ms", BACKOFF_MS)
     )
     if min_ms > max_ms:
         raise ValidationError("retry_backoff.min_ms must not exceed retry_backoff.max_ms")
@@ -462,21 +541,37 @@ def _parse_push(value: Any) -> PushConfig:
     secret = _given(obj, "secret")
     if url is _MISSING or secret is _MISSING:
         raise BadRequest("push needs url and secret")
-    url = _as_str(url, "push.url")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadRequest("push.url must be an absolute http:// or https:// URL")
+    url = _parse_push_url(url)
     secret = _parse_secret(secret, "push.secret")
     values: dict[str, Any] = {"url": url, "secret": secret}
     if (v := _given(obj, "previous_secrets")) is not _MISSING:
         values["previous_secrets"] = _parse_previous_secrets(v)
     if (v := _given(obj, "max_in_flight")) is not _MISSING:
-        values["max_in_flight"] = _int_in(v, "push.max_in_flight", 1, 1000)
+        values["max_in_flight"] = _int_in(v, "push.max_in_flight", PUSH_MAX_IN_FLIGHT)
     if (v := _given(obj, "timeout_ms")) is not _MISSING:
-        values["timeout_ms"] = _int_in(v, "push.timeout_ms", 100, 60_000)
+        values["timeout_ms"] = _int_in(v, "push.timeout_ms", PUSH_TIMEOUT_MS)
     if (v := _given(obj, "breaker")) is not _MISSING:
         values["breaker"] = _parse_breaker(v)
     return PushConfig(**values)
+
+
+def _parse_push_url(value: Any) -> str:
+    """An absolute http(s) URL the webhook client can POST to: the very parser that
+    sends (httpx) reads it here, so a stored URL never fails at delivery time."""
+    url = _as_str(value, "push.url")
+    if len(url) > MAX_URL_CHARS:
+        raise ValidationError(f"push.url is over {MAX_URL_CHARS} characters")
+    if any(c.isspace() for c in url):
+        raise BadRequest("push.url must not contain whitespace")
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        raise BadRequest("push.url is not a valid URL") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise BadRequest("push.url must be an absolute http:// or https:// URL")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise ValidationError(f"push.url port must be in 1..65535, not {parsed.port}")
+    return url
 
 
 def _parse_secret(value: Any, field: str) -> str:
@@ -506,7 +601,7 @@ def _parse_previous_secrets(value: Any) -> tuple[PreviousSecret, ...]:
         parsed.append(
             PreviousSecret(
                 _parse_secret(secret, f"{field}.secret"),
-                _int_in(expires_at, f"{field}.expires_at", 0),
+                _int_in(expires_at, f"{field}.expires_at", TIMESTAMP),
             )
         )
     return tuple(parsed)
@@ -514,7 +609,6 @@ def _parse_previous_secrets(value: Any) -> tuple[PreviousSecret, ...]:
 
 # docs/protocol.md "Rotating the secret": how long the replaced secret is still signed with.
 DEFAULT_PREVIOUS_TTL_MS = 86_400_000  # 24 h
-MAX_PREVIOUS_TTL_MS = 30 * 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -525,7 +619,7 @@ class SecretRotation:
 
 def parse_secret_rotation(body: Any) -> SecretRotation:
     """`POST /v1/subscriptions/{name}/push/rotate-secret`:
-    `{"secret": "whsec_…", "previous_ttl_ms": 0..MAX_PREVIOUS_TTL_MS}`."""
+    `{"secret": "whsec_…", "previous_ttl_ms": PREVIOUS_TTL_MS}`."""
     obj = _as_object(body, "the request body")
     _check_fields(obj, frozenset({"secret", "previous_ttl_ms"}), "the rotation request")
     secret = _given(obj, "secret")
@@ -536,7 +630,7 @@ def parse_secret_rotation(body: Any) -> SecretRotation:
         _parse_secret(secret, "secret"),
         DEFAULT_PREVIOUS_TTL_MS
         if ttl is _MISSING
-        else _int_in(ttl, "previous_ttl_ms", 0, MAX_PREVIOUS_TTL_MS),
+        else _int_in(ttl, "previous_ttl_ms", PREVIOUS_TTL_MS),
     )
 
 
@@ -550,17 +644,39 @@ def _parse_breaker(value: Any) -> Breaker:
     b = Breaker(
         failures=default.failures
         if failures is _MISSING
-        else _int_in(failures, "push.breaker.failures", 1, 1000),
+        else _int_in(failures, "push.breaker.failures", BREAKER_FAILURES),
         open_ms=default.open_ms
         if open_ms is _MISSING
-        else _int_in(open_ms, "push.breaker.open_ms", 100, _MAX_BACKOFF_MS),
+        else _int_in(open_ms, "push.breaker.open_ms", BREAKER_OPEN_MS),
         max_open_ms=default.max_open_ms
         if max_open_ms is _MISSING
-        else _int_in(max_open_ms, "push.breaker.max_open_ms", 100, _MAX_BACKOFF_MS),
+        else _int_in(max_open_ms, "push.breaker.max_open_ms", BREAKER_OPEN_MS),
     )
     if b.open_ms > b.max_open_ms:
         raise ValidationError("push.breaker.open_ms must not exceed push.breaker.max_open_ms")
     return b
+
+
+# ---------------------------------------------------------------- redrive
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveRequest:
+    rate: int = redrive.DEFAULT_RATE
+    max_records: int = redrive.DEFAULT_MAX_RECORDS
+
+
+def parse_redrive(body: Any) -> RedriveRequest:
+    """`POST /v1/subscriptions/{name}/redrive` (docs/protocol.md): an optional body
+    `{"rate": 1..10000, "max_records": 1..1000000}`."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"rate", "max_records"}), "the redrive request")
+    values: dict[str, int] = {}
+    if (v := _given(obj, "rate")) is not _MISSING:
+        values["rate"] = _int_in(v, "rate", REDRIVE_RATE)
+    if (v := _given(obj, "max_records")) is not _MISSING:
+        values["max_records"] = _int_in(v, "max_records", REDRIVE_MAX_RECORDS)
+    return RedriveRequest(**values)
 
 
 # ---------------------------------------------------------------- seek
@@ -588,11 +704,11 @@ def parse_seek(body: Any) -> SeekTarget:
             raise BadRequest('to must be "earliest" or "latest"')
         return SeekTarget(to=to)
     if form == "timestamp":
-        return SeekTarget(timestamp=_int_in(obj["timestamp"], "timestamp", 0))
+        return SeekTarget(timestamp=_int_in(obj["timestamp"], "timestamp", TIMESTAMP))
     offsets = _as_object(obj["offsets"], "offsets")
     parsed: dict[int, int] = {}
     for key, offset in offsets.items():
         if _INT_TEXT_RE.fullmatch(key) is None:
             raise BadRequest(f"offsets keys are partition numbers, not {key!r}")
-        parsed[int(key)] = _int_in(offset, f"offsets.{key}", 0)
+        parsed[int(key)] = _int_in(offset, f"offsets.{key}", OFFSET)
     return SeekTarget(offsets=parsed)

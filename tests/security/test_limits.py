@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import websockets
 
 from server.auth import new_token, toml_entry
-from tests.conftest import HeraldProcess
+from tests.conftest import PROJECT_ROOT, HeraldProcess
 
 LIMITS = {"HERALD_MAX_REQUESTS_PER_CLIENT": "3", "HERALD_HEADER_TIMEOUT_S": "1",
           "HERALD_BODY_TIMEOUT_S": "1"}  # fmt: skip
@@ -156,3 +161,99 @@ async def test_a_websocket_frame_over_the_cap_closes_1009(
                 while True:
                     await ws.recv()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+# ------------------------------------------------------------------ the cap as a flag
+
+
+async def open_tail(server: HeraldProcess, forwarded_for: str | None = None) -> Any:
+    """A topic tail (a WebSocket held open), sent through a 'proxy' naming the client."""
+    headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
+    url = server.url.replace("http://", "ws://") + "/v1/topics/capped/ws"
+    ws = await websockets.connect(url, additional_headers=headers)
+    return ws
+
+
+async def is_refused_1013(ws: Any) -> bool:
+    """True when the server closed it 1013 (over the cap); False when it said ready."""
+    try:
+        async with asyncio.timeout(10):
+            frame = json.loads(await ws.recv())
+    except websockets.ConnectionClosed as closed:
+        assert closed.rcvd is not None
+        assert closed.rcvd.code == 1013, closed.rcvd
+        return True
+    assert frame["type"] == "ready", frame
+    return False
+
+
+def with_topic(server: HeraldProcess) -> HeraldProcess:
+    assert httpx.put(f"{server.url}/v1/topics/capped", timeout=10).status_code == 201
+    return server
+
+
+async def test_the_per_client_cap_is_a_serve_flag(
+    herald_factory: Callable[..., HeraldProcess],
+) -> None:
+    server = with_topic(herald_factory("--max-requests-per-client", "2"))
+    first, second = await open_tail(server), await open_tail(server)
+    try:
+        assert not await is_refused_1013(first) and not await is_refused_1013(second)
+        third = await open_tail(server)
+        assert await is_refused_1013(third)
+        async with httpx.AsyncClient() as client:
+            busy = await client.get(f"{server.url}/healthz")
+        assert busy.status_code == 429 and busy.headers["Retry-After"] == "1"
+        assert busy.json()["code"] == "rate_limited"
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_cap_of_0_turns_it_off(herald_factory: Callable[..., HeraldProcess]) -> None:
+    server = with_topic(herald_factory(env={"HERALD_MAX_REQUESTS_PER_CLIENT": "0"}))
+    sockets = [await open_tail(server) for _ in range(6)]
+    try:
+        for ws in sockets:
+            assert not await is_refused_1013(ws)
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"{server.url}/healthz")).status_code == 200
+    finally:
+        for ws in sockets:
+            await ws.close()
+
+
+async def test_x_forwarded_for_counts_only_from_a_trusted_proxy(
+    herald_factory: Callable[..., HeraldProcess],
+) -> None:
+    cap = ("--max-requests-per-client", "1")
+    trusted = with_topic(herald_factory(*cap, "--forwarded-allow-ips", "127.0.0.1"))
+    # Trusted: two clients behind the proxy are two addresses, each with its own cap.
+    a, b = await open_tail(trusted, "198.51.100.1"), await open_tail(trusted, "198.51.100.2")
+    try:
+        assert not await is_refused_1013(a) and not await is_refused_1013(b)
+        assert await is_refused_1013(await open_tail(trusted, "198.51.100.1"))
+    finally:
+        await a.close()
+        await b.close()
+    for flags in ((), ("--forwarded-allow-ips", "192.0.2.0/24")):
+        # Not trusted (no proxy named, or another one): the header is ignored and every
+        # connection counts against the peer's own address.
+        server = with_topic(herald_factory(*cap, *flags))
+        a = await open_tail(server, "198.51.100.1")
+        try:
+            assert not await is_refused_1013(a)
+            assert await is_refused_1013(await open_tail(server, "198.51.100.2"))
+        finally:
+            await a.close()
+
+
+def test_a_bad_forwarded_allow_ips_is_refused_at_startup(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "serve", "--port", "0", "--data-dir",
+         str(tmp_path / "d"), "--forwarded-allow-ips", "not-an-address"],
+        capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "forwarded_allow_ips" in done.stderr
+    assert not (tmp_path / "d").exists()

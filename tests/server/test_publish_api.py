@@ -204,6 +204,14 @@ def test_duplicate_ids_are_not_appended_again(
     assert topic_body["messages_total"] == 2  # duplicates are not counted as published
 
 
+def _nested(depth: int) -> Any:
+    """An array nested ``depth`` levels deep: [[…[]…]]."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 BAD_MESSAGES: list[tuple[Any, int, str]] = [
     ({}, 400, "bad_request"),
     ({"value": 1, "value_b64": "AA=="}, 400, "bad_request"),
@@ -214,7 +222,13 @@ BAD_MESSAGES: list[tuple[Any, int, str]] = [
     ({"value": 1, "partition": 1.5}, 400, "bad_request"),
     ({"value": 1, "partition": True}, 400, "bad_request"),
     ({"value": 1, "partition": -1}, 400, "validation_error"),
-    ({"value": 1, "partition": 1}, 404, "partition_not_found"),
+    # PROTOCOL §2: a partition the topic does not have is a number out of range.
+    ({"value": 1, "partition": 1}, 400, "validation_error"),
+    ({"value": 1, "partition": 1024}, 400, "validation_error"),
+    # docs/protocol.md "Requests": what orjson cannot store exactly is refused.
+    ({"value": _nested(255)}, 400, "validation_error"),
+    ({"value": {"n": 2**64}}, 400, "validation_error"),
+    ({"value": -(2**63) - 1}, 400, "validation_error"),
     ({"value": 1, "id": ""}, 400, "validation_error"),
     ({"value": 1, "id": "x" * 129}, 400, "validation_error"),
     ({"value": 1, "ttl": 5}, 400, "bad_request"),

@@ -91,5 +91,23 @@ def test_redrive_errors_are_problem_json(herald_url: str) -> None:
         sub = {"topic": "src", "dead_letter_topic": "never.written"}
         assert http.put("/v1/subscriptions/s", json=sub).status_code == 201
         assert_problem(http.post("/v1/subscriptions/s/redrive"), 404, "topic_not_found")
-        for body in ({"rate": 0}, {"rate": "fast"}, {"max_records": True}, [1]):
+        # One validator for every body (PROTOCOL §2 codes): wrong types and unknown
+        # fields are bad_request, numbers out of range validation_error.
+        for body in ({"rate": "fast"}, {"max_records": True}, [1], {"rate": 1, "x": 1}):
             assert_problem(http.post("/v1/subscriptions/s/redrive", json=body), 400, "bad_request")
+        null = http.post("/v1/subscriptions/s/redrive", content="null")
+        assert_problem(null, 400, "bad_request")
+        for body in ({"rate": 0}, {"rate": 10_001}, {"max_records": 1_000_001}):
+            assert_problem(
+                http.post("/v1/subscriptions/s/redrive", json=body), 400, "validation_error"
+            )
+        assert_problem(
+            http.post("/v1/subscriptions/s/redrive", json={"rate": 2.5}), 400, "bad_request"
+        )
+        # An integral number is an integer, as everywhere: the redrive runs (and finds
+        # its dead-letter topic missing).
+        assert_problem(
+            http.post("/v1/subscriptions/s/redrive", json={"rate": 945.0, "max_records": 1e1}),
+            404,
+            "topic_not_found",
+        )

@@ -182,6 +182,23 @@ BAD_CONFIGS: list[tuple[Any, int, str]] = [
         "bad_request",
     ),
     ({"topic": "T", "colour": "red"}, 400, "bad_request"),
+    # A push URL is read by the parser that sends (httpx): one it cannot POST to is
+    # refused here, never stored to fail at delivery (and never a 500).
+    *[
+        ({"topic": "T", "push": {"url": url, "secret": SECRET}}, 400, code)
+        for url, code in (
+            ("http://[::1", "bad_request"),
+            ("http://a:b:c/", "bad_request"),
+            ("http://exa\u0000mple.com/", "bad_request"),
+            ("http://\ud7ff\uffff.com/", "bad_request"),
+            ("http://ex ample.com/", "bad_request"),
+            ("ftp://example.com/", "bad_request"),
+            ("http:///path", "bad_request"),
+            ("http://example.com:99999/", "validation_error"),
+            ("http://example.com:0/", "validation_error"),
+            ("http://a/" + "x" * 2048, "validation_error"),
+        )
+    ],
 ]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from delivery.config import Backoff, DeliveryMode, StartAt
+from server.http import read_body
 from server.validation import (
     check_name,
     parse_acks,
@@ -17,7 +18,6 @@ from server.validation import (
     parse_seek,
     parse_subscription_config,
     parse_topic_config,
-    read_body,
     subscription_config_matches,
     topic_config_matches,
 )
@@ -66,7 +66,11 @@ def test_bad_names_are_invalid_name(name: str) -> None:
 
 
 def test_topic_config_defaults_when_no_body() -> None:
-    assert parse_topic_config(None) == (TopicConfig(), frozenset())
+    assert parse_topic_config({}) == (TopicConfig(), frozenset())
+
+
+def test_topic_config_null_body_is_not_an_object() -> None:
+    raises(BadRequest, parse_topic_config, None)
 
 
 def test_topic_config_null_retention_means_unlimited_and_is_given() -> None:
@@ -108,7 +112,7 @@ def test_integral_float_is_an_integer() -> None:
 def test_topic_config_compares_only_given_fields() -> None:
     existing = TopicConfig(partitions=3, retention_ms=None)
     assert topic_config_matches(existing, *parse_topic_config({"partitions": 3}))
-    assert topic_config_matches(existing, *parse_topic_config(None))
+    assert topic_config_matches(existing, *parse_topic_config({}))
     assert not topic_config_matches(existing, *parse_topic_config({"partitions": 2}))
     assert not topic_config_matches(existing, *parse_topic_config({"retention_ms": 5000}))
 

@@ -1,0 +1,152 @@
+"""Request bodies and JSON responses: the one way every route reads and answers.
+
+Every body goes through ``read_body`` (capped while it streams) and
+``parse_json_body`` (one empty-body rule); every JSON answer through
+``json_response``; the bodies the API shares between routes (a topic, a
+subscription) are built here so route modules never import each other.
+Problems (errors) are server/errors.py's.
+
+The empty-body rule (docs/protocol.md "Requests"): a body of zero bytes or only
+whitespace is *no body*. A route whose body is optional (``PUT /v1/topics/{t}``,
+``POST …/redrive``) then uses its defaults, as for ``{}``; every other route
+answers 400 ``bad_request``. A body that is JSON ``null`` is a body: refused with
+``bad_request`` wherever an object is expected, like any other wrong JSON type.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from storage.errors import BadRequest, PayloadTooLarge, SubscriptionNotFound
+from storage.topic import Topic
+
+JSON = "application/json"
+
+# Small admin bodies never need the full publish allowance.
+ADMIN_BODY_LIMIT = 1024 * 1024
+
+# ---------------------------------------------------------------- reading
+
+
+async def read_body(chunks: AsyncIterator[bytes], content_length: str | None, limit: int) -> bytes:
+    """The whole body, refused with 413 as soon as it would exceed ``limit``.
+
+    Checks the declared length first and counts while streaming, so a client
+    that lies about (or omits) Content-Length still never makes us hold more
+    than ``limit`` bytes.
+    """
+    if content_length is not None:
+        try:
+            declared = int(content_length)
+        except ValueError:
+            raise BadRequest("Content-Length is not a number") from None
+        if declared > limit:
+            raise PayloadTooLarge(f"the request body is over max_request_bytes ({limit})")
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the request body is over max_request_bytes ({limit})")
+        if chunk:
+            parts.append(chunk)
+    return b"".join(parts)
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequest("the request body is not valid JSON") from None
+
+
+def parse_json_body(raw: bytes, *, optional: bool = False) -> Any:
+    """The parsed body; an empty one is ``{}`` when ``optional``, else bad_request."""
+    if not raw.strip():
+        if optional:
+            return {}
+        raise BadRequest("a JSON body is required")
+    return parse_json(raw)
+
+
+async def json_body(
+    request: Request, *, optional: bool = False, limit: int = ADMIN_BODY_LIMIT
+) -> Any:
+    """Read and parse a request's JSON body (see the module's empty-body rule)."""
+    raw = await read_body(request.stream(), request.headers.get("content-length"), limit)
+    return parse_json_body(raw, optional=optional)
+
+
+def parse_json_exact(raw: bytes) -> Any | None:
+    """The body with every integer exact (the standard library's parser), or None when it
+    nests deeper than the standard library can read (such a body is refused anyway, for
+    its depth). Only called on a body orjson already accepted as valid JSON."""
+
+    def exact_int(text: str) -> int:
+        # 25 digits or more is outside 64 bits whatever they are: ±2**64 says so without
+        # converting thousands of digits (which Python refuses past 4300).
+        if len(text) < 25:
+            return int(text)
+        return -(2**64) if text.startswith("-") else 2**64
+
+    try:
+        return json.loads(raw.decode("utf-8"), parse_int=exact_int)
+    except RecursionError:
+        return None
+
+
+# ---------------------------------------------------------------- answering
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type=JSON)
+
+
+def topic_body(topic: Topic) -> dict[str, Any]:
+    """The GET /v1/topics/{topic} body (PROTOCOL §2)."""
+    return {
+        "name": topic.name,
+        "config": topic.config.to_dict(),
+        "partitions": [
+            {
+                "partition": p.partition,
+                "start_offset": p.start_offset,
+                "end_offset": p.end_offset,
+                "bytes": p.size_bytes,
+            }
+            for p in topic.partitions
+        ],
+        "messages_total": topic.messages_total,
+        "bytes_total": topic.bytes_total,
+    }
+
+
+def push_stats(state: Any, name: str) -> dict[str, Any]:
+    """endpoint_state, last_status, last_error… of a push subscription; {} for others."""
+    webhooks = getattr(state, "webhooks", None)
+    stats = None if webhooks is None else webhooks.stats(name)
+    return stats or {}
+
+
+def subscription_body(engine: Any, name: str, webhooks: Any = None) -> dict[str, Any]:
+    """The GET /v1/subscriptions/{name} body: config with defaults filled, and §5 stats
+    (with the push members of docs/protocol.md for a push subscription)."""
+    config = engine.get(name)
+    stats = engine.stats(name)
+    if webhooks is not None and (push := webhooks.stats(name)) is not None:
+        stats.update(push)
+    return {"name": name, "config": config.public_dict(), "stats": stats}
+
+
+def existing_subscription(engine: Any, name: str) -> Any:
+    """The subscription's config, or None when there is none."""
+    try:
+        return engine.get(name)
+    except SubscriptionNotFound:
+        return None
