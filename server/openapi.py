@@ -804,6 +804,38 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": _json({"type": "object"}, "the snapshot")},
             }
         },
+        "/v1/cluster": {
+            "get": {
+                "summary": "The nodes of the cluster and what each leads (PROTOCOL §7); a "
+                "single node is a nameless cluster of one",
+                "responses": {
+                    "200": _json(
+                        _object(
+                            {
+                                "name": {"type": ["string", "null"]},
+                                "node": {"type": "string"},
+                                "nodes": {
+                                    "type": "array",
+                                    "items": _object(
+                                        {
+                                            "id": {"type": "string"},
+                                            "url": {"type": "string"},
+                                            "live": {"type": "boolean"},
+                                            "leads": {"type": "integer", "minimum": 0},
+                                        },
+                                        ("id", "url", "live", "leads"),
+                                        closed=False,
+                                    ),
+                                },
+                            },
+                            ("name", "node", "nodes"),
+                            closed=False,
+                        ),
+                        "the cluster",
+                    )
+                },
+            }
+        },
     }
 
 
