@@ -19,15 +19,25 @@ export function overviewPage(main) {
   return {
     update(s) {
       const t = s.totals;
-      const card = (label, value, id) =>
-        h("div.card", {}, h("div.label", {}, label), h("div.value", { id }, value));
+      const card = (label, value, id, note, title) =>
+        h("div.card", { title }, h("div.label", {}, label), h("div.value", { id }, value),
+          note ? h("div.note", {}, note) : null);
+      // dead_lettered_total counts drops too on subscriptions without a dead_letter_topic.
+      let kept = 0, dropped = 0;
+      for (const sub of s.subscriptions) {
+        if (sub.config.dead_letter_topic) kept += sub.stats.dead_lettered_total;
+        else dropped += sub.stats.dead_lettered_total;
+      }
       cards.replaceChildren(
         card("Health", store.state === "live" || store.state === "polling" ? "OK" : "Unreachable", "stat-health"),
         card("Uptime", duration(s.server.uptime_ms), "stat-uptime"),
         card("Published", num(t.published_records_total), "stat-published"),
         card("Delivered", num(t.delivered_total), "stat-delivered"),
         card("Acked", num(t.acked_total), "stat-acked"),
-        card("Dead-lettered", num(t.dead_lettered_total), "stat-dead"),
+        card("Dead-lettered", num(kept), "stat-dead",
+          dropped ? h("span.dropped", { id: "stat-dropped" }, `+ ${num(dropped)} dropped`) : null,
+          dropped ? "Records that reached max_deliveries. Dropped ones were on subscriptions with no "
+            + "dead_letter_topic: they were discarded, not kept." : null),
         card("Backlog", num(t.backlog), "stat-backlog"),
         card("In flight", num(t.in_flight), "stat-inflight"),
         card("Consumers", num(t.consumers), "stat-consumers"),

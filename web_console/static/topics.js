@@ -1,4 +1,4 @@
-import { adminAction } from "./app.js";
+import { adminAction, itemHash, selectItem } from "./app.js";
 import { api, socketUrl } from "./api.js";
 import { bytes, duration, h, num, toast } from "./dom.js";
 
@@ -23,17 +23,22 @@ export function topicsPage(main) {
   }, name, partitions, retention, h("button.primary", { type: "submit", id: "create-topic" }, "Create topic"));
   main.append(h("h1", {}, "Topics"), h("div.panel", {}, h("h2", {}, "Create a topic"), create), table, detail);
 
-  function select(topic) {
-    selected = topic.name;
-    detail.replaceChildren(topicDetail(topic));
-  }
+  let rendered = null;  // the topic whose detail is on screen
 
   return {
+    select(name) {
+      if (name === selected && rendered === name) return;
+      detail.firstChild?.stop?.();
+      selected = name;
+      rendered = null;
+      detail.replaceChildren();
+      for (const tr of table.querySelectorAll("tr.selectable")) tr.classList.toggle("selected", tr.dataset.topic === name);
+    },
     update(s) {
       const rows = s.topics.map((t) => h("tr.selectable" + (t.name === selected ? ".selected" : ""), {
-        onclick: () => select(t), dataset: { topic: t.name },
+        onclick: () => selectItem("topics", t.name), dataset: { topic: t.name },
       },
-        h("td", {}, t.name),
+        h("td", {}, h("a", { href: itemHash("topics", t.name) }, t.name)),
         h("td.num", {}, t.partitions.length),
         h("td.num", {}, num(t.messages_total)),
         h("td.num", {}, bytes(t.partitions.reduce((a, p) => a + p.bytes, 0))),
@@ -46,6 +51,18 @@ export function topicsPage(main) {
           h("th", {}, "Retention bytes/partition"))),
         h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted", { colspan: 6 }, "No topics yet.")))));
       const topic = s.topics.find((t) => t.name === selected);
+      if (selected && !topic) {
+        detail.firstChild?.stop?.();
+        rendered = null;
+        detail.replaceChildren(h("div.panel", { id: "topic-missing" },
+          h("p.muted", {}, "No topic named ", h("code", {}, selected), " on this server.")));
+        return;
+      }
+      if (topic && rendered !== topic.name) {
+        rendered = topic.name;
+        detail.replaceChildren(topicDetail(topic));
+        return;
+      }
       const parts = document.getElementById("partitions-body");
       if (topic && parts) parts.replaceChildren(...partitionRows(topic));
     },
