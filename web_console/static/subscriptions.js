@@ -253,7 +253,7 @@ async function loadAttempts(n, box) {
         h("tbody", {}, attempts.slice(-50).reverse().map((a) => h("tr", {},
           h("td", {}, a.time ? new Date(a.time).toLocaleTimeString() : "—"),
           h("td", {}, a.id ?? "—"), h("td", {}, a.attempt ?? "—"), h("td", {}, a.status ?? "—"),
-          h("td", {}, a.latency_ms != null ? `${a.latency_ms} ms` : "—"), h("td", {}, a.error ?? ""))))) :
+          h("td", {}, a.latency_ms != null ? `${Number(a.latency_ms).toFixed(1)} ms` : "—"), h("td", {}, a.error ?? ""))))) :
         h("p.muted", {}, "No attempts yet."));
   } catch (error) {
     box.replaceChildren(h("p.muted", {}, error instanceof ApiError && (error.status === 404 || error.status === 405)

@@ -8,19 +8,23 @@ export function topicsPage(main) {
   let selected = null;
   const table = h("div.panel", { id: "topics-table" });
   const detail = h("div", { id: "topic-detail" });
-  const name = h("input", { id: "new-topic-name", placeholder: "topic name", required: true });
-  const partitions = h("input.narrow", { id: "new-topic-partitions", type: "number", min: 1, max: 256, value: 1, title: "partitions" });
-  const retention = h("input.medium", { id: "new-topic-retention", type: "number", min: 1, placeholder: "retention (hours)", title: "retention in hours; empty: the default" });
-  const create = h("form.row", {
+  const name = h("input", { id: "new-topic-name", placeholder: "e.g. orders", required: true,
+    pattern: "[A-Za-z0-9][A-Za-z0-9._\\-]{0,248}", title: "letters, digits, '.', '_' and '-'; 249 at most" });
+  const partitions = h("input.narrow", { id: "new-topic-partitions", type: "number", min: 1, max: 1024, value: 1, required: true });
+  const retention = h("input.medium", { id: "new-topic-retention", type: "number", min: 1, placeholder: "server default" });
+  // Visible labels: a bare "1" next to a name field says nothing to a new user.
+  const field = (label, input) => h("label.field", {}, h("span", {}, label), input);
+  const create = h("form.row.fields", {
     onsubmit: async (event) => {
       event.preventDefault();
       const config = { partitions: Number(partitions.value) };
       if (retention.value) config.retention_ms = Number(retention.value) * 3600_000;
       const done = await adminAction("Create topic", () =>
         api("PUT", `/v1/topics/${encodeURIComponent(name.value)}`, config));
-      if (done) { toast(`Topic ${done.name} ready`); name.value = ""; }
+      if (done) { toast(`Topic ${done.name} ready`); name.value = ""; selectItem("topics", done.name); }
     },
-  }, name, partitions, retention, h("button.primary", { type: "submit", id: "create-topic" }, "Create topic"));
+  }, field("Name", name), field("Partitions", partitions), field("Retention (hours)", retention),
+  h("button.primary", { type: "submit", id: "create-topic" }, "Create topic"));
   main.append(h("h1", {}, "Topics"), h("div.panel", {}, h("h2", {}, "Create a topic"), create), table, detail);
 
   let rendered = null;  // the topic whose detail is on screen
@@ -43,7 +47,7 @@ export function topicsPage(main) {
         h("td.num", {}, num(t.messages_total)),
         h("td.num", {}, bytes(t.partitions.reduce((a, p) => a + p.bytes, 0))),
         h("td", {}, t.config.retention_ms == null ? "unlimited" : duration(t.config.retention_ms)),
-        h("td", {}, t.config.retention_bytes == null ? "—" : bytes(t.config.retention_bytes)),
+        h("td", {}, t.config.retention_bytes == null ? "unlimited" : bytes(t.config.retention_bytes)),
       ));
       table.replaceChildren(h("table", {},
         h("thead", {}, h("tr", {}, h("th", {}, "Topic"), h("th.num", {}, "Partitions"),
@@ -122,6 +126,8 @@ function topicDetail(topic) {
     : load(`timestamp=${new Date(time.value).getTime()}`));
   const prev = () => load(`offset=${Math.max(0, first - PAGE)}`);
   const fwd = () => load(`offset=${next}`);
+  partition.onchange = () => load(`offset=0`);
+  load("offset=0");  // a selected topic shows its first records without a click
 
   // Live tail: the ephemeral WebSocket (PROTOCOL §3); pausing stops granting credit.
   const tailList = h("div.messages", { id: "tail-messages" });
