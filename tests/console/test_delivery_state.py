@@ -163,3 +163,19 @@ def test_backoff_badge_shows_only_when_nothing_is_deliverable(herald_url: str, p
         assert "1 record waits" in (badge.get_attribute("title") or "")
         screenshot(page, "paused-backoff")
     assert page.console_errors == []
+
+
+def test_redrive_is_offered_only_once_there_are_dead_letters(herald_url: str, page: Any) -> None:
+    publish(herald_url, "tasks", [{"value": "poison"}])
+    sub = {"topic": "tasks", "start": "earliest", "max_deliveries": 1}
+    sub["dead_letter_topic"] = "tasks.dlq"
+    assert httpx.put(f"{herald_url}/v1/subscriptions/retrier", json=sub).status_code == 201
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    page.click("tr[data-subscription=retrier]")
+    expect(page.locator("#dlq-size")).to_contain_text("not created yet")
+    expect(page.locator("#redrive")).to_be_disabled()
+    assert "Nothing to redrive" in (page.locator("#redrive").get_attribute("title") or "")
+    dead_letter_one(herald_url, "retrier")
+    expect(page.locator("#dlq-size")).to_have_text("1 record held")
+    expect(page.locator("#redrive")).to_be_enabled()
+    assert page.console_errors == []

@@ -111,6 +111,8 @@ function onState(state) {
     live: "live",
     polling: "live (polling)",
     forbidden: "this token may not read stats (needs metrics or admin)",
+    unauthorized: "token refused",
+    error: "the server answered with an error",
   };
   document.getElementById("live-text").textContent = text[state] || "server unreachable";
 }

@@ -118,6 +118,7 @@ export function subscriptionsPage(main) {
       if (sub) document.getElementById("sub-stats")?.replaceChildren(...statRows(sub));
       const size = document.getElementById("dlq-size");
       if (sub && size) size.textContent = dlqSize(sub.config.dead_letter_topic);
+      if (sub?.config.dead_letter_topic) showRedrivable(sub.config.dead_letter_topic);
       const drops = document.getElementById("dropped-count");
       if (sub && drops) drops.textContent = plural(sub.stats.dead_lettered_total, "record");
       if (sub?.config.push) {
@@ -159,11 +160,22 @@ export function subscriptionsPage(main) {
     ];
   }
 
-  function dlqSize(dlq) {
+  function dlqHeld(dlq) {
     const topic = store.snapshot?.topics.find((t) => t.name === dlq);
-    if (!topic) return "not created yet";
-    const held = topic.partitions.reduce((n, p) => n + p.end_offset - p.start_offset, 0);
-    return `${num(held)} record${held === 1 ? "" : "s"} held`;
+    return topic ? topic.partitions.reduce((n, p) => n + p.end_offset - p.start_offset, 0) : null;
+  }
+
+  function dlqSize(dlq) {
+    const held = dlqHeld(dlq);
+    return held == null ? "not created yet (the first dead letter creates it)" : `${plural(held, "record")} held`;
+  }
+
+  // Nothing to redrive: the button would only earn a 404 (no topic yet) or a no-op.
+  function showRedrivable(dlq) {
+    const button = document.getElementById("redrive");
+    if (!button) return;
+    button.disabled = !dlqHeld(dlq);
+    button.title = button.disabled ? `Nothing to redrive: ${dlq} holds no records.` : "";
   }
 
   // PROTOCOL §2 seek moves the cursor for good: every seek asks first, saying what moves.
@@ -239,6 +251,7 @@ export function subscriptionsPage(main) {
               " so far. Set a dead_letter_topic on the subscription to keep them."),
           h("p.muted", { id: "redrive-result" })),
         webhook)));
+    if (dlq) showRedrivable(dlq);
   }
 }
 
