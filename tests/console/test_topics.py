@@ -20,7 +20,9 @@ def test_selecting_a_topic_shows_its_first_records_without_a_click(
     publish(herald_url, "first.look", [{"partition": 0, "value": "on-zero"}])
     publish(herald_url, "first.look", [{"partition": 1, "value": "on-one"}])
     page.goto(f"{herald_url}/console/#/topics")
+    expect(page.locator("#topic-hint")).to_contain_text("Select a topic")
     page.click("tr[data-topic='first.look']")
+    expect(page.locator("#topic-hint")).to_have_count(0)
     expect(page.locator("#browse-messages")).to_contain_text("on-zero")
     expect(page.locator("#browse-info")).to_have_text("offsets 0\u20130")
     page.select_option("#browse-partition", "1")  # another partition loads at once too

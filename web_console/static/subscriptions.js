@@ -31,6 +31,13 @@ function waitingOnBackoffOnly(sub) {
   return !(r && (r.first > 0 || r.acked > 0));
 }
 
+// PROTOCOL §4 breaker, in words: "open" alone reads as "connected" to a newcomer.
+const ENDPOINT_STATE = {
+  closed: "sending normally",
+  open: "the breaker opened after consecutive failures: nothing is sent until a probe",
+  half_open: "one probe request decides whether sending resumes",
+};
+
 export function subscriptionsPage(main) {
   let selected = null;
   let rendered = null;  // the name whose detail is on screen
@@ -68,6 +75,9 @@ export function subscriptionsPage(main) {
     return h(kind, { title: droppedWhy(sub) }, inDetail ? n : `${n} dropped`);
   }
 
+  const hint = () => h("p.muted", { id: "sub-hint" },
+    "Select a subscription to see its details, seek it or redrive its dead letters.");
+
   function show(sub) {
     rendered = sub.name;
     render(sub);
@@ -78,7 +88,7 @@ export function subscriptionsPage(main) {
       if (name === selected && rendered === name) return;
       selected = name;
       rendered = null;
-      detail.replaceChildren();
+      detail.replaceChildren(name ? "" : hint());
       for (const tr of table.querySelectorAll("tr.selectable")) {
         tr.classList.toggle("selected", tr.dataset.subscription === name);
       }
@@ -152,7 +162,8 @@ export function subscriptionsPage(main) {
     const kind = state === "closed" ? "ok" : state === "open" ? "bad" : "warn";
     const row = (k, v) => h("tr", {}, h("th", {}, k), h("td", {}, v ?? "—"));
     return [
-      row("Endpoint state", h(`span.badge.${kind}`, {}, state)),
+      row("Endpoint state", h("span", {}, h(`span.badge.${kind}`, {}, state), " ",
+        h("span.muted", { id: "endpoint-state-why" }, ENDPOINT_STATE[state] || ""))),
       row("Last status", p.last_status), row("Last error", p.last_error),
       row("Concurrency", p.endpoint_concurrency), row("In flight", p.endpoint_in_flight),
       row("Requests / failures", p.endpoint_requests_total == null ? null

@@ -35,7 +35,8 @@ export function topicsPage(main) {
       detail.firstChild?.stop?.();
       selected = name;
       rendered = null;
-      detail.replaceChildren();
+      detail.replaceChildren(name ? "" : h("p.muted", { id: "topic-hint" },
+        "Select a topic to see its partitions, browse its records or tail it live."));
       for (const tr of table.querySelectorAll("tr.selectable")) tr.classList.toggle("selected", tr.dataset.topic === name);
     },
     update(s) {
