@@ -32,6 +32,7 @@ def test_selected_subscription_survives_reload_and_back_and_forward(
     subscribe(herald_url, "workers", "orders")
     subscribe(herald_url, "billing.v2", "orders")
     page.goto(f"{herald_url}/console/#/subscriptions")
+    expect(page.locator("#sub-hint")).to_contain_text("Select a subscription")
     page.click("tr[data-subscription=workers]")
     expect_subscription_shown(page, "workers")
     page.reload()

@@ -85,7 +85,7 @@ export function subscriptionsPage(main) {
 
   return {
     select(name) {
-      if (name === selected && rendered === name) return;
+      if (name && name === selected && rendered === name) return;
       selected = name;
       rendered = null;
       detail.replaceChildren(name ? "" : hint());

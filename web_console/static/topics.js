@@ -31,7 +31,7 @@ export function topicsPage(main) {
 
   return {
     select(name) {
-      if (name === selected && rendered === name) return;
+      if (name && name === selected && rendered === name) return;
       detail.firstChild?.stop?.();
       selected = name;
       rendered = null;
