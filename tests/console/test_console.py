@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect
 
+from tests.conftest import HeraldProcess
 from tests.console.conftest import screenshot
 
 
@@ -205,3 +206,18 @@ def test_seek_asks_first_and_a_cancelled_seek_changes_nothing(herald_url: str, p
     wait_for_text(page, "sub-backlog", "0")
     assert len(seeks) == 1 and backlog() == 0
     assert page.console_errors == []
+
+
+def test_overview_says_when_the_server_is_gone_and_when_it_is_back(
+    herald_server: HeraldProcess, page: Any
+) -> None:
+    page.goto(f"{herald_server.url}/console/")
+    wait_for_text(page, "live-text", "live")
+    wait_for_text(page, "stat-health", "OK")
+    herald_server.kill()
+    wait_for_text(page, "live-text", "server unreachable")
+    wait_for_text(page, "stat-health", "Unreachable")
+    screenshot(page, "server-gone")
+    herald_server.restart()
+    wait_for_text(page, "stat-health", "OK")
+    wait_for_text(page, "live-text", "live")

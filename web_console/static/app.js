@@ -104,6 +104,7 @@ function onSnapshot(snapshot) {
 }
 
 function onState(state) {
+  const previous = store.state;
   store.state = state;
   const dot = document.getElementById("live-dot");
   dot.className = `dot ${state === "live" || state === "polling" ? "ok" : "bad"}`;
@@ -115,6 +116,8 @@ function onState(state) {
     error: "the server answered with an error",
   };
   document.getElementById("live-text").textContent = text[state] || "server unreachable";
+  // Pages show the state too (Overview's Health): no new snapshot comes while it is down.
+  if (store.snapshot && state !== previous) current?.update(store.snapshot);
 }
 
 // Admin actions: a 403 means the token lacks the admin right (PROTOCOL §6).

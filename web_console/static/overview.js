@@ -2,6 +2,9 @@ import { attachChart, store } from "./app.js";
 import { compact } from "./chart.js";
 import { bytes, duration, h, num } from "./dom.js";
 
+const HEALTH = { undefined: "Connecting…", live: "OK", polling: "OK", forbidden: "OK (no stats right)",
+  unauthorized: "Token refused", error: "Error" };
+
 export function overviewPage(main) {
   const cards = h("div.grid", { id: "overview-cards" });
   const chartBox = (name, title, color) => {
@@ -19,8 +22,8 @@ export function overviewPage(main) {
   return {
     update(s) {
       const t = s.totals;
-      const card = (label, value, id, note, title) =>
-        h("div.card", { title }, h("div.label", {}, label), h("div.value", { id }, value),
+      const card = (label, value, id, note, title, bad = false) =>
+        h("div.card", { title }, h("div.label", {}, label), h(bad ? "div.value.bad" : "div.value", { id }, value),
           note ? h("div.note", {}, note) : null);
       // dead_lettered_total counts drops too on subscriptions without a dead_letter_topic.
       let kept = 0, dropped = 0;
@@ -29,7 +32,8 @@ export function overviewPage(main) {
         else dropped += sub.stats.dead_lettered_total;
       }
       cards.replaceChildren(
-        card("Health", store.state === "live" || store.state === "polling" ? "OK" : "Unreachable", "stat-health"),
+        card("Health", HEALTH[store.state] || "Unreachable", "stat-health", null, null,
+          ![undefined, "live", "polling", "forbidden"].includes(store.state)),
         card("Uptime", duration(s.server.uptime_ms), "stat-uptime"),
         card("Published", num(t.published_records_total), "stat-published"),
         card("Delivered", num(t.delivered_total), "stat-delivered"),
