@@ -244,10 +244,11 @@ export function subscriptionsPage(main) {
         h("table", {}, h("tbody", { id: "sub-stats" }, statRows(sub)))),
       h("div", {},
         h("div.panel", {}, h("h2", {}, "Seek"),
+          h("p.muted", {}, "Move where ", sub.name, " reads from, in every partition. Each seek asks first."),
           h("div.row", {},
             h("button", { id: "seek-earliest", onclick: () => seek({ to: "earliest" }, "earliest") }, "Earliest…"),
             h("button", { id: "seek-latest", onclick: () => seek({ to: "latest" }, "latest") }, "Latest…")),
-          h("div.row", {}, when, h("button", {
+          h("div.row.fields", {}, h("label.field", {}, h("span", {}, "Time (your local time)"), when), h("button", {
             id: "seek-timestamp",
             onclick: () => when.value && seek({ timestamp: new Date(when.value).getTime() }, when.value.replace("T", " ")),
           }, "Seek to time…"))),
