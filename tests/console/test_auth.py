@@ -33,6 +33,10 @@ def test_console_asks_for_a_token_and_refuses_admin_actions_to_a_non_admin(
         sub = {"topic": "src", "dead_letter_topic": "src.dlq", "start": "earliest"}
         assert http.put("/v1/subscriptions/guarded", json=sub).status_code == 201
         assert http.put("/v1/topics/src.dlq", json={}).status_code == 201
+        dead = {"value": 1, "headers": {"herald-source-topic": "src"}}  # something to redrive
+        assert (
+            http.post("/v1/topics/src.dlq/messages", json={"messages": [dead]}).status_code == 200
+        )
         assert http.get("/v1/stats", headers={"Authorization": ""}).status_code == 401
 
     page.goto(f"{server.url}/console/#/subscriptions")
