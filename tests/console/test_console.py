@@ -221,3 +221,20 @@ def test_overview_says_when_the_server_is_gone_and_when_it_is_back(
     herald_server.restart()
     wait_for_text(page, "stat-health", "OK")
     wait_for_text(page, "live-text", "live")
+
+
+def test_an_empty_server_says_how_to_begin(herald_url: str, page: Any) -> None:
+    page.goto(f"{herald_url}/console/")
+    start = page.locator("#getting-started")
+    expect(start).to_be_visible()
+    assert f"curl {herald_url}/v1/topics/orders/messages" in start.inner_text()
+    screenshot(page, "empty-server")
+    page.click("#getting-started a[href='#/topics']")
+    expect(page.locator("#topics-empty")).to_contain_text("Create one above")
+    page.click("#nav a[data-page=subscriptions]")
+    expect(page.locator("#subs-empty")).to_contain_text("herald subscriptions create")
+    publish(herald_url, "orders", [{"value": {"item": "book"}}])
+    page.click("#nav a[data-page=overview]")
+    expect(page.locator("#stat-topics")).to_have_text("1")
+    expect(start).to_be_hidden()
+    assert page.console_errors == []

@@ -15,13 +15,24 @@ export function overviewPage(main) {
   };
   const pub = chartBox("published", "Publish rate (records/s)", "--accent");
   const del = chartBox("delivered", "Deliver rate (records/s)", "--accent-2");
-  main.append(h("h1", {}, "Overview"), cards, h("div.charts", {}, pub.box, del.box));
+  // A first visit to an empty server: say how to put something in it.
+  const start = h("div.panel", { id: "getting-started", hidden: true }, h("h2", {}, "Nothing here yet"),
+    h("p", {}, "Publish a first record (the topic is created on first publish unless the server runs with --no-auto-create):"),
+    h("pre", {}, [
+      `herald publish orders '{"item": "book"}' --url ${location.origin}`,
+      "",
+      `curl ${location.origin}/v1/topics/orders/messages \\`,
+      `  -H 'Content-Type: application/json' -d '{"messages": [{"value": {"item": "book"}}]}'`,
+    ].join("\n")),
+    h("p", {}, "or create a topic on the ", h("a", { href: "#/topics" }, "Topics"), " page."));
+  main.append(h("h1", {}, "Overview"), start, cards, h("div.charts", {}, pub.box, del.box));
   attachChart("published", pub.canvas, pub.color);
   attachChart("delivered", del.canvas, del.color);
 
   return {
     update(s) {
       const t = s.totals;
+      start.hidden = t.topics > 0;
       const card = (label, value, id, note, title, bad = false) =>
         h("div.card", { title }, h("div.label", {}, label), h(bad ? "div.value.bad" : "div.value", { id }, value),
           note ? h("div.note", {}, note) : null);

@@ -116,7 +116,9 @@ export function subscriptionsPage(main) {
           ...["Backlog", "In flight", "Consumers", "Delivered", "Acked", "Redelivered"].map((x) => h("th.num", {}, x)),
           h("th.num", { title: "Records that reached max_deliveries: published to the dead_letter_topic, or dropped when none is set" }, "Dead letters"),
           h("th.num", {}, "Oldest unacked"), h("th", {}, "Delivery"))),
-        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted", { colspan: 11 }, "No subscriptions yet.")))));
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted.wrap", { colspan: 11, id: "subs-empty" }, "No subscriptions yet. Create one with ",
+          h("code", {}, "herald subscriptions create NAME --topic TOPIC --start earliest"), " or ",
+          h("code", {}, "PUT /v1/subscriptions/NAME"), " (README, docs/protocol.md).")))));
       const sub = s.subscriptions.find((x) => x.name === selected);
       if (selected && !sub) {
         rendered = null;

@@ -54,7 +54,9 @@ export function topicsPage(main) {
         h("thead", {}, h("tr", {}, h("th", {}, "Topic"), h("th.num", {}, "Partitions"),
           h("th.num", {}, "Published"), h("th.num", {}, "Bytes"), h("th", {}, "Retention"),
           h("th", {}, "Retention bytes/partition"))),
-        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted", { colspan: 6 }, "No topics yet.")))));
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted.wrap", { colspan: 6, id: "topics-empty" },
+          "No topics yet. Create one above, or publish to a new name: it is created on first publish ",
+          "unless the server runs with --no-auto-create.")))));
       const topic = s.topics.find((t) => t.name === selected);
       if (selected && !topic) {
         detail.firstChild?.stop?.();
