@@ -33,6 +33,10 @@ def test_console_asks_for_a_token_and_refuses_admin_actions_to_a_non_admin(
         sub = {"topic": "src", "dead_letter_topic": "src.dlq", "start": "earliest"}
         assert http.put("/v1/subscriptions/guarded", json=sub).status_code == 201
         assert http.put("/v1/topics/src.dlq", json={}).status_code == 201
+        dead = {"value": 1, "headers": {"herald-source-topic": "src"}}  # something to redrive
+        assert (
+            http.post("/v1/topics/src.dlq/messages", json={"messages": [dead]}).status_code == 200
+        )
         assert http.get("/v1/stats", headers={"Authorization": ""}).status_code == 401
 
     page.goto(f"{server.url}/console/#/subscriptions")
@@ -50,3 +54,24 @@ def test_console_asks_for_a_token_and_refuses_admin_actions_to_a_non_admin(
     screenshot(page, "auth-forbidden")
     # The 401s before the token was given are the browser's own network log lines.
     assert [e for e in page.console_errors if "401" not in e and "403" not in e] == []
+
+
+def test_a_refused_token_is_said_to_be_refused(
+    herald_factory: Callable[..., HeraldProcess], tmp_path: Path, page: Any
+) -> None:
+    token_id, token = new_token()
+    auth_file = tmp_path / "auth.toml"
+    auth_file.write_text(toml_entry(token_id, token, ["admin"], []))
+    server = herald_factory("--auth-file", str(auth_file))
+    page.goto(f"{server.url}/console/")
+    page.wait_for_selector("#token-dialog[open]")
+    expect(page.locator("#token-refused")).to_be_hidden()  # nothing was refused yet
+    page.fill("#token-input", "hrl_wrong")
+    page.click("#token-dialog button")
+    page.wait_for_selector("#token-dialog[open]")
+    expect(page.locator("#token-refused")).to_be_visible()
+    screenshot(page, "auth-refused")
+    page.fill("#token-input", token)
+    page.click("#token-dialog button")
+    expect(page.locator("#live-text")).to_have_text("live")
+    expect(page.locator("#token-dialog")).not_to_have_attribute("open", "")

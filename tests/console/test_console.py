@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect
 
+from tests.conftest import HeraldProcess
 from tests.console.conftest import screenshot
 
 
@@ -138,14 +139,18 @@ def seek_and_redrive(herald_url: str, http: httpx.Client, page: Any) -> None:
     wait_for_text(page, "sub-backlog", "5")
     assert page.inner_text("#dlq-size") == "3 records held"
     page.click("#seek-latest")
+    page.click("#confirm-ok")
     wait_for_text(page, "sub-backlog", "0")
     page.click("#seek-earliest")
+    page.click("#confirm-ok")
     wait_for_text(page, "sub-backlog", "5")
     page.fill("#seek-time", "2999-01-01T00:00:00")
     page.click("#seek-timestamp")
+    page.click("#confirm-ok")
     wait_for_text(page, "sub-backlog", "0")
     page.fill("#seek-time", "2000-01-01T00:00:00")
     page.click("#seek-timestamp")
+    page.click("#confirm-ok")
     wait_for_text(page, "sub-backlog", "5")
 
     page.click("#redrive")
@@ -164,4 +169,72 @@ def seek_and_redrive(herald_url: str, http: httpx.Client, page: Any) -> None:
     expect(page.locator("#redrive-result")).to_contain_text("3 already redriven")
     assert http.get("/v1/topics/src").json()["partitions"][0]["end_offset"] == 8
     screenshot(page, "subscriptions")
+    assert page.console_errors == []
+
+
+def test_seek_asks_first_and_a_cancelled_seek_changes_nothing(herald_url: str, page: Any) -> None:
+    publish(herald_url, "backlogged", [{"value": i} for i in range(5)])
+    sub = {"topic": "backlogged", "start": "earliest"}
+    assert httpx.put(f"{herald_url}/v1/subscriptions/careful", json=sub).status_code == 201
+    seeks: list[str] = []
+    page.on("request", lambda r: seeks.append(r.url) if r.url.endswith("/seek") else None)
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    page.click("tr[data-subscription=careful]")
+    wait_for_text(page, "sub-backlog", "5")
+
+    def backlog() -> int:
+        stats = httpx.get(f"{herald_url}/v1/subscriptions/careful").json()["stats"]
+        return int(stats["backlog"])
+
+    page.click("#seek-latest")
+    page.wait_for_selector("#confirm-dialog[open]")
+    question = page.inner_text("#confirm-dialog")
+    assert "backlog of 5 records" in question and "will not be delivered" in question
+    screenshot(page, "seek-confirm")
+    page.click("#confirm-dialog button[value=cancel]")
+    expect(page.locator("#confirm-dialog")).not_to_have_attribute("open", "")
+    page.click("#seek-earliest")  # Escape cancels too
+    page.wait_for_selector("#confirm-dialog[open]")
+    assert "all 5 records it holds are delivered again" in page.inner_text("#confirm-text")
+    page.keyboard.press("Escape")
+    expect(page.locator("#confirm-dialog")).not_to_have_attribute("open", "")
+    wait_for_text(page, "sub-backlog", "5")  # a later snapshot: still untouched
+    assert seeks == [] and backlog() == 5
+
+    page.click("#seek-latest")
+    page.click("#confirm-ok")
+    wait_for_text(page, "sub-backlog", "0")
+    assert len(seeks) == 1 and backlog() == 0
+    assert page.console_errors == []
+
+
+def test_overview_says_when_the_server_is_gone_and_when_it_is_back(
+    herald_server: HeraldProcess, page: Any
+) -> None:
+    page.goto(f"{herald_server.url}/console/")
+    wait_for_text(page, "live-text", "live")
+    wait_for_text(page, "stat-health", "OK")
+    herald_server.kill()
+    wait_for_text(page, "live-text", "server unreachable")
+    wait_for_text(page, "stat-health", "Unreachable")
+    screenshot(page, "server-gone")
+    herald_server.restart()
+    wait_for_text(page, "stat-health", "OK")
+    wait_for_text(page, "live-text", "live")
+
+
+def test_an_empty_server_says_how_to_begin(herald_url: str, page: Any) -> None:
+    page.goto(f"{herald_url}/console/")
+    start = page.locator("#getting-started")
+    expect(start).to_be_visible()
+    assert f"curl {herald_url}/v1/topics/orders/messages" in start.inner_text()
+    screenshot(page, "empty-server")
+    page.click("#getting-started a[href='#/topics']")
+    expect(page.locator("#topics-empty")).to_contain_text("Create one above")
+    page.click("#nav a[data-page=subscriptions]")
+    expect(page.locator("#subs-empty")).to_contain_text("herald subscriptions create")
+    publish(herald_url, "orders", [{"value": {"item": "book"}}])
+    page.click("#nav a[data-page=overview]")
+    expect(page.locator("#stat-topics")).to_have_text("1")
+    expect(start).to_be_hidden()
     assert page.console_errors == []

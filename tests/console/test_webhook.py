@@ -63,5 +63,6 @@ def test_push_subscription_shows_circuit_open_and_its_attempt_log(
     expect(page.locator("#attempts tbody tr").nth(1)).to_be_attached()
     assert "500" in page.inner_text("#attempts")
     assert "open" in page.inner_text("#push-stats")
+    assert "nothing is sent until a probe" in page.inner_text("#endpoint-state-why")
     screenshot(page, "webhook")
     assert page.console_errors == []

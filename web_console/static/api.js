@@ -20,6 +20,9 @@ export function askToken() {
     asking = new Promise((resolve) => {
       const dialog = document.getElementById("token-dialog");
       const input = document.getElementById("token-input");
+      // A 401 while a token is set means that token was refused: say so, or the same
+      // dialog coming back looks like the paste did not take.
+      document.getElementById("token-refused").hidden = !token();
       input.value = "";
       dialog.addEventListener("close", () => {
         sessionStorage.setItem(TOKEN_KEY, input.value.trim());
@@ -55,6 +58,9 @@ export function socketUrl(path) {
   return url.toString();
 }
 
+// An answer means the server is up: only a failed fetch is "down".
+const failure = (error) => (error instanceof ApiError ? (error.status === 401 ? "unauthorized" : "error") : "down");
+
 // A stats feed: the WebSocket pushes one snapshot a second; polling GET /v1/stats
 // takes over while the socket is down, and the socket is retried.
 export function statsFeed(onSnapshot, onState) {
@@ -65,7 +71,7 @@ export function statsFeed(onSnapshot, onState) {
     if (poll) return;
     poll = setInterval(async () => {
       try { onSnapshot(await api("GET", "/v1/stats")); onState("polling"); }
-      catch { onState("down"); }
+      catch (error) { onState(failure(error)); }
     }, 1000);
   };
   const connect = () => {
@@ -86,6 +92,6 @@ export function statsFeed(onSnapshot, onState) {
       else { startPolling(); setTimeout(connect, 3000); }
     };
   };
-  api("GET", "/v1/stats").then(onSnapshot, () => onState("down")).finally(connect);
+  api("GET", "/v1/stats").then(onSnapshot, (error) => onState(failure(error))).finally(connect);
   return () => { closed = true; socket?.close(); if (poll) clearInterval(poll); };
 }

@@ -1,4 +1,6 @@
 // Herald console: hash-routed pages fed by the stats snapshot (docs/protocol.md "Stats").
+// The hash names the page and the selected item: #/topics/orders, #/subscriptions/workers,
+// so a reload keeps the selection, a link opens it, and back/forward walk the selections.
 import { api, ApiError, statsFeed } from "./api.js";
 import { LineChart } from "./chart.js";
 import { duration, h, num, toast } from "./dom.js";
@@ -26,6 +28,9 @@ function computeRates(previous, current) {
       delivered: rate(sub.stats.delivered_total, old.delivered_total),
       acked: rate(sub.stats.acked_total, old.acked_total),
       redelivered: rate(sub.stats.redelivered_total, old.redelivered_total),
+      // first deliveries: sends that were not retries
+      first: rate(sub.stats.delivered_total - sub.stats.redelivered_total,
+        old.delivered_total - old.redelivered_total),
       dead_lettered: rate(sub.stats.dead_lettered_total, old.dead_lettered_total),
     };
   }
@@ -48,15 +53,37 @@ export function attachChart(name, canvas, color) {
 }
 
 let current = null;
+let currentPage = null;
+
+// "#/subscriptions/workers" → { page: "subscriptions", item: "workers" }.
+export function parseHash(hash = location.hash) {
+  const [page, ...rest] = hash.replace(/^#\/?/, "").split("/");
+  let item = rest.join("/") || null;
+  try { item = item && decodeURIComponent(item); } catch { item = null; }
+  return { page: PAGES[page] ? page : "overview", item };
+}
+
+export function itemHash(page, item) {
+  return item == null ? `#/${page}` : `#/${page}/${encodeURIComponent(item)}`;
+}
+
+// Selecting a row moves the hash (a history entry); route() then does the selecting.
+export function selectItem(page, item) {
+  const hash = itemHash(page, item);
+  if (location.hash !== hash) location.hash = hash;
+}
 
 function route() {
-  const name = (location.hash.replace(/^#\//, "").split("/")[0]) || "overview";
-  const page = PAGES[name] ? name : "overview";
-  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === page);
-  const main = document.getElementById("page");
-  current?.leave?.();
-  main.replaceChildren();
-  current = PAGES[page](main);
+  const { page, item } = parseHash();
+  if (page !== currentPage) {
+    for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === page);
+    const main = document.getElementById("page");
+    current?.leave?.();
+    main.replaceChildren();
+    current = PAGES[page](main);
+    currentPage = page;
+  }
+  current.select?.(item);
   if (store.snapshot) current.update(store.snapshot);
 }
 
@@ -77,6 +104,7 @@ function onSnapshot(snapshot) {
 }
 
 function onState(state) {
+  const previous = store.state;
   store.state = state;
   const dot = document.getElementById("live-dot");
   dot.className = `dot ${state === "live" || state === "polling" ? "ok" : "bad"}`;
@@ -84,8 +112,12 @@ function onState(state) {
     live: "live",
     polling: "live (polling)",
     forbidden: "this token may not read stats (needs metrics or admin)",
+    unauthorized: "token refused",
+    error: "the server answered with an error",
   };
   document.getElementById("live-text").textContent = text[state] || "server unreachable";
+  // Pages show the state too (Overview's Health): no new snapshot comes while it is down.
+  if (store.snapshot && state !== previous) current?.update(store.snapshot);
 }
 
 // Admin actions: a 403 means the token lacks the admin right (PROTOCOL §6).

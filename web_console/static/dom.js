@@ -44,13 +44,16 @@ export function toast(text, bad = false) {
   toast.timer = setTimeout(() => { el.hidden = true; }, 5000);
 }
 
-export function confirmDialog(title, text) {
+export function confirmDialog(title, text, okLabel = "Confirm") {
   const dialog = document.getElementById("confirm-dialog");
   document.getElementById("confirm-title").textContent = title;
   document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-ok").textContent = okLabel;
   return new Promise((resolve) => {
     dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
     dialog.returnValue = "";
     dialog.showModal();
   });
 }
+
+export const plural = (n, one, many = `${one}s`) => `${num(n)} ${n === 1 ? one : many}`;

@@ -1,4 +1,4 @@
-import { adminAction } from "./app.js";
+import { adminAction, itemHash, selectItem } from "./app.js";
 import { api, socketUrl } from "./api.js";
 import { bytes, duration, h, num, toast } from "./dom.js";
 
@@ -8,44 +8,68 @@ export function topicsPage(main) {
   let selected = null;
   const table = h("div.panel", { id: "topics-table" });
   const detail = h("div", { id: "topic-detail" });
-  const name = h("input", { id: "new-topic-name", placeholder: "topic name", required: true });
-  const partitions = h("input.narrow", { id: "new-topic-partitions", type: "number", min: 1, max: 256, value: 1, title: "partitions" });
-  const retention = h("input.medium", { id: "new-topic-retention", type: "number", min: 1, placeholder: "retention (hours)", title: "retention in hours; empty: the default" });
-  const create = h("form.row", {
+  const name = h("input", { id: "new-topic-name", placeholder: "e.g. orders", required: true,
+    pattern: "[A-Za-z0-9][A-Za-z0-9._\\-]{0,248}", title: "letters, digits, '.', '_' and '-'; 249 at most" });
+  const partitions = h("input.narrow", { id: "new-topic-partitions", type: "number", min: 1, max: 1024, value: 1, required: true });
+  const retention = h("input.medium", { id: "new-topic-retention", type: "number", min: 1, placeholder: "server default" });
+  // Visible labels: a bare "1" next to a name field says nothing to a new user.
+  const field = (label, input) => h("label.field", {}, h("span", {}, label), input);
+  const create = h("form.row.fields", {
     onsubmit: async (event) => {
       event.preventDefault();
       const config = { partitions: Number(partitions.value) };
       if (retention.value) config.retention_ms = Number(retention.value) * 3600_000;
       const done = await adminAction("Create topic", () =>
         api("PUT", `/v1/topics/${encodeURIComponent(name.value)}`, config));
-      if (done) { toast(`Topic ${done.name} ready`); name.value = ""; }
+      if (done) { toast(`Topic ${done.name} ready`); name.value = ""; selectItem("topics", done.name); }
     },
-  }, name, partitions, retention, h("button.primary", { type: "submit", id: "create-topic" }, "Create topic"));
+  }, field("Name", name), field("Partitions", partitions), field("Retention (hours)", retention),
+  h("button.primary", { type: "submit", id: "create-topic" }, "Create topic"));
   main.append(h("h1", {}, "Topics"), h("div.panel", {}, h("h2", {}, "Create a topic"), create), table, detail);
 
-  function select(topic) {
-    selected = topic.name;
-    detail.replaceChildren(topicDetail(topic));
-  }
+  let rendered = null;  // the topic whose detail is on screen
 
   return {
+    select(name) {
+      if (name && name === selected && rendered === name) return;
+      detail.firstChild?.stop?.();
+      selected = name;
+      rendered = null;
+      detail.replaceChildren(name ? "" : h("p.muted", { id: "topic-hint" },
+        "Select a topic to see its partitions, browse its records or tail it live."));
+      for (const tr of table.querySelectorAll("tr.selectable")) tr.classList.toggle("selected", tr.dataset.topic === name);
+    },
     update(s) {
       const rows = s.topics.map((t) => h("tr.selectable" + (t.name === selected ? ".selected" : ""), {
-        onclick: () => select(t), dataset: { topic: t.name },
+        onclick: () => selectItem("topics", t.name), dataset: { topic: t.name },
       },
-        h("td", {}, t.name),
+        h("td", {}, h("a", { href: itemHash("topics", t.name) }, t.name)),
         h("td.num", {}, t.partitions.length),
         h("td.num", {}, num(t.messages_total)),
         h("td.num", {}, bytes(t.partitions.reduce((a, p) => a + p.bytes, 0))),
         h("td", {}, t.config.retention_ms == null ? "unlimited" : duration(t.config.retention_ms)),
-        h("td", {}, t.config.retention_bytes == null ? "—" : bytes(t.config.retention_bytes)),
+        h("td", {}, t.config.retention_bytes == null ? "unlimited" : bytes(t.config.retention_bytes)),
       ));
       table.replaceChildren(h("table", {},
         h("thead", {}, h("tr", {}, h("th", {}, "Topic"), h("th.num", {}, "Partitions"),
           h("th.num", {}, "Published"), h("th.num", {}, "Bytes"), h("th", {}, "Retention"),
           h("th", {}, "Retention bytes/partition"))),
-        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted", { colspan: 6 }, "No topics yet.")))));
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted.wrap", { colspan: 6, id: "topics-empty" },
+          "No topics yet. Create one above, or publish to a new name: it is created on first publish ",
+          "unless the server runs with --no-auto-create.")))));
       const topic = s.topics.find((t) => t.name === selected);
+      if (selected && !topic) {
+        detail.firstChild?.stop?.();
+        rendered = null;
+        detail.replaceChildren(h("div.panel", { id: "topic-missing" },
+          h("p.muted", {}, "No topic named ", h("code", {}, selected), " on this server.")));
+        return;
+      }
+      if (topic && rendered !== topic.name) {
+        rendered = topic.name;
+        detail.replaceChildren(topicDetail(topic));
+        return;
+      }
       const parts = document.getElementById("partitions-body");
       if (topic && parts) parts.replaceChildren(...partitionRows(topic));
     },
@@ -105,6 +129,8 @@ function topicDetail(topic) {
     : load(`timestamp=${new Date(time.value).getTime()}`));
   const prev = () => load(`offset=${Math.max(0, first - PAGE)}`);
   const fwd = () => load(`offset=${next}`);
+  partition.onchange = () => load(`offset=0`);
+  load("offset=0");  // a selected topic shows its first records without a click
 
   // Live tail: the ephemeral WebSocket (PROTOCOL §3); pausing stops granting credit.
   const tailList = h("div.messages", { id: "tail-messages" });
