@@ -389,7 +389,9 @@ class EtcdClient:
     async def delete(self, key: str | bytes, *, prefix: bool = False) -> int:
         """Delete the key (or every key under the prefix); returns how many were deleted."""
         body = Delete.of(key, prefix=prefix).to_json()["request_delete_range"]
-        return int((await self._call("/v3/kv/deleterange", body, repeatable=False)).get("deleted", 0))
+        return int(
+            (await self._call("/v3/kv/deleterange", body, repeatable=False)).get("deleted", 0)
+        )
 
     async def txn(
         self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
@@ -467,9 +469,7 @@ class EtcdClient:
         from cluster.etcd_watch import Watch
 
         raw = _bytes(key)
-        return Watch(
-            self, raw, prefix_end(raw) if prefix else b"", start_revision, idle_probe_s
-        )
+        return Watch(self, raw, prefix_end(raw) if prefix else b"", start_revision, idle_probe_s)
 
     # ----------------------------------------------------------------- transport
 
@@ -552,6 +552,7 @@ class EtcdClient:
             except httpx.TransportError as exc:
                 if repeatable:
                     raise _Retryable(f"{endpoint}: {exc!r}") from exc
+                self.endpoint_failed(endpoint)
                 raise EtcdOutcomeUnknown(
                     f"etcd at {endpoint} did not answer {path}; it may have been applied: {exc!r}"
                 ) from exc
@@ -575,5 +576,6 @@ class EtcdClient:
         if code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED) or response.status_code >= 500:
             if repeatable or "no leader" in message:
                 raise _Retryable(f"{endpoint}: {message}")
+            self.endpoint_failed(endpoint)
             raise EtcdOutcomeUnknown(f"etcd at {endpoint} failed {path}: {message}")
         raise _refusal(code, message)

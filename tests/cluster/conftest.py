@@ -65,6 +65,9 @@ class EtcdProcess:
             "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"{self.name}={peer}",
             "--initial-cluster-state", "new",
+            # A lone member elects itself after one election timeout: keep it short.
+            "--heartbeat-interval", "20",
+            "--election-timeout", "200",
             "--logger", "zap",
             "--log-outputs", "stderr",
         ]  # fmt: skip

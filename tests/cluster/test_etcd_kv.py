@@ -45,7 +45,9 @@ async def test_range_by_prefix_returns_every_key_under_it_in_key_order(etcd: Etc
     assert [kv.key for kv in result.kvs] == [b"/p/a", b"/p/b", b"/p/c"]
     assert [kv.value for kv in result.kvs] == [b"/P/A", b"/P/B", b"/P/C"]
     assert result.count == 3 and not result.more
-    assert result.revision == max(kv.mod_revision for kv in (await etcd.range("/", prefix=True)).kvs)
+    assert result.revision == max(
+        kv.mod_revision for kv in (await etcd.range("/", prefix=True)).kvs
+    )
 
     limited = await etcd.range("/p/", prefix=True, limit=2)
     assert len(limited.kvs) == 2 and limited.more and limited.count == 3
