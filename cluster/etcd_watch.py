@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from cluster.etcd import EtcdClient
 
 QUEUE_BATCHES = 16  # watch responses buffered between the stream and the consumer
+REOPEN_PAUSE_S = 0.05  # between a broken stream and the next (no hot loop on a flapping member)
 
 
 class EventType(enum.Enum):
@@ -234,7 +235,10 @@ class Watch:
                         break
                 probe.cancel()
         except* (httpx.TransportError, _StreamBroken):
+            pass  # the stream broke: _run reopens it from self._resume
+        if not finished:  # etcd never ends a watch stream on its own: that endpoint failed
             self._client.endpoint_failed(endpoint)
+            await asyncio.sleep(REOPEN_PAUSE_S)
         return finished
 
     async def _probe_while_quiet(self, endpoint: str) -> None:
