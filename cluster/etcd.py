@@ -564,16 +564,22 @@ class EtcdClient:
         self, endpoint: str, path: str, response: httpx.Response, *, repeatable: bool
     ) -> dict[str, Any]:
         try:
-            answer = orjson.loads(response.content) if response.content else {}
-        except orjson.JSONDecodeError as exc:
-            raise _Retryable(f"{endpoint}: not JSON ({response.status_code})") from exc
-        if not isinstance(answer, dict):
-            raise _Retryable(f"{endpoint}: unexpected answer {answer!r:.200}")
-        if response.status_code == 200:
+            answer: Any = orjson.loads(response.content) if response.content else {}
+        except orjson.JSONDecodeError:
+            answer = None
+        if isinstance(answer, dict) and response.status_code == 200:
             return answer
-        code = int(answer.get("code", 0))
-        message = str(answer.get("message", answer.get("error", response.reason_phrase)))
-        if code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED) or response.status_code >= 500:
+        if isinstance(answer, dict):
+            code = answer.get("code", 0) if isinstance(answer.get("code"), int) else 0
+            message = str(answer.get("message", answer.get("error", response.reason_phrase)))
+            server_side = code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED)
+        else:  # not the gateway answering (a proxy in between?)
+            code, message, server_side = (
+                0,
+                f"HTTP {response.status_code}: {response.content[:200]!r}",
+                True,
+            )
+        if server_side or response.status_code >= 500:
             if repeatable or "no leader" in message:
                 raise _Retryable(f"{endpoint}: {message}")
             self.endpoint_failed(endpoint)

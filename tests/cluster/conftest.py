@@ -47,14 +47,19 @@ class EtcdProcess:
         self.log_path = data_dir.parent / f"{data_dir.name}.etcd.log"
         self.client_ports = (free_port(), free_port())
         self.peer_port = free_port()
+        self.initial_cluster = f"{name}={self.peer_url}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def urls(self) -> list[str]:
         return [f"http://127.0.0.1:{port}" for port in self.client_ports]
 
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
     def command(self) -> list[str]:
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = self.peer_url
         return [
             etcd_binary(),
             "--name", self.name,
@@ -63,7 +68,7 @@ class EtcdProcess:
             "--advertise-client-urls", self.urls[0],
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"{self.name}={peer}",
+            "--initial-cluster", self.initial_cluster,
             "--initial-cluster-state", "new",
             # A lone member elects itself after one election timeout: keep it short.
             "--heartbeat-interval", "20",
@@ -73,8 +78,15 @@ class EtcdProcess:
         ]  # fmt: skip
 
     def start(self) -> EtcdProcess:
+        self.spawn()
+        return self.wait_healthy()
+
+    def spawn(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_healthy(self) -> EtcdProcess:
+        assert self.proc is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -148,6 +160,23 @@ def _started_etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
         finally:
             process.terminate()
         return
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[list[EtcdProcess]]:
+    """Three etcd members on loopback forming one cluster (a leader and two followers)."""
+    members = [EtcdProcess(tmp_path / f"member-{i}", name=f"m{i}") for i in range(3)]
+    initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
+    for member in members:
+        member.initial_cluster = initial
+        member.spawn()
+    try:
+        for member in members:  # healthy means a leader was elected: a quorum is up
+            member.wait_healthy()
+        yield members
+    finally:
+        for member in members:
+            member.terminate()
 
 
 @pytest.fixture

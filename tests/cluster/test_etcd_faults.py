@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 
 import pytest
 
@@ -167,3 +167,44 @@ async def test_a_watch_opens_on_the_next_endpoint_when_the_first_is_silent(
         await etcd.put("/f/x", "1")
         async with asyncio.timeout(10):
             assert (await anext(watch)).kv.value == b"1"
+
+
+@pytest.fixture
+async def proxy_error_endpoint() -> AsyncIterator[str]:
+    """An HTTP server that is not etcd: it answers every request 502 with an HTML page."""
+    page = b"<html><body>502 Bad Gateway</body></html>"
+    answer = (
+        b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(page), page)
+    )
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+                await reader.readexactly(length)
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client hung up
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    async with server:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def test_an_endpoint_that_is_not_etcd_is_passed_over_for_reads(
+    etcd_server: EtcdProcess, proxy_error_endpoint: str
+) -> None:
+    async with short_timeouts([proxy_error_endpoint, etcd_server.urls[0]]) as etcd:
+        assert await etcd.get("/f/nothing") is None
+        assert etcd.current_endpoint == etcd_server.urls[0]
+    async with short_timeouts([proxy_error_endpoint, etcd_server.urls[0]]) as etcd:
+        with pytest.raises(EtcdOutcomeUnknown, match="502"):
+            await etcd.put("/f/k", "v")  # a proxy's 502 says nothing of whether etcd applied it
