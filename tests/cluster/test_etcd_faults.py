@@ -59,13 +59,15 @@ async def test_a_frozen_etcd_gives_unavailable_within_the_timeout_then_recovers(
     etcd_server: EtcdProcess, etcd: EtcdClient
 ) -> None:
     await etcd.put("/f/k", "before")
-    etcd_server.pause()
-    try:
-        read, read_s = await timed_failure(etcd.get("/f/k"))
-        write, write_s = await timed_failure(etcd.put("/f/k", "during"))
-        _, grant_s = await timed_failure(etcd.lease_grant(5))
-    finally:
-        etcd_server.resume()
+    async with short_timeouts(etcd_server.urls) as impatient:
+        await impatient.get("/f/k")  # its connections are open before the freeze
+        etcd_server.pause()
+        try:
+            read, read_s = await timed_failure(impatient.get("/f/k"))
+            write, write_s = await timed_failure(impatient.put("/f/k", "during"))
+            _, grant_s = await timed_failure(impatient.lease_grant(5))
+        finally:
+            etcd_server.resume()
     assert not isinstance(read, EtcdOutcomeUnknown)  # a read is repeated until the budget
     assert CLIENT_TIMEOUT_S - 0.2 <= read_s < LATEST_S
     # A write was sent and not answered: applied or not, nobody can tell.
@@ -81,9 +83,10 @@ async def test_a_killed_etcd_gives_unavailable_then_works_once_restarted(
 ) -> None:
     await etcd.put("/f/k", "kept")
     etcd_server.kill()
-    _, read_s = await timed_failure(etcd.get("/f/k"))
-    # Refused connections: nothing was sent, so even a write is retried, then refused.
-    write, write_s = await timed_failure(etcd.put("/f/k", "lost"))
+    async with short_timeouts(etcd_server.urls) as impatient:
+        _, read_s = await timed_failure(impatient.get("/f/k"))
+        # Refused connections: nothing was sent, so even a write is retried, then refused.
+        write, write_s = await timed_failure(impatient.put("/f/k", "lost"))
     assert not isinstance(write, EtcdOutcomeUnknown)
     assert read_s < LATEST_S and write_s < LATEST_S
     await asyncio.to_thread(etcd_server.start)
@@ -134,7 +137,10 @@ async def test_a_watch_on_a_frozen_etcd_raises_unavailable_and_resumes_after(
     etcd_server: EtcdProcess, etcd: EtcdClient
 ) -> None:
     idle_probe_s = 0.5
-    async with etcd.watch("/f/", prefix=True, idle_probe_s=idle_probe_s) as watch:
+    async with (
+        short_timeouts(etcd_server.urls) as impatient,
+        impatient.watch("/f/", prefix=True, idle_probe_s=idle_probe_s) as watch,
+    ):
         await etcd.put("/f/a", "1")
         async with asyncio.timeout(10):
             assert (await anext(watch)).kv.key == b"/f/a"

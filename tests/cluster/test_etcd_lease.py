@@ -48,11 +48,11 @@ async def test_revoking_a_lease_deletes_its_keys_at_once_and_twice_is_harmless(
 
 
 async def test_keeper_keeps_the_key_alive_for_several_ttls(etcd: EtcdClient) -> None:
-    async with LeaseKeeper(etcd, ttl_s=1) as lease:
+    async with LeaseKeeper(etcd, ttl_s=2) as lease:
         await etcd.put("/l/node", "me", lease=lease.id)
         first_sent = lease.last_keepalive_sent
-        deadline = time.monotonic() + 4 * lease.ttl
-        while time.monotonic() < deadline:  # bounded: four TTLs of real time
+        deadline = time.monotonic() + 3 * lease.ttl
+        while time.monotonic() < deadline:  # bounded: three TTLs of real time
             assert await etcd.get("/l/node") is not None, "the key expired while kept alive"
             assert not lease.lost.is_set()
             await asyncio.sleep(0.1)

@@ -17,14 +17,16 @@ from tests.cluster.conftest import EtcdProcess, eventually
 WAIT_S = 15.0
 
 
-def node(etcd: EtcdClient, node_id: str, **options: float) -> Membership:
+def node(
+    etcd: EtcdClient, node_id: str, *, ttl_s: int = 2, takeover_wait_s: float | None = None
+) -> Membership:
     return Membership(
         etcd,
         cluster="c",
         node_id=node_id,
         advertise_url=f"http://127.0.0.1:9/{node_id}",
-        ttl_s=int(options.pop("ttl_s", 2)),
-        **options,
+        ttl_s=ttl_s,
+        takeover_wait_s=takeover_wait_s,
     )
 
 
@@ -94,22 +96,22 @@ async def test_a_restarted_node_waits_for_its_previous_incarnation_to_expire(
 async def test_a_node_that_lost_its_lease_to_a_frozen_etcd_registers_again(
     etcd_server: EtcdProcess,
 ) -> None:
-    etcd = EtcdClient(etcd_server.urls, timeout=2.0, attempt_timeout=0.5)
-    async with etcd, node(etcd, "n1", ttl_s=1) as n1:
+    etcd = EtcdClient(etcd_server.urls, timeout=2.0, attempt_timeout=1.0)
+    async with etcd, node(etcd, "n1", ttl_s=2) as n1:
         first_lease = n1.members["n1"].lease
         etcd_server.pause()
         try:
             paused_at = time.monotonic()
             # etcd hears nothing after paused_at, so it cannot expire the lease before
             # paused_at + ttl: the node's own bound ends no later.
-            assert n1.lease_valid_until() <= paused_at + 1
+            assert n1.lease_valid_until() <= paused_at + 2
 
             async def lapsed() -> bool:
                 return not n1.holds_lease()
 
             await eventually(lapsed, WAIT_S, "the node stops holding its lease")
             # The fault lasts beyond the TTL: etcd expires the lease once it runs again.
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(2.5)
         finally:
             etcd_server.resume()
 
