@@ -13,7 +13,7 @@ once, for every write.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +140,46 @@ async def compare_and_set(
     check_transition(expected.state, new)
     compares = [Compare.mod_revision(key, "=", expected.mod_revision), *guards]
     return await _conditional_put(etcd, key, new, compares)
+
+
+MAX_TXN_OPS = 128  # etcd's default --max-txn-ops: compares, and ops per branch
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    key: str
+    expected: VersionedState
+    new: PartitionState
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    succeeded: bool
+    current: Mapping[str, VersionedState | None]  # each key's state now
+
+
+async def compare_and_set_all(
+    etcd: EtcdClient, changes: Sequence[Change], *, guards: Sequence[Compare] = ()
+) -> BatchOutcome:
+    """Every change, or none, in one transaction: a node taking over the partitions of a
+    dead leader pays one etcd round trip, not one per partition (failover within
+    node_ttl_ms + 2 s, PROTOCOL §7). On failure, ``current`` holds every key's state."""
+    if not changes or len(changes) + len(guards) > MAX_TXN_OPS:
+        raise ValueError(f"1 to {MAX_TXN_OPS - len(guards)} changes per transaction")
+    for change in changes:
+        check_transition(change.expected.state, change.new)
+    result = await etcd.txn(
+        [*(Compare.mod_revision(c.key, "=", c.expected.mod_revision) for c in changes), *guards],
+        [Put.of(c.key, c.new.to_json()) for c in changes],
+        [Get.of(c.key) for c in changes],
+    )
+    if result.succeeded:
+        return BatchOutcome(True, {c.key: VersionedState(c.new, result.revision) for c in changes})
+    current: dict[str, VersionedState | None] = {}
+    for change, found in zip(changes, result.results, strict=True):
+        assert isinstance(found, RangeResult)
+        current[change.key] = VersionedState.from_kv(found.kvs[0]) if found.kvs else None
+    return BatchOutcome(False, current)
 
 
 def failover_guards(cluster: str, old_leader: str | None, successor: str) -> list[Compare]:

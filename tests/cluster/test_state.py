@@ -6,14 +6,17 @@ import asyncio
 
 import pytest
 
-from cluster.etcd import EtcdClient
+from cluster.etcd import EtcdClient, Put
 from cluster.membership import node_key
 from cluster.state import (
+    MAX_TXN_OPS,
+    Change,
     InvalidState,
     PartitionState,
     VersionedState,
     check_transition,
     compare_and_set,
+    compare_and_set_all,
     create_partition,
     failover_guards,
     partition_key,
@@ -149,3 +152,44 @@ async def test_failover_needs_the_old_leader_gone_and_the_successor_present(
     assert taken.succeeded
     assert await read_partition(etcd, KEY) == taken.current
     assert isinstance(taken.current, VersionedState) and taken.current.state.epoch == 1
+
+
+async def test_a_batch_of_changes_applies_all_in_one_transaction(etcd: EtcdClient) -> None:
+    keys = [partition_key("c", "orders", n) for n in range(3)]
+    reads = [(await create_partition(etcd, key, STATE)).current for key in keys]
+    changes = [
+        Change(key, read, STATE.led_by("n2")) for key, read in zip(keys, reads, strict=True) if read
+    ]
+    outcome = await compare_and_set_all(etcd, changes)
+    assert outcome.succeeded
+    revisions = {v.mod_revision for v in outcome.current.values() if v is not None}
+    assert len(revisions) == 1  # one transaction, one revision
+    for key in keys:
+        assert await read_partition(etcd, key) == outcome.current[key]
+
+
+async def test_a_batch_with_one_stale_view_changes_nothing(etcd: EtcdClient) -> None:
+    keys = [partition_key("c", "orders", n) for n in range(2)]
+    reads = [(await create_partition(etcd, key, STATE)).current for key in keys]
+    assert reads[0] is not None and reads[1] is not None
+    moved = await compare_and_set(etcd, keys[1], reads[1], STATE.with_isr(("n1",)))
+    changes = [
+        Change(key, read, STATE.led_by("n2")) for key, read in zip(keys, reads, strict=True) if read
+    ]
+    outcome = await compare_and_set_all(etcd, changes)
+    assert not outcome.succeeded
+    assert outcome.current == {keys[0]: reads[0], keys[1]: moved.current}
+    assert await read_partition(etcd, keys[0]) == reads[0]
+
+
+async def test_a_batch_as_large_as_etcd_accepts_goes_and_a_larger_one_is_refused_before(
+    etcd: EtcdClient,
+) -> None:
+    keys = [partition_key("c", "big", n) for n in range(MAX_TXN_OPS)]
+    created = await etcd.txn([], [Put.of(key, STATE.to_json()) for key in keys])
+    read = VersionedState(STATE, created.revision)
+    full = [Change(key, read, STATE.led_by("n2")) for key in keys]
+    assert (await compare_and_set_all(etcd, full)).succeeded
+    too_many = [*full, Change(partition_key("c", "big", MAX_TXN_OPS), read, STATE.led_by("n2"))]
+    with pytest.raises(ValueError, match="changes per transaction"):
+        await compare_and_set_all(etcd, too_many)
