@@ -38,13 +38,10 @@ from cluster.etcd import (
     REQUIRE_LEADER,
     EtcdError,
     EtcdUnavailable,
-    KeyValue,
     WatchCompacted,
-    _b64,
-    _key_value,
     _Retryable,
-    _revision,
 )
+from cluster.etcd_model import KeyValue, b64, header_revision, parse_kv
 
 if TYPE_CHECKING:
     from cluster.etcd import EtcdClient
@@ -175,9 +172,9 @@ class Watch:
                 self._queue.put_nowait(_Batch((), self._resume))
 
     async def _open(self, endpoint: str, attempt_timeout: float) -> _Stream:
-        create: dict[str, Any] = {"key": _b64(self._key)}
+        create: dict[str, Any] = {"key": b64(self._key)}
         if self._range_end:
-            create["range_end"] = _b64(self._range_end)
+            create["range_end"] = b64(self._range_end)
         if self._resume:
             create["start_revision"] = str(self._resume)
         http = self._client.http
@@ -280,15 +277,15 @@ class Watch:
         if result.get("created"):
             self._created_seen = True
             if not self._resume:  # PROTOCOL §7 membership: "from now" is named by etcd
-                self._resume = _revision(result) + 1
+                self._resume = header_revision(result) + 1
             return False
         events = tuple(
-            WatchEvent(EventType(event.get("type", "PUT")), _key_value(event.get("kv", {})))
+            WatchEvent(EventType(event.get("type", "PUT")), parse_kv(event.get("kv", {})))
             for event in result.get("events", ())
         )
         if events:
             self._resume = events[-1].revision + 1
         else:  # a progress notification: every event up to its revision was sent
-            self._resume = max(self._resume, _revision(result) + 1)
+            self._resume = max(self._resume, header_revision(result) + 1)
         await self._queue.put(_Batch(events, self._resume))
         return False
