@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench compare clean chromium
+.PHONY: run test lint bench compare clean chromium etcd
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ run: $(VENV)/.installed
 	$(BIN)/herald serve
 
 ## Install everything the tests need, lint, type-check and run the whole suite.
-test: $(VENV)/.installed-test chromium
+test: $(VENV)/.installed-test chromium etcd
 	@command -v java >/dev/null || { echo "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -33,6 +33,11 @@ test: $(VENV)/.installed-test chromium
 chromium:
 	@command -v chromium >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+## The coordination store the cluster tests start on loopback (Debian's etcd-server 3.4).
+etcd:
+	@command -v etcd >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server; }
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

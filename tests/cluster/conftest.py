@@ -1,0 +1,202 @@
+"""A REAL etcd (Debian's etcd-server 3.4) on loopback for the cluster tests.
+
+``etcd_server`` (function scope) a fresh single-member etcd on a temp data dir, listening
+                for clients on TWO free loopback ports (``.urls``, for endpoint failover)
+                and on a free peer port. ``.pause()`` (SIGSTOP), ``.resume()`` (SIGCONT),
+                ``.kill()`` (SIGKILL), ``.restart()`` (same ports and data), ``.log()``.
+``etcd``        (function scope) an :class:`EtcdClient` on both URLs, generous timeouts.
+``etcd_cluster`` (function scope) three members forming one etcd cluster.
+
+No test is skipped when etcd is missing: it fails, saying ``make test`` installs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cluster.etcd import EtcdClient
+from tests.conftest import free_port
+
+START_TIMEOUT_S = 30.0
+# The fault tests' clients: a call's whole budget, and one HTTP request's.
+CLIENT_TIMEOUT_S = 2.0
+ATTEMPT_TIMEOUT_S = 1.0
+# Everyone else's: generous, an fsync on a loaded 2-core machine can take a second.
+GENEROUS_TIMEOUT_S, GENEROUS_ATTEMPT_S = 10.0, 5.0
+
+
+def etcd_binary() -> str:
+    path = shutil.which("etcd")
+    if path is None:
+        pytest.fail(
+            "etcd is not installed: `make test` installs it (apt-get install etcd-server)",
+            pytrace=False,
+        )
+    return path
+
+
+class EtcdProcess:
+    def __init__(self, data_dir: Path, name: str = "herald-test") -> None:
+        self.data_dir = data_dir
+        self.name = name
+        self.log_path = data_dir.parent / f"{data_dir.name}.etcd.log"
+        self.client_ports = (free_port(), free_port())
+        self.peer_port = free_port()
+        self.initial_cluster = f"{name}={self.peer_url}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for port in self.client_ports]
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def command(self) -> list[str]:
+        peer = self.peer_url
+        return [
+            etcd_binary(),
+            "--name", self.name,
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", ",".join(self.urls),
+            "--advertise-client-urls", self.urls[0],
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", self.initial_cluster,
+            "--initial-cluster-state", "new",
+            # A lone member elects itself after one election timeout: keep it short.
+            "--heartbeat-interval", "20",
+            "--election-timeout", "200",
+            "--logger", "zap",
+            "--log-outputs", "stderr",
+        ]  # fmt: skip
+
+    def start(self) -> EtcdProcess:
+        self.spawn()
+        return self.wait_healthy()
+
+    def spawn(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+
+    def wait_healthy(self) -> EtcdProcess:
+        assert self.proc is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            if all(self._healthy(url) for url in self.urls):
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"etcd did not become healthy; its log:\n{self.log()}")
+
+    @staticmethod
+    def _healthy(url: str) -> bool:
+        try:
+            response = httpx.get(f"{url}/health", timeout=1.0)
+        except httpx.TransportError:
+            return False
+        return response.status_code == 200 and response.json().get("health") == "true"
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a stopped process dies only once resumed
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+
+    def restart(self) -> EtcdProcess:
+        self.kill()
+        return self.start()
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+@pytest.fixture
+def etcd_server(tmp_path: Path) -> Iterator[EtcdProcess]:
+    yield from _started_etcd(tmp_path)
+
+
+def _started_etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    for attempt in range(3):
+        process = EtcdProcess(tmp_path / f"etcd-{attempt}")
+        try:
+            process.start()
+        except RuntimeError:
+            # A port taken between free_port() and etcd's bind: try other ports.
+            if attempt == 2 or "address already in use" not in process.log():
+                raise
+            continue
+        try:
+            yield process
+        finally:
+            process.terminate()
+        return
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[list[EtcdProcess]]:
+    """Three etcd members on loopback forming one cluster (a leader and two followers)."""
+    members = [EtcdProcess(tmp_path / f"member-{i}", name=f"m{i}") for i in range(3)]
+    initial = ",".join(f"{m.name}={m.peer_url}" for m in members)
+    for member in members:
+        member.initial_cluster = initial
+        member.spawn()
+    try:
+        for member in members:  # healthy means a leader was elected: a quorum is up
+            member.wait_healthy()
+        yield members
+    finally:
+        for member in members:
+            member.terminate()
+
+
+@pytest.fixture
+async def etcd(etcd_server: EtcdProcess) -> AsyncIterator[EtcdClient]:
+    async with EtcdClient(
+        etcd_server.urls, timeout=GENEROUS_TIMEOUT_S, attempt_timeout=GENEROUS_ATTEMPT_S
+    ) as client:
+        yield client
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float, what: str) -> float:
+    """Poll ``check`` until it is true (every 50 ms, at most ``within_s``); returns the wait."""
+    started = time.monotonic()
+    while True:
+        if await check():
+            return time.monotonic() - started
+        if time.monotonic() - started > within_s:
+            raise AssertionError(f"not within {within_s} s: {what}")
+        await asyncio.sleep(0.05)
