@@ -11,37 +11,35 @@ earlier is redelivered (PROTOCOL §3).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
-from delivery.config import PushConfig, StartAt, SubscriptionConfig
+from delivery.config import PushConfig, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.events import Delivery
 from delivery.runtime import ConsumerSink, SubscriptionRuntime
+from delivery.start import StartAt
 from storage.cursors import CursorSnapshot, PartitionCursor
 from storage.engine import Storage
 from storage.errors import (
     BadRequest,
-    PartitionNotFound,
     SubscriptionConflict,
     SubscriptionNotFound,
     TopicNotFound,
 )
 from storage.topic import Topic, wall_clock_ms
 
-__all__ = ["ConsumerSink", "Delivery", "DeliveryEngine", "SeekTarget"]
+__all__ = ["ConsumerSink", "Delivery", "DeliveryEngine", "config_matches"]
 
 log = logging.getLogger("herald.delivery")
 
 CLOSE_DELETED = 4410  # PROTOCOL §3 close codes
 CLOSE_SHUTDOWN = 1001
-
-# "earliest" | "latest" | {"timestamp": T} | StartAt | {"offsets": {p: o}} | {p: o}
-SeekTarget = str | StartAt | Mapping[Any, Any]
 
 
 class DeliveryEngine:
@@ -114,13 +112,9 @@ class DeliveryEngine:
         all but ``start``) equal ``config``'s is returned as (existing, False); else
         SubscriptionConflict. Raises TopicNotFound: auto-creating is the server's call."""
         async with self._admin:
-            existing = self._runtimes.get(name)
+            existing = self.existing(name, config, given)
             if existing is not None:
-                if not config_matches(existing.config, config, given):
-                    raise SubscriptionConflict(
-                        f"subscription {name!r} exists with a different config"
-                    )
-                return existing.config, False
+                return existing, False
             topic = self.storage.topic(config.topic)
             if topic is None:
                 raise TopicNotFound(f"topic {config.topic!r} does not exist")
@@ -132,6 +126,19 @@ class DeliveryEngine:
             )
             self._open_runtime(name, config, topic, cursor)
             return config, True
+
+    def existing(
+        self, name: str, config: SubscriptionConfig, given: Collection[str] | None = None
+    ) -> SubscriptionConfig | None:
+        """The config of subscription ``name`` if it exists and matches ``config`` in the
+        fields ``given`` (PROTOCOL §2 PUT: 200); None if there is none; SubscriptionConflict
+        (409) if it differs. Lets the server refuse a PUT before it creates any topic."""
+        runtime = self._runtimes.get(name)
+        if runtime is None:
+            return None
+        if not config_matches(runtime.config, config, given):
+            raise SubscriptionConflict(f"subscription {name!r} exists with a different config")
+        return runtime.config
 
     async def delete_subscription(self, name: str) -> None:
         """Consumers are closed with 4410; the cursor and the config are deleted."""
@@ -192,13 +199,13 @@ class DeliveryEngine:
         runtime.refresh_bounds()
         return runtime.core.pause_reason().value
 
-    async def seek(self, name: str, target: SeekTarget) -> None:
-        """PROTOCOL §2 seek: "earliest", "latest", {"timestamp": T} (or a StartAt), or
-        per-partition offsets ({p: o} or {"offsets": {p: o}}); past the end means the end.
-        Raises PartitionNotFound (nothing changed) for a partition that does not exist."""
+    async def seek(self, name: str, target: StartAt) -> None:
+        """PROTOCOL §2 seek: earliest, latest, a timestamp, or per-partition offsets (past
+        the end means the end). Raises PartitionNotFound (nothing changed) for a partition
+        the topic does not have."""
         runtime = self._runtime(name)
-        offsets = await self._resolve_seek(runtime.topic, target)
-        runtime.core.seek(offsets)
+        target.check_partitions(runtime.topic.name, len(runtime.topic.partitions))
+        runtime.core.seek(await target.offsets_in(runtime.topic.partitions))
         runtime.wake()
 
     # ------------------------------------------------------------------ consumers
@@ -280,37 +287,8 @@ class DeliveryEngine:
             await asyncio.to_thread(self.storage.cursors.delete, runtime.name)
 
     async def _initial_cursor(self, topic: Topic, start: StartAt) -> CursorSnapshot:
-        partitions = {}
-        for partition in topic.partitions:
-            if start.position == "earliest":
-                offset = partition.start_offset
-            elif start.position == "timestamp" and start.timestamp is not None:
-                offset = await partition.offset_for_timestamp(start.timestamp)
-            else:
-                offset = partition.end_offset
-            partitions[partition.partition] = PartitionCursor(offset)
-        return CursorSnapshot(partitions, {})
-
-    async def _resolve_seek(self, topic: Topic, target: SeekTarget) -> dict[int, int]:
-        if isinstance(target, str):
-            target = StartAt(target)
-        if isinstance(target, Mapping) and set(target) == {"timestamp"}:
-            target = StartAt("timestamp", int(target["timestamp"]))
-        if isinstance(target, StartAt):
-            if target.position not in ("earliest", "latest", "timestamp"):
-                raise ValueError(f"unknown seek position {target.position!r}")
-            cursor = await self._initial_cursor(topic, target)
-            return {p: c.ack_floor for p, c in cursor.partitions.items()}
-        raw = target.get("offsets", target) if "offsets" in target else target
-        offsets: dict[int, int] = {}
-        for key, value in raw.items():
-            p = int(key)
-            if not 0 <= p < len(topic.partitions):
-                raise PartitionNotFound(f"topic {topic.name!r} has no partition {p}")
-            partition = topic.partitions[p]
-            # Past the end means the end; below the log start, the start.
-            offsets[p] = min(max(int(value), partition.start_offset), partition.end_offset)
-        return offsets
+        offsets = await start.offsets_in(topic.partitions)
+        return CursorSnapshot({p: PartitionCursor(o) for p, o in offsets.items()}, {})
 
     async def _save(self, runtime: SubscriptionRuntime, *, with_attempts: bool = False) -> None:
         async with runtime.save_lock:
@@ -338,12 +316,15 @@ class DeliveryEngine:
 
 
 def config_matches(
-    existing: SubscriptionConfig, new: SubscriptionConfig, given: Collection[str] | None
+    existing: SubscriptionConfig, wanted: SubscriptionConfig, given: Collection[str] | None
 ) -> bool:
-    """PROTOCOL §2 PUT: 200 if every field given equals the config; `start` not compared."""
-    old, fresh = existing.to_storage(), new.to_storage()
-    fields = set(old) if given is None else set(given)
-    return all(old.get(f) == fresh.get(f) for f in fields if f != "start")
+    """PROTOCOL §2 PUT: 200 if every field given (default: all) equals the config's.
+    `start` only says where a *new* subscription begins: never compared."""
+    fields = _CONFIG_FIELDS if given is None else given
+    return all(getattr(existing, f) == getattr(wanted, f) for f in fields if f != "start")
+
+
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(SubscriptionConfig))
 
 
 def _fit_cursor(cursor: CursorSnapshot, topic: Topic) -> CursorSnapshot:

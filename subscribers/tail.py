@@ -22,42 +22,10 @@ from subscribers.frames import MAX_CREDIT, ClientFrame, CreditFrame
 from subscribers.wire import ready_frame, record_json
 
 if TYPE_CHECKING:
+    from delivery.start import StartAt
     from storage.engine import Storage
     from storage.partition import Partition
     from storage.topic import Topic
-
-
-@dataclass(frozen=True, slots=True)
-class TailStart:
-    """`?from=`: latest | earliest | <offset> | ts:<ms>."""
-
-    position: str  # "latest" | "earliest" | "offset" | "timestamp"
-    value: int = 0
-
-    @classmethod
-    def parse(cls, raw: str | None) -> TailStart:
-        """Raises ValueError on anything else; the caller closes with 4400."""
-        if raw is None or raw == "latest":
-            return cls("latest")
-        if raw == "earliest":
-            return cls("earliest")
-        if raw.isascii() and raw.isdigit():
-            return cls("offset", int(raw))
-        number = raw.removeprefix("ts:")
-        if number != raw and number.isascii() and number.isdigit():
-            return cls("timestamp", int(number))
-        raise ValueError(f"from must be latest, earliest, an offset or ts:<ms>, got {raw!r}")
-
-    async def offset_in(self, partition: Partition) -> int:
-        if self.position == "latest":
-            return partition.end_offset
-        if self.position == "earliest":
-            return partition.start_offset
-        if self.position == "offset":
-            # PROTOCOL §3: past a partition's end means its end; below its start, reads
-            # begin at the start (Partition.read does that).
-            return min(self.value, partition.end_offset)
-        return await partition.offset_for_timestamp(self.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +63,11 @@ class TailSession:
         self.connection.request_close(code, reason)
         self._wake.set()
 
-    async def run(self, start: TailStart, credit: int) -> None:
+    async def run(self, start: StartAt, credit: int) -> None:
         partitions = self.topic.partitions
         self.credit = credit
-        self._cursors = [await start.offset_in(p) for p in partitions]
+        offsets = await start.offsets_in(partitions)
+        self._cursors = [offsets[p.partition] for p in partitions]
         unsubscribe = [p.add_append_listener(self._appended) for p in partitions]
         self.registry.add(self)
         try:

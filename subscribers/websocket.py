@@ -26,9 +26,9 @@ from subscribers.connection import (
     ConnectionSettings,
     ConsumerConnection,
 )
-from subscribers.frames import parse_credit_param
+from subscribers.frames import parse_credit_param, parse_from_param
 from subscribers.session import ConsumerSession
-from subscribers.tail import TailRegistry, TailSession, TailStart
+from subscribers.tail import TailRegistry, TailSession
 
 if TYPE_CHECKING:
     from delivery.engine import DeliveryEngine
@@ -75,7 +75,7 @@ async def topic_tail_socket(websocket: WebSocket) -> None:
     await websocket.accept()
     try:
         credit = parse_credit_param(websocket.query_params.get("credit"))
-        start = TailStart.parse(websocket.query_params.get("from"))
+        start = parse_from_param(websocket.query_params.get("from"))
     except ValueError as exc:
         await _refuse(websocket, CLOSE_BAD_QUERY, str(exc))
         return

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from delivery.config import Backoff, DeliveryMode, StartAt, SubscriptionConfig
+from delivery.config import Backoff, DeliveryMode, SubscriptionConfig
 from delivery.engine import Delivery, DeliveryEngine
+from delivery.start import StartAt
 from storage.config import TopicConfig
 from storage.engine import Storage
 from storage.errors import (
@@ -86,7 +87,7 @@ async def engine(storage: Storage) -> AsyncIterator[DeliveryEngine]:
 
 def sub(**kw) -> SubscriptionConfig:
     kw.setdefault("topic", "t")
-    kw.setdefault("start", StartAt("earliest"))
+    kw.setdefault("start", StartAt.earliest())
     return SubscriptionConfig(**kw)
 
 
@@ -114,7 +115,7 @@ async def test_records_published_after_attach_are_pushed(storage, engine):
 
 async def test_new_subscription_at_latest_skips_older_records(storage, engine):
     await publish(storage, "t", 3, partition=0)
-    await engine.create_subscription("s", sub(start=StartAt("latest")))
+    await engine.create_subscription("s", sub(start=StartAt.latest()))
     sink = Sink()
     engine.attach("s", sink, 100)
     await publish(storage, "t", 1, partition=0)
@@ -124,7 +125,7 @@ async def test_new_subscription_at_latest_skips_older_records(storage, engine):
 async def test_create_is_idempotent_and_conflicts_on_a_different_config(engine):
     config, created = await engine.create_subscription("s", sub())
     assert created
-    again, created = await engine.create_subscription("s", sub(start=StartAt("latest")))
+    again, created = await engine.create_subscription("s", sub(start=StartAt.latest()))
     assert (again, created) == (config, False)
     with pytest.raises(SubscriptionConflict):
         await engine.create_subscription("s", sub(max_in_flight=7))
@@ -218,7 +219,7 @@ async def test_seek_to_earliest_replays_from_attempt_1(storage, engine):
     consumer = engine.attach("s", sink, 10)
     await until(lambda: len(sink.deliveries) == 2)
     engine.ack(consumer, ["0-0"])
-    await engine.seek("s", "earliest")
+    await engine.seek("s", StartAt.earliest())
     await until(lambda: len(sink.deliveries) == 4)
     assert sink.attempts()[2:] == [("0-0", 1), ("0-1", 1)]
     assert engine.ack(consumer, ["0-1"]) == (["0-1"], [])
@@ -227,10 +228,11 @@ async def test_seek_to_earliest_replays_from_attempt_1(storage, engine):
 async def test_seek_by_offsets_clamps_to_the_end_and_checks_partitions(storage, engine):
     await engine.create_subscription("s", sub())
     await publish(storage, "t", 2, partition=0)
-    await engine.seek("s", {0: 100})
+    await engine.seek("s", StartAt.at_offsets({0: 100}))
     assert engine.stats("s")["partitions"][0]["ack_floor"] == 2
     with pytest.raises(PartitionNotFound):
-        await engine.seek("s", {5: 0})
+        await engine.seek("s", StartAt.at_offsets({0: 0, 5: 0}))
+    assert engine.stats("s")["partitions"][0]["ack_floor"] == 2  # nothing changed
 
 
 async def test_delete_closes_consumers_with_4410(engine):
