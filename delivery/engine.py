@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
+from delivery.close_codes import CloseCode
 from delivery.config import PushConfig, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.events import Delivery
@@ -32,14 +33,12 @@ from storage.errors import (
     SubscriptionNotFound,
     TopicNotFound,
 )
-from storage.topic import Topic, wall_clock_ms
+from storage.topic import Topic
+from storage.writer import wall_clock_ms
 
 __all__ = ["ConsumerSink", "Delivery", "DeliveryEngine", "config_matches"]
 
 log = logging.getLogger("herald.delivery")
-
-CLOSE_DELETED = 4410  # PROTOCOL §3 close codes
-CLOSE_SHUTDOWN = 1001
 
 
 class DeliveryEngine:
@@ -92,7 +91,7 @@ class DeliveryEngine:
             self._flusher = None
         runtimes = list(self._runtimes.values())
         for runtime in runtimes:
-            for consumer in runtime.close_sinks(CLOSE_SHUTDOWN, "server shutting down"):
+            for consumer in runtime.close_sinks(CloseCode.GOING_AWAY, "server shutting down"):
                 self._consumers.pop(consumer, None)
         await asyncio.gather(*(runtime.stop() for runtime in runtimes))
         results = await asyncio.gather(
@@ -216,7 +215,7 @@ class DeliveryEngine:
         runtime = self._runtime(name)
         consumer = f"{name}#{next(self._ids)}"
         if self._stopped:
-            sink.close(CLOSE_SHUTDOWN, "server shutting down")
+            sink.close(CloseCode.GOING_AWAY, "server shutting down")
             return consumer
         runtime.core.attach(consumer, credit)
         runtime.sinks[consumer] = sink
@@ -280,7 +279,7 @@ class DeliveryEngine:
         runtime.start()
 
     async def _discard(self, runtime: SubscriptionRuntime) -> None:
-        for consumer in runtime.close_sinks(CLOSE_DELETED, "subscription deleted"):
+        for consumer in runtime.close_sinks(CloseCode.DELETED, "subscription deleted"):
             self._consumers.pop(consumer, None)
         await runtime.stop()
         async with runtime.save_lock:  # a flush in progress must not resurrect the file

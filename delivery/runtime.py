@@ -15,10 +15,11 @@ from typing import Protocol
 
 from delivery.config import SubscriptionConfig
 from delivery.core import SubscriptionCore
+from delivery.dead_letter import dead_letter_record
 from delivery.events import DeadLetter, Delivery, ReadRequest, RefetchRequest
 from storage.config import TopicConfig
 from storage.partition import Partition
-from storage.record import Acks, NewRecord, Record
+from storage.record import Acks, Record
 from storage.topic import PublishItem, Topic
 
 log = logging.getLogger("herald.delivery")
@@ -46,19 +47,6 @@ class DeadLetterTopics(Protocol):
     def topic(self, name: str) -> Topic | None: ...
 
     async def ensure_topic(self, name: str, config: TopicConfig) -> tuple[Topic, bool]: ...
-
-
-def dead_letter_record(dead: DeadLetter, source_topic: str) -> NewRecord:
-    """PROTOCOL §2 `dead_letter_topic`: same value, key and headers, plus the
-    herald-source-* headers (decimal strings)."""
-    record = dead.record
-    headers = dict(record.headers)
-    headers["herald-source-topic"] = source_topic
-    headers["herald-source-partition"] = str(record.partition)
-    headers["herald-source-offset"] = str(record.offset)
-    headers["herald-source-deliveries"] = str(dead.deliveries)
-    headers["herald-source-reason"] = dead.reason.value
-    return NewRecord(record.value, record.kind, record.key, headers)
 
 
 class SubscriptionRuntime:
@@ -198,9 +186,7 @@ class SubscriptionRuntime:
         partition = self.topic.partitions[request.partition]
         self.core.set_start(request.partition, partition.start_offset)
         try:
-            records = partition.read_cached(request.offset, request.max_records, READ_MAX_BYTES)
-            if records is None:
-                records = await partition.read(request.offset, request.max_records, READ_MAX_BYTES)
+            records = await partition.read(request.offset, request.max_records, READ_MAX_BYTES)
         except BaseException:
             self.core.read_failed(request)
             raise
@@ -223,9 +209,7 @@ class SubscriptionRuntime:
                 last, position = offsets[j], first
                 while position <= last:
                     count = last - position + 1
-                    records = partition.read_cached(position, count, READ_MAX_BYTES)
-                    if records is None:
-                        records = await partition.read(position, count, READ_MAX_BYTES)
+                    records = await partition.read(position, count, READ_MAX_BYTES)
                     if not records:
                         break
                     found.extend(r for r in records if r.offset in wanted)

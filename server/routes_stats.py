@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
+from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
 from server.routes_topics import ADMIN_BODY_LIMIT, json_response, topic_body
 from server.routes_webhooks import push_stats
@@ -164,7 +165,7 @@ async def stats_socket(websocket: WebSocket) -> None:
         await asyncio.gather(receiver, stopped, return_exceptions=True)
     if stopping.is_set():
         with contextlib.suppress(WebSocketDisconnect, WebSocketDisconnected, OSError):
-            await websocket.close(1001, "server shutting down")
+            await websocket.close(CloseCode.GOING_AWAY, "server shutting down")
 
 
 async def _drain_client(websocket: WebSocket) -> None:

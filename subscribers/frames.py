@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 
+from delivery.credit import MAX_CREDIT
 from delivery.start import StartAt
 
-MAX_CREDIT = 1_000_000  # PROTOCOL §3: `n` is 1..1000000; outstanding credit is capped there too
 MAX_DELAY_MS = 600_000
 MIN_EXTEND_MS, MAX_EXTEND_MS = 100, 600_000
 FRAME_TYPES = ("credit", "ack", "nack", "extend")

@@ -13,11 +13,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from subscribers.connection import (
-    CLOSE_DELETED,
-    CLOSE_GOING_AWAY,
-    ConsumerConnection,
-)
+from delivery.close_codes import CloseCode
+from subscribers.connection import ConsumerConnection
 from subscribers.frames import MAX_CREDIT, ClientFrame, CreditFrame
 from subscribers.wire import ready_frame, record_json
 
@@ -100,7 +97,7 @@ class TailSession:
             self._wake.clear()  # before looking, so no append or credit is missed
             if self.topic_deleted():
                 # Also caught here in case the server did not tell the registry.
-                self.close(CLOSE_DELETED, "topic deleted")
+                self.close(CloseCode.DELETED, "topic deleted")
                 return
             if self.credit > 0 and self.connection.queued_bytes > self.settings.max_queued_bytes:
                 await self.connection.wait_drained()  # STYLE 3: bounded in bytes as well
@@ -112,7 +109,7 @@ class TailSession:
                 # (PROTOCOL §3: 4410); any other failure goes up as 1011.
                 if not self.topic_deleted():
                     raise
-                self.close(CLOSE_DELETED, "topic deleted")
+                self.close(CloseCode.DELETED, "topic deleted")
                 return
             if not sent:
                 await self._wake.wait()
@@ -167,9 +164,11 @@ class TailRegistry:
 
     def topic_deleted(self, topic: str) -> None:
         for tail in list(self._tails.get(topic, ())):
-            tail.close(CLOSE_DELETED, "topic deleted")
+            tail.close(CloseCode.DELETED, "topic deleted")
 
-    def close_all(self, code: int = CLOSE_GOING_AWAY, reason: str = "server shutting down") -> None:
+    def close_all(
+        self, code: int = CloseCode.GOING_AWAY, reason: str = "server shutting down"
+    ) -> None:
         for tails in list(self._tails.values()):
             for tail in list(tails):
                 tail.close(code, reason)

@@ -32,7 +32,7 @@ from delivery.config import PushConfig, SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.events import Delivery
 from storage.errors import SubscriptionNotFound
-from storage.topic import wall_clock_ms
+from storage.writer import wall_clock_ms
 from subscribers.attempt_log import Attempt, AttemptLog
 from subscribers.breaker import CircuitBreaker
 from subscribers.endpoint_credit import EndpointCredit

@@ -17,15 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
+from delivery.close_codes import CloseCode
 from storage.errors import SubscriptionNotFound
-from subscribers.connection import (
-    CLOSE_BAD_QUERY,
-    CLOSE_INTERNAL,
-    CLOSE_NOT_FOUND,
-    CLOSE_PUSH_SUBSCRIPTION,
-    ConnectionSettings,
-    ConsumerConnection,
-)
+from subscribers.connection import ConnectionSettings, ConsumerConnection
 from subscribers.frames import parse_credit_param, parse_from_param
 from subscribers.session import ConsumerSession
 from subscribers.tail import TailRegistry, TailSession
@@ -47,23 +41,23 @@ async def subscription_socket(websocket: WebSocket) -> None:
     try:
         credit = parse_credit_param(websocket.query_params.get("credit"))
     except ValueError as exc:
-        await _refuse(websocket, CLOSE_BAD_QUERY, str(exc))
+        await _refuse(websocket, CloseCode.BAD_QUERY, str(exc))
         return
     try:
         config = engine.get(name)
     except SubscriptionNotFound:
-        await _refuse(websocket, CLOSE_NOT_FOUND, f"subscription {name!r} does not exist")
+        await _refuse(websocket, CloseCode.NOT_FOUND, f"subscription {name!r} does not exist")
         return
     if config.push is not None:
         await _refuse(
-            websocket, CLOSE_PUSH_SUBSCRIPTION, f"subscription {name!r} is a push subscription"
+            websocket, CloseCode.PUSH_SUBSCRIPTION, f"subscription {name!r} is a push subscription"
         )
         return
     session = ConsumerSession(engine, name, ConsumerConnection(websocket, _settings(websocket)))
     try:
         await session.run(credit)
     except SubscriptionNotFound:  # deleted between the lookup and attach
-        await _refuse(websocket, CLOSE_NOT_FOUND, f"subscription {name!r} does not exist")
+        await _refuse(websocket, CloseCode.NOT_FOUND, f"subscription {name!r} does not exist")
     except Exception as exc:
         await _failed(websocket, exc)
 
@@ -77,11 +71,11 @@ async def topic_tail_socket(websocket: WebSocket) -> None:
         credit = parse_credit_param(websocket.query_params.get("credit"))
         start = parse_from_param(websocket.query_params.get("from"))
     except ValueError as exc:
-        await _refuse(websocket, CLOSE_BAD_QUERY, str(exc))
+        await _refuse(websocket, CloseCode.BAD_QUERY, str(exc))
         return
     topic = storage.topic(name)
     if topic is None:  # PROTOCOL §3: tails never auto-create
-        await _refuse(websocket, CLOSE_NOT_FOUND, f"topic {name!r} does not exist")
+        await _refuse(websocket, CloseCode.NOT_FOUND, f"topic {name!r} does not exist")
         return
     connection = ConsumerConnection(websocket, _settings(websocket))
     tail = TailSession(storage, topic, connection, tail_registry(websocket.app.state))
@@ -115,7 +109,7 @@ async def _failed(websocket: WebSocket, exc: Exception) -> None:
     if _client_gone(exc):
         return
     log.error("consumer connection failed", exc_info=exc)
-    await _refuse(websocket, CLOSE_INTERNAL, "internal error")
+    await _refuse(websocket, CloseCode.INTERNAL, "internal error")
 
 
 def _client_gone(exc: BaseException) -> bool:
