@@ -41,6 +41,15 @@ class ConsumerSink(Protocol):
         """4410 when the subscription is deleted, 1001 on shutdown."""
 
 
+class Backpressure(Protocol):
+    """A consumer whose outbox is bounded in bytes (STYLE 3): while ``congested`` no more
+    is read for it, until ``drained`` returns (the ephemeral tail's connection)."""
+
+    def congested(self) -> bool: ...
+
+    async def drained(self) -> None: ...
+
+
 class DeadLetterTopics(Protocol):
     """What the runtime needs of Storage to dead-letter (kept narrow for tests)."""
 
@@ -58,6 +67,9 @@ class SubscriptionRuntime:
         core: SubscriptionCore,
         storage: DeadLetterTopics,
         clock: Callable[[], float],
+        *,
+        read_max_bytes: int = READ_MAX_BYTES,
+        backpressure: Backpressure | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -66,6 +78,8 @@ class SubscriptionRuntime:
         self.sinks: dict[str, ConsumerSink] = {}
         self._storage = storage
         self._clock = clock
+        self._read_max_bytes = read_max_bytes
+        self._backpressure = backpressure
         self._wake = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -77,10 +91,15 @@ class SubscriptionRuntime:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        """Listen for appends and run the supervised worker as an app-wide task."""
+        self.listen()
+        self._task = asyncio.create_task(self._supervised(), name=f"herald-delivery-{self.name}")
+
+    def listen(self) -> None:
+        """Follow the log's end through the partitions' append listeners (no polling)."""
         for partition in self.topic.partitions:
             self.core.set_end(partition.partition, partition.end_offset)
             self._unsubscribe.append(partition.add_append_listener(self._on_append))
-        self._task = asyncio.create_task(self._run(), name=f"herald-delivery-{self.name}")
         self.wake()
 
     async def stop(self) -> None:
@@ -134,10 +153,16 @@ class SubscriptionRuntime:
 
     # ------------------------------------------------------------------ the worker
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """The worker, unsupervised: a failed step raises. A connection that owns its
+        runtime (an ephemeral tail) runs it in its own TaskGroup; after ``listen``."""
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            await self._next_wake()
+            await self._step()
+
+    async def _supervised(self) -> None:
+        while True:
+            await self._next_wake()
             try:
                 await self._step()
             except Exception:
@@ -147,11 +172,21 @@ class SubscriptionRuntime:
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
                 self._wake.set()
 
+    async def _next_wake(self) -> None:
+        await self._wake.wait()
+        if self._backpressure is not None and self._backpressure.congested():
+            await self._backpressure.drained()
+        self._wake.clear()
+
     async def _step(self) -> None:
         core = self.core
         core.tick(self._clock())
+        backpressure = self._backpressure
         for round_ in range(MAX_ROUNDS):
             self._dispatch(core.pump(self._clock()))
+            if backpressure is not None and backpressure.congested():
+                self._wake.set()  # read on once the consumer's outbox has drained
+                break
             requests = core.take_reads()
             if not requests:
                 break
@@ -186,7 +221,9 @@ class SubscriptionRuntime:
         partition = self.topic.partitions[request.partition]
         self.core.set_start(request.partition, partition.start_offset)
         try:
-            records = await partition.read(request.offset, request.max_records, READ_MAX_BYTES)
+            records = await partition.read(
+                request.offset, request.max_records, self._read_max_bytes
+            )
         except BaseException:
             self.core.read_failed(request)
             raise
@@ -209,7 +246,7 @@ class SubscriptionRuntime:
                 last, position = offsets[j], first
                 while position <= last:
                     count = last - position + 1
-                    records = await partition.read(position, count, READ_MAX_BYTES)
+                    records = await partition.read(position, count, self._read_max_bytes)
                     if not records:
                         break
                     found.extend(r for r in records if r.offset in wanted)
