@@ -232,6 +232,11 @@ class DeliveryEngine:
         runtime.core.detach(consumer_id, self._clock())
         runtime.wake()
 
+    def credit_of(self, consumer_id: str) -> int:
+        """The consumer's outstanding credit: granted and not yet spent (0 if detached)."""
+        runtime = self._consumers.get(consumer_id)
+        return 0 if runtime is None else runtime.core.consumers.credit_of(consumer_id)
+
     def grant_credit(self, consumer_id: str, n: int) -> None:
         runtime = self._consumer(consumer_id)
         runtime.core.grant_credit(consumer_id, n)
