@@ -207,6 +207,18 @@ class DeliveryEngine:
         runtime.core.seek(await target.offsets_in(runtime.topic.partitions))
         runtime.wake()
 
+    async def settled(self, name: str) -> None:
+        """Wait until subscription ``name`` has done all it can for now: it sends nothing
+        more until an append, credit, a verdict or one of its timers wakes it. (How a test
+        sees that nothing more comes, without sleeping and hoping.)"""
+        await self._runtime(name).idle.wait()
+
+    def clock_moved(self) -> None:
+        """The injected clock jumped ahead (a test's fake clock): every subscription checks
+        its deadlines and backoffs against it now rather than when its timer fires."""
+        for runtime in self._runtimes.values():
+            runtime.wake()
+
     # ------------------------------------------------------------------ consumers
 
     def attach(self, name: str, sink: ConsumerSink, credit: int) -> str:

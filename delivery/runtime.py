@@ -81,6 +81,10 @@ class SubscriptionRuntime:
         self._read_max_bytes = read_max_bytes
         self._backpressure = backpressure
         self._wake = asyncio.Event()
+        # Set while the worker waits with nothing left to do: until an append, credit,
+        # a verdict or a timer wakes it, it sends nothing (what tests wait on instead of
+        # sleeping to see that nothing more comes).
+        self.idle = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._task: asyncio.Task[None] | None = None
@@ -129,6 +133,7 @@ class SubscriptionRuntime:
         return consumers
 
     def wake(self) -> None:
+        self.idle.clear()
         self._wake.set()
 
     def refresh_bounds(self) -> None:
@@ -144,12 +149,12 @@ class SubscriptionRuntime:
         self.core.set_end(partition.partition, partition.end_offset)
         # Nobody to send to: the record waits in the log, not in memory.
         if self.core.consumers.total_credit > 0:
-            self._wake.set()
+            self.wake()
 
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
-        self._wake.set()
+        self.wake()
 
     # ------------------------------------------------------------------ the worker
 
@@ -170,9 +175,11 @@ class SubscriptionRuntime:
                 # for this subscription; retry shortly.
                 log.exception("delivery step of subscription %s failed", self.name)
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
-                self._wake.set()
+                self.wake()
 
     async def _next_wake(self) -> None:
+        if not self._wake.is_set():
+            self.idle.set()
         await self._wake.wait()
         if self._backpressure is not None and self._backpressure.congested():
             await self._backpressure.drained()
@@ -185,7 +192,7 @@ class SubscriptionRuntime:
         for round_ in range(MAX_ROUNDS):
             self._dispatch(core.pump(self._clock()))
             if backpressure is not None and backpressure.congested():
-                self._wake.set()  # read on once the consumer's outbox has drained
+                self.wake()  # read on once the consumer's outbox has drained
                 break
             requests = core.take_reads()
             if not requests:
@@ -198,11 +205,11 @@ class SubscriptionRuntime:
             if round_:
                 await asyncio.sleep(0)  # a long backlog must not starve the loop
         else:
-            self._wake.set()  # more to do: continue after others had a turn
+            self.wake()  # more to do: continue after others had a turn
         dead_letters = core.take_dead_letters()
         if dead_letters:
             await self._dead_letter(dead_letters)
-            self._wake.set()  # their keys and room may let more records go
+            self.wake()  # their keys and room may let more records go
         self._arm_timer(core.next_wakeup())
 
     def _dispatch(self, sends: list[tuple[str, list[Delivery]]]) -> None:

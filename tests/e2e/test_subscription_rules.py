@@ -11,7 +11,8 @@ import pytest
 import websockets
 
 from tests.conftest import HeraldProcess
-from tests.e2e import ack, eventually, stats
+from tests.e2e import ack, stats
+from tests.helpers import wait_until
 from tests.subscribers import (
     make_subscription,
     nothing_arrives,
@@ -161,7 +162,7 @@ async def test_stats_and_metrics_count_the_same_history(
             # Counted once the dead-letter topic has it (an fsynced publish, not instant).
             return (await stats(http, name))["dead_lettered_total"] == 1
 
-        await eventually(dead_lettered, what="the dead letter")
+        await wait_until(dead_lettered, what="the dead letter")
         current = await stats(http, name)
         expected = {
             "backlog": 2,  # records 3 and 4, both in flight
@@ -192,6 +193,6 @@ async def test_stats_and_metrics_count_the_same_history(
     async def given_back() -> bool:
         return (await stats(http, name))["dead_lettered_total"] == 2
 
-    await eventually(given_back, what="record 3 dead-lettered")
+    await wait_until(given_back, what="record 3 dead-lettered")
     current = await stats(http, name)
     assert (current["consumers"], current["in_flight"], current["backlog"]) == (0, 0, 1)
