@@ -104,6 +104,11 @@ class WebhookDispatcher:
         self.policy.received(deliveries, self._clock())
         self._wake.set()
 
+    def clock_moved(self) -> None:
+        """The injected clock jumped ahead (a test's fake clock): look again now, not when
+        the wait computed from the old time ends."""
+        self._wake.set()
+
     def close(self, code: int, reason: str) -> None:
         """The subscription was deleted (4410) or the server stops (1001)."""
         self.closed = True
