@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pytest
 import websockets
 
 from tests.conftest import HeraldProcess
@@ -25,12 +24,6 @@ from tests.subscribers import (
 )
 
 FAST_BACKOFF = {"min_ms": 50, "max_ms": 50}
-
-
-@pytest.fixture
-async def http(shared_herald: HeraldProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=shared_herald.url, timeout=60) as client:
-        yield client
 
 
 def consumer(server: HeraldProcess, name: str, credit: int) -> websockets.connect:
