@@ -139,7 +139,7 @@ class PushPolicy:
         while self._ready and self.posting < limit:
             delivery = self._ready.popleft()
             record_id = delivery.record.id
-            del self._held_since[record_id]
+            self._held_since.pop(record_id, None)  # a redelivered copy may share its id
             if post_ms > config.ack_deadline_ms:
                 # The POST may take timeout_ms: the core must not redeliver meanwhile.
                 actions.append(Extend((record_id,), post_ms))

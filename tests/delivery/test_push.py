@@ -131,3 +131,16 @@ def test_answers_are_counted_for_stats() -> None:
     assert (stats["last_status"], stats["last_error"]) == (204, None)
     assert stats["endpoint_credit"] == 7 and stats["endpoint_in_flight"] == 0
     assert Answer(302, 0.0).error == "HTTP 302"  # PROTOCOL §4: redirects are failures
+
+
+def test_a_redelivered_copy_waiting_next_to_the_first_one_is_posted_too() -> None:
+    # The core may send a record again (its deadline passed) while the first copy still
+    # waits here; both go out, the second with its own attempt.
+    p = policy(max_in_flight=2, breaker=Breaker(failures=1, open_ms=1_000, max_open_ms=1_000))
+    p.received(deliveries(0), 0.0)
+    p.poll(0.0, credit=0)
+    p.answered(deliveries(0)[0], FAILED, 0.0)  # open until 1.0
+    p.received([Delivery(Record(0, 1, 0, b"1"), 1), Delivery(Record(0, 1, 0, b"1"), 2)], 0.5)
+    assert posts(p.poll(1.0, credit=0)) == ["0-1"]  # half open: one probe
+    p.answered(Delivery(Record(0, 1, 0, b"1"), 1), OK, 1.1)
+    assert posts(p.poll(1.1, credit=0)) == ["0-1"]
