@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from delivery.start import StartAt
+
 
 class DeliveryMode(enum.Enum):
     AT_LEAST_ONCE = "at_least_once"
@@ -78,19 +80,6 @@ class PushConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class StartAt:
-    """Where a new subscription begins: "earliest", "latest" or a timestamp."""
-
-    position: str = "latest"  # "earliest" | "latest" | "timestamp"
-    timestamp: int | None = None
-
-    def to_json(self) -> Any:
-        if self.position == "timestamp":
-            return {"timestamp": self.timestamp}
-        return self.position
-
-
-@dataclass(frozen=True, slots=True)
 class SubscriptionConfig:
     topic: str
     start: StartAt = field(default_factory=StartAt)
@@ -130,11 +119,10 @@ class SubscriptionConfig:
 
     @classmethod
     def from_storage(cls, data: dict[str, Any]) -> SubscriptionConfig:
-        start = data.get("start", "latest")
         push = data.get("push")
         return cls(
             topic=data["topic"],
-            start=StartAt("timestamp", start["timestamp"]) if isinstance(start, dict) else StartAt(start),
+            start=StartAt.from_json(data.get("start", "latest")),
             delivery=DeliveryMode(data["delivery"]),
             ack_deadline_ms=data["ack_deadline_ms"],
             max_in_flight=data["max_in_flight"],

@@ -587,11 +587,7 @@ class SubscriptionCore:
                 cid = consumer.id
                 deliveries = []
                 for record, attempt in picked[index : index + n]:
-                    add(
-                        InFlight(
-                            f"{record.partition}-{record.offset}", record, cid, attempt, deadline
-                        )
-                    )
+                    add(InFlight(record.id, record, cid, attempt, deadline))
                     deliveries.append(_delivery(record, attempt))
                     if attempt > 1:
                         redelivered += 1

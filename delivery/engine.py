@@ -11,37 +11,34 @@ earlier is redelivered (PROTOCOL §3).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
-from delivery.config import PushConfig, StartAt, SubscriptionConfig
+from delivery.close_codes import CloseCode
+from delivery.config import PushConfig, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.events import Delivery
 from delivery.runtime import ConsumerSink, SubscriptionRuntime
+from delivery.start import StartAt
 from storage.cursors import CursorSnapshot, PartitionCursor
 from storage.engine import Storage
 from storage.errors import (
     BadRequest,
-    PartitionNotFound,
     SubscriptionConflict,
     SubscriptionNotFound,
     TopicNotFound,
 )
-from storage.topic import Topic, wall_clock_ms
+from storage.topic import Topic
+from storage.writer import wall_clock_ms
 
-__all__ = ["ConsumerSink", "Delivery", "DeliveryEngine", "SeekTarget"]
+__all__ = ["ConsumerSink", "Delivery", "DeliveryEngine", "config_matches"]
 
 log = logging.getLogger("herald.delivery")
-
-CLOSE_DELETED = 4410  # PROTOCOL §3 close codes
-CLOSE_SHUTDOWN = 1001
-
-# "earliest" | "latest" | {"timestamp": T} | StartAt | {"offsets": {p: o}} | {p: o}
-SeekTarget = str | StartAt | Mapping[Any, Any]
 
 
 class DeliveryEngine:
@@ -94,7 +91,7 @@ class DeliveryEngine:
             self._flusher = None
         runtimes = list(self._runtimes.values())
         for runtime in runtimes:
-            for consumer in runtime.close_sinks(CLOSE_SHUTDOWN, "server shutting down"):
+            for consumer in runtime.close_sinks(CloseCode.GOING_AWAY, "server shutting down"):
                 self._consumers.pop(consumer, None)
         await asyncio.gather(*(runtime.stop() for runtime in runtimes))
         results = await asyncio.gather(
@@ -114,13 +111,9 @@ class DeliveryEngine:
         all but ``start``) equal ``config``'s is returned as (existing, False); else
         SubscriptionConflict. Raises TopicNotFound: auto-creating is the server's call."""
         async with self._admin:
-            existing = self._runtimes.get(name)
+            existing = self.existing(name, config, given)
             if existing is not None:
-                if not config_matches(existing.config, config, given):
-                    raise SubscriptionConflict(
-                        f"subscription {name!r} exists with a different config"
-                    )
-                return existing.config, False
+                return existing, False
             topic = self.storage.topic(config.topic)
             if topic is None:
                 raise TopicNotFound(f"topic {config.topic!r} does not exist")
@@ -132,6 +125,19 @@ class DeliveryEngine:
             )
             self._open_runtime(name, config, topic, cursor)
             return config, True
+
+    def existing(
+        self, name: str, config: SubscriptionConfig, given: Collection[str] | None = None
+    ) -> SubscriptionConfig | None:
+        """The config of subscription ``name`` if it exists and matches ``config`` in the
+        fields ``given`` (PROTOCOL §2 PUT: 200); None if there is none; SubscriptionConflict
+        (409) if it differs. Lets the server refuse a PUT before it creates any topic."""
+        runtime = self._runtimes.get(name)
+        if runtime is None:
+            return None
+        if not config_matches(runtime.config, config, given):
+            raise SubscriptionConflict(f"subscription {name!r} exists with a different config")
+        return runtime.config
 
     async def delete_subscription(self, name: str) -> None:
         """Consumers are closed with 4410; the cursor and the config are deleted."""
@@ -192,14 +198,26 @@ class DeliveryEngine:
         runtime.refresh_bounds()
         return runtime.core.pause_reason().value
 
-    async def seek(self, name: str, target: SeekTarget) -> None:
-        """PROTOCOL §2 seek: "earliest", "latest", {"timestamp": T} (or a StartAt), or
-        per-partition offsets ({p: o} or {"offsets": {p: o}}); past the end means the end.
-        Raises PartitionNotFound (nothing changed) for a partition that does not exist."""
+    async def seek(self, name: str, target: StartAt) -> None:
+        """PROTOCOL §2 seek: earliest, latest, a timestamp, or per-partition offsets (past
+        the end means the end). Raises PartitionNotFound (nothing changed) for a partition
+        the topic does not have."""
         runtime = self._runtime(name)
-        offsets = await self._resolve_seek(runtime.topic, target)
-        runtime.core.seek(offsets)
+        target.check_partitions(runtime.topic.name, len(runtime.topic.partitions))
+        runtime.core.seek(await target.offsets_in(runtime.topic.partitions))
         runtime.wake()
+
+    async def settled(self, name: str) -> None:
+        """Wait until subscription ``name`` has done all it can for now: it sends nothing
+        more until an append, credit, a verdict or one of its timers wakes it. (How a test
+        sees that nothing more comes, without sleeping and hoping.)"""
+        await self._runtime(name).idle.wait()
+
+    def clock_moved(self) -> None:
+        """The injected clock jumped ahead (a test's fake clock): every subscription checks
+        its deadlines and backoffs against it now rather than when its timer fires."""
+        for runtime in self._runtimes.values():
+            runtime.wake()
 
     # ------------------------------------------------------------------ consumers
 
@@ -209,7 +227,7 @@ class DeliveryEngine:
         runtime = self._runtime(name)
         consumer = f"{name}#{next(self._ids)}"
         if self._stopped:
-            sink.close(CLOSE_SHUTDOWN, "server shutting down")
+            sink.close(CloseCode.GOING_AWAY, "server shutting down")
             return consumer
         runtime.core.attach(consumer, credit)
         runtime.sinks[consumer] = sink
@@ -225,6 +243,11 @@ class DeliveryEngine:
         runtime.sinks.pop(consumer_id, None)
         runtime.core.detach(consumer_id, self._clock())
         runtime.wake()
+
+    def credit_of(self, consumer_id: str) -> int:
+        """The consumer's outstanding credit: granted and not yet spent (0 if detached)."""
+        runtime = self._consumers.get(consumer_id)
+        return 0 if runtime is None else runtime.core.consumers.credit_of(consumer_id)
 
     def grant_credit(self, consumer_id: str, n: int) -> None:
         runtime = self._consumer(consumer_id)
@@ -273,44 +296,15 @@ class DeliveryEngine:
         runtime.start()
 
     async def _discard(self, runtime: SubscriptionRuntime) -> None:
-        for consumer in runtime.close_sinks(CLOSE_DELETED, "subscription deleted"):
+        for consumer in runtime.close_sinks(CloseCode.DELETED, "subscription deleted"):
             self._consumers.pop(consumer, None)
         await runtime.stop()
         async with runtime.save_lock:  # a flush in progress must not resurrect the file
             await asyncio.to_thread(self.storage.cursors.delete, runtime.name)
 
     async def _initial_cursor(self, topic: Topic, start: StartAt) -> CursorSnapshot:
-        partitions = {}
-        for partition in topic.partitions:
-            if start.position == "earliest":
-                offset = partition.start_offset
-            elif start.position == "timestamp" and start.timestamp is not None:
-                offset = await partition.offset_for_timestamp(start.timestamp)
-            else:
-                offset = partition.end_offset
-            partitions[partition.partition] = PartitionCursor(offset)
-        return CursorSnapshot(partitions, {})
-
-    async def _resolve_seek(self, topic: Topic, target: SeekTarget) -> dict[int, int]:
-        if isinstance(target, str):
-            target = StartAt(target)
-        if isinstance(target, Mapping) and set(target) == {"timestamp"}:
-            target = StartAt("timestamp", int(target["timestamp"]))
-        if isinstance(target, StartAt):
-            if target.position not in ("earliest", "latest", "timestamp"):
-                raise ValueError(f"unknown seek position {target.position!r}")
-            cursor = await self._initial_cursor(topic, target)
-            return {p: c.ack_floor for p, c in cursor.partitions.items()}
-        raw = target.get("offsets", target) if "offsets" in target else target
-        offsets: dict[int, int] = {}
-        for key, value in raw.items():
-            p = int(key)
-            if not 0 <= p < len(topic.partitions):
-                raise PartitionNotFound(f"topic {topic.name!r} has no partition {p}")
-            partition = topic.partitions[p]
-            # Past the end means the end; below the log start, the start.
-            offsets[p] = min(max(int(value), partition.start_offset), partition.end_offset)
-        return offsets
+        offsets = await start.offsets_in(topic.partitions)
+        return CursorSnapshot({p: PartitionCursor(o) for p, o in offsets.items()}, {})
 
     async def _save(self, runtime: SubscriptionRuntime, *, with_attempts: bool = False) -> None:
         async with runtime.save_lock:
@@ -338,12 +332,15 @@ class DeliveryEngine:
 
 
 def config_matches(
-    existing: SubscriptionConfig, new: SubscriptionConfig, given: Collection[str] | None
+    existing: SubscriptionConfig, wanted: SubscriptionConfig, given: Collection[str] | None
 ) -> bool:
-    """PROTOCOL §2 PUT: 200 if every field given equals the config; `start` not compared."""
-    old, fresh = existing.to_storage(), new.to_storage()
-    fields = set(old) if given is None else set(given)
-    return all(old.get(f) == fresh.get(f) for f in fields if f != "start")
+    """PROTOCOL §2 PUT: 200 if every field given (default: all) equals the config's.
+    `start` only says where a *new* subscription begins: never compared."""
+    fields = _CONFIG_FIELDS if given is None else given
+    return all(getattr(existing, f) == getattr(wanted, f) for f in fields if f != "start")
+
+
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(SubscriptionConfig))
 
 
 def _fit_cursor(cursor: CursorSnapshot, topic: Topic) -> CursorSnapshot:

@@ -15,10 +15,11 @@ from typing import Protocol
 
 from delivery.config import SubscriptionConfig
 from delivery.core import SubscriptionCore
+from delivery.dead_letter import dead_letter_record
 from delivery.events import DeadLetter, Delivery, ReadRequest, RefetchRequest
 from storage.config import TopicConfig
 from storage.partition import Partition
-from storage.record import Acks, NewRecord, Record
+from storage.record import Acks, Record
 from storage.topic import PublishItem, Topic
 
 log = logging.getLogger("herald.delivery")
@@ -40,25 +41,21 @@ class ConsumerSink(Protocol):
         """4410 when the subscription is deleted, 1001 on shutdown."""
 
 
+class Backpressure(Protocol):
+    """A consumer whose outbox is bounded in bytes (STYLE 3): while ``congested`` no more
+    is read for it, until ``drained`` returns (the ephemeral tail's connection)."""
+
+    def congested(self) -> bool: ...
+
+    async def drained(self) -> None: ...
+
+
 class DeadLetterTopics(Protocol):
     """What the runtime needs of Storage to dead-letter (kept narrow for tests)."""
 
     def topic(self, name: str) -> Topic | None: ...
 
     async def ensure_topic(self, name: str, config: TopicConfig) -> tuple[Topic, bool]: ...
-
-
-def dead_letter_record(dead: DeadLetter, source_topic: str) -> NewRecord:
-    """PROTOCOL §2 `dead_letter_topic`: same value, key and headers, plus the
-    herald-source-* headers (decimal strings)."""
-    record = dead.record
-    headers = dict(record.headers)
-    headers["herald-source-topic"] = source_topic
-    headers["herald-source-partition"] = str(record.partition)
-    headers["herald-source-offset"] = str(record.offset)
-    headers["herald-source-deliveries"] = str(dead.deliveries)
-    headers["herald-source-reason"] = dead.reason.value
-    return NewRecord(record.value, record.kind, record.key, headers)
 
 
 class SubscriptionRuntime:
@@ -70,6 +67,9 @@ class SubscriptionRuntime:
         core: SubscriptionCore,
         storage: DeadLetterTopics,
         clock: Callable[[], float],
+        *,
+        read_max_bytes: int = READ_MAX_BYTES,
+        backpressure: Backpressure | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -78,7 +78,13 @@ class SubscriptionRuntime:
         self.sinks: dict[str, ConsumerSink] = {}
         self._storage = storage
         self._clock = clock
+        self._read_max_bytes = read_max_bytes
+        self._backpressure = backpressure
         self._wake = asyncio.Event()
+        # Set while the worker waits with nothing left to do: until an append, credit,
+        # a verdict or a timer wakes it, it sends nothing (what tests wait on instead of
+        # sleeping to see that nothing more comes).
+        self.idle = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._task: asyncio.Task[None] | None = None
@@ -89,10 +95,15 @@ class SubscriptionRuntime:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        """Listen for appends and run the supervised worker as an app-wide task."""
+        self.listen()
+        self._task = asyncio.create_task(self._supervised(), name=f"herald-delivery-{self.name}")
+
+    def listen(self) -> None:
+        """Follow the log's end through the partitions' append listeners (no polling)."""
         for partition in self.topic.partitions:
             self.core.set_end(partition.partition, partition.end_offset)
             self._unsubscribe.append(partition.add_append_listener(self._on_append))
-        self._task = asyncio.create_task(self._run(), name=f"herald-delivery-{self.name}")
         self.wake()
 
     async def stop(self) -> None:
@@ -122,6 +133,7 @@ class SubscriptionRuntime:
         return consumers
 
     def wake(self) -> None:
+        self.idle.clear()
         self._wake.set()
 
     def refresh_bounds(self) -> None:
@@ -137,19 +149,25 @@ class SubscriptionRuntime:
         self.core.set_end(partition.partition, partition.end_offset)
         # Nobody to send to: the record waits in the log, not in memory.
         if self.core.consumers.total_credit > 0:
-            self._wake.set()
+            self.wake()
 
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
-        self._wake.set()
+        self.wake()
 
     # ------------------------------------------------------------------ the worker
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """The worker, unsupervised: a failed step raises. A connection that owns its
+        runtime (an ephemeral tail) runs it in its own TaskGroup; after ``listen``."""
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            await self._next_wake()
+            await self._step()
+
+    async def _supervised(self) -> None:
+        while True:
+            await self._next_wake()
             try:
                 await self._step()
             except Exception:
@@ -157,13 +175,25 @@ class SubscriptionRuntime:
                 # for this subscription; retry shortly.
                 log.exception("delivery step of subscription %s failed", self.name)
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
-                self._wake.set()
+                self.wake()
+
+    async def _next_wake(self) -> None:
+        if not self._wake.is_set():
+            self.idle.set()
+        await self._wake.wait()
+        if self._backpressure is not None and self._backpressure.congested():
+            await self._backpressure.drained()
+        self._wake.clear()
 
     async def _step(self) -> None:
         core = self.core
         core.tick(self._clock())
+        backpressure = self._backpressure
         for round_ in range(MAX_ROUNDS):
             self._dispatch(core.pump(self._clock()))
+            if backpressure is not None and backpressure.congested():
+                self.wake()  # read on once the consumer's outbox has drained
+                break
             requests = core.take_reads()
             if not requests:
                 break
@@ -175,11 +205,11 @@ class SubscriptionRuntime:
             if round_:
                 await asyncio.sleep(0)  # a long backlog must not starve the loop
         else:
-            self._wake.set()  # more to do: continue after others had a turn
+            self.wake()  # more to do: continue after others had a turn
         dead_letters = core.take_dead_letters()
         if dead_letters:
             await self._dead_letter(dead_letters)
-            self._wake.set()  # their keys and room may let more records go
+            self.wake()  # their keys and room may let more records go
         self._arm_timer(core.next_wakeup())
 
     def _dispatch(self, sends: list[tuple[str, list[Delivery]]]) -> None:
@@ -198,9 +228,9 @@ class SubscriptionRuntime:
         partition = self.topic.partitions[request.partition]
         self.core.set_start(request.partition, partition.start_offset)
         try:
-            records = partition.read_cached(request.offset, request.max_records, READ_MAX_BYTES)
-            if records is None:
-                records = await partition.read(request.offset, request.max_records, READ_MAX_BYTES)
+            records = await partition.read(
+                request.offset, request.max_records, self._read_max_bytes
+            )
         except BaseException:
             self.core.read_failed(request)
             raise
@@ -223,9 +253,7 @@ class SubscriptionRuntime:
                 last, position = offsets[j], first
                 while position <= last:
                     count = last - position + 1
-                    records = partition.read_cached(position, count, READ_MAX_BYTES)
-                    if records is None:
-                        records = await partition.read(position, count, READ_MAX_BYTES)
+                    records = await partition.read(position, count, self._read_max_bytes)
                     if not records:
                         break
                     found.extend(r for r in records if r.offset in wanted)

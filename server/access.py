@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, unquote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from delivery.close_codes import CloseCode
 from server import audit
 from server.auth import Credentials, Principal
 from server.errors import herald_error_response
@@ -229,7 +230,9 @@ class AccessGuard:
             except HeraldError as exc:
                 audit.auth_failure(socket.scope, exc)
                 self._sockets.discard(socket)
-                code = 4401 if isinstance(exc, Unauthorized) else 4403
+                code = (
+                    CloseCode.UNAUTHORIZED if isinstance(exc, Unauthorized) else CloseCode.FORBIDDEN
+                )
                 await socket.revoke(code, exc.code)
                 closed += 1
         if closed:
@@ -366,7 +369,7 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, exc: HeraldError) 
     if message["type"] != "websocket.connect":
         return
     await send({"type": "websocket.accept"})
-    code = 4401 if isinstance(exc, Unauthorized) else 4403
+    code = CloseCode.UNAUTHORIZED if isinstance(exc, Unauthorized) else CloseCode.FORBIDDEN
     await send({"type": "websocket.close", "code": code, "reason": exc.code})
 
 

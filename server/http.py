@@ -23,7 +23,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from storage.errors import BadRequest, PayloadTooLarge, SubscriptionNotFound
+from storage.errors import BadRequest, PayloadTooLarge
 from storage.topic import Topic
 
 JSON = "application/json"
@@ -142,11 +142,3 @@ def subscription_body(engine: Any, name: str, webhooks: Any = None) -> dict[str,
     if webhooks is not None and (push := webhooks.stats(name)) is not None:
         stats.update(push)
     return {"name": name, "config": config.public_dict(), "stats": stats}
-
-
-def existing_subscription(engine: Any, name: str) -> Any:
-    """The subscription's config, or None when there is none."""
-    try:
-        return engine.get(name)
-    except SubscriptionNotFound:
-        return None

@@ -87,6 +87,8 @@ def configure_logging(log_format: str, level: str) -> None:
         logger.propagate = True
     # uvicorn's own access log is off; ours (RequestContextMiddleware) has request ids.
     logging.getLogger("uvicorn.access").disabled = True
+    # One INFO line per webhook POST from httpx would drown the server log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _client_request_id(scope: Scope) -> str | None:

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
+from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
 from server.http import json_body, json_response, push_stats, topic_body
 from server.routing import method_route
@@ -152,7 +153,7 @@ async def stats_socket(websocket: WebSocket) -> None:
         await asyncio.gather(receiver, stopped, return_exceptions=True)
     if stopping.is_set():
         with contextlib.suppress(WebSocketDisconnect, WebSocketDisconnected, OSError):
-            await websocket.close(1001, "server shutting down")
+            await websocket.close(CloseCode.GOING_AWAY, "server shutting down")
 
 
 async def _drain_client(websocket: WebSocket) -> None:

@@ -34,9 +34,9 @@ from delivery.config import (
     DeliveryMode,
     PreviousSecret,
     PushConfig,
-    StartAt,
     SubscriptionConfig,
 )
+from delivery.start import StartAt
 from storage.config import TopicConfig
 from storage.errors import (
     BadRequest,
@@ -500,23 +500,18 @@ def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[
     return SubscriptionConfig(**values), frozenset(values)
 
 
-def subscription_config_matches(
-    existing: SubscriptionConfig, wanted: SubscriptionConfig, given: frozenset[str]
-) -> bool:
-    # PROTOCOL §2: `start` only says where a *new* subscription begins; never compared.
-    return all(getattr(existing, f) == getattr(wanted, f) for f in given if f != "start")
-
-
 def parse_start(value: Any) -> StartAt:
-    if value in ("earliest", "latest"):
-        return StartAt(value)
+    if value == "earliest":
+        return StartAt.earliest()
+    if value == "latest":
+        return StartAt.latest()
     if isinstance(value, str):
         raise BadRequest('start must be "earliest", "latest" or {"timestamp": T}')
     obj = _as_object(value, "start")
     _check_fields(obj, frozenset({"timestamp"}), "start")
     if obj.get("timestamp") is None:
         raise BadRequest("start.timestamp is required")
-    return StartAt("timestamp", _int_in(obj["timestamp"], "start.timestamp", TIMESTAMP))
+    return StartAt.at_timestamp(_int_in(obj["timestamp"], "start.timestamp", TIMESTAMP))
 
 
 def _parse_backoff(value: Any) -> Backoff:
@@ -682,16 +677,9 @@ def parse_redrive(body: Any) -> RedriveRequest:
 # ---------------------------------------------------------------- seek
 
 
-@dataclass(frozen=True, slots=True)
-class SeekTarget:
-    """Exactly one of the four forms of PROTOCOL §2 seek."""
-
-    to: str | None = None  # "earliest" | "latest"
-    timestamp: int | None = None
-    offsets: dict[int, int] | None = None
-
-
-def parse_seek(body: Any) -> SeekTarget:
+def parse_seek(body: Any) -> StartAt:
+    """PROTOCOL §2 seek: exactly one of its four forms. Partition numbers are checked
+    against the topic by the engine (StartAt.check_partitions)."""
     obj = _as_object(body, "the request body")
     _check_fields(obj, frozenset({"to", "timestamp", "offsets"}), "the seek request")
     forms = [k for k in ("to", "timestamp", "offsets") if obj.get(k) is not None]
@@ -702,13 +690,13 @@ def parse_seek(body: Any) -> SeekTarget:
         to = obj["to"]
         if to not in ("earliest", "latest"):
             raise BadRequest('to must be "earliest" or "latest"')
-        return SeekTarget(to=to)
+        return parse_start(to)
     if form == "timestamp":
-        return SeekTarget(timestamp=_int_in(obj["timestamp"], "timestamp", TIMESTAMP))
+        return StartAt.at_timestamp(_int_in(obj["timestamp"], "timestamp", TIMESTAMP))
     offsets = _as_object(obj["offsets"], "offsets")
     parsed: dict[int, int] = {}
     for key, offset in offsets.items():
         if _INT_TEXT_RE.fullmatch(key) is None:
             raise BadRequest(f"offsets keys are partition numbers, not {key!r}")
         parsed[int(key)] = _int_in(offset, f"offsets.{key}", OFFSET)
-    return SeekTarget(offsets=parsed)
+    return StartAt.at_offsets(parsed)

@@ -41,13 +41,32 @@ EXTEND_EVERY_S = 60.0
 MAX_IN_FLIGHT_CAP = 100_000  # PROTOCOL §2: max_in_flight 1..100000
 
 
+@dataclass(frozen=True, slots=True)
+class Starting:
+    """`startingOffsets`, in the terms of a PROTOCOL §2 seek request: {"to": "earliest"}
+    or {"to": "latest"}, or {"timestamp": T} (the first record at or after T)."""
+
+    to: str | None = "latest"
+    timestamp: int | None = None
+
+    @classmethod
+    def parse(cls, raw: str) -> Starting:
+        if raw in ("earliest", "latest"):
+            return cls(to=raw)
+        if raw.isascii() and raw.isdigit():
+            return cls(to=None, timestamp=int(raw))
+        raise ValueError(
+            f"startingOffsets must be 'earliest', 'latest' or a timestamp in ms, got {raw!r}"
+        )
+
+
 @dataclass(frozen=True)
 class Options:
     url: str
     topic: str
     subscription: str
     token: str | None
-    starting: str  # "earliest", "latest" or a timestamp in ms
+    starting: Starting
     max_records_per_trigger: int | None
     credit: int
 
@@ -58,12 +77,7 @@ class Options:
         topic = options.get("topic")
         if not topic:
             raise ValueError("the herald source needs option 'topic'")
-        starting = str(options.get("startingoffsets", "latest")).strip().lower()
-        if starting not in ("earliest", "latest") and not starting.isdigit():
-            raise ValueError(
-                "startingOffsets must be 'earliest', 'latest' or a timestamp in ms, "
-                f"got {starting!r}"
-            )
+        starting = Starting.parse(str(options.get("startingoffsets", "latest")).strip().lower())
         limit = options.get("maxrecordspertrigger")
         max_records = int(limit) if limit not in (None, "") else None
         if max_records is not None and max_records < 1:
@@ -406,24 +420,16 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, int]:
         """A new query: where `startingOffsets` points, and the subscription moved there."""
         self._ensure_subscription()
-        parts = self._topic()["partitions"]
-        offsets: dict[int, int] = {}
-        if self.opts.starting == "earliest":
-            offsets = {p["partition"]: p["start_offset"] for p in parts}
-        elif self.opts.starting == "latest":
-            offsets = {p["partition"]: p["end_offset"] for p in parts}
-        else:
-            ts = int(self.opts.starting)
-            for p in parts:
-                page = call_admin(
-                    self.opts,
-                    lambda admin, p=p: admin.read_messages(
-                        self.opts.topic, p["partition"], timestamp=ts, limit=1
-                    ),
-                )
-                first = page["messages"]
-                offsets[p["partition"]] = first[0]["offset"] if first else page["next_offset"]
-        call_admin(self.opts, lambda admin: admin.seek(self.opts.subscription, offsets=offsets))
+        # The server resolves the position (PROTOCOL §2 seek) and answers with the
+        # subscription's stats: each partition's ack floor is where it now starts.
+        starting = self.opts.starting
+        sought = call_admin(
+            self.opts,
+            lambda admin: admin.seek(
+                self.opts.subscription, to=starting.to, timestamp=starting.timestamp
+            ),
+        )
+        offsets = {p["partition"]: p["ack_floor"] for p in sought["stats"]["partitions"]}
         return {str(p): o for p, o in sorted(offsets.items())}
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -15,6 +15,7 @@ from storage.dedup import DedupIndex
 from storage.errors import PartitionNotFound, StorageUnavailable, TopicNotFound
 from storage.partition import Partition
 from storage.record import Acks, NewRecord, message_size, slot_constructor
+from storage.writer import wall_clock_ms
 
 log = logging.getLogger("herald.storage")
 
@@ -39,10 +40,6 @@ class PublishResult:
 # Fast positional constructors for the per-record objects of a publish.
 publish_item = slot_constructor(PublishItem)
 _publish_result = slot_constructor(PublishResult)
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # What a publish in flight promises the publishes racing it for the same producer id:

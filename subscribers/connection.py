@@ -19,21 +19,11 @@ from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
+from delivery.close_codes import CloseCode
 from subscribers.frames import BadFrame, ClientFrame, parse_frame
 from subscribers.wire import deliver_frame, error_frame
 
 log = logging.getLogger(__name__)
-
-CLOSE_NORMAL = 1000
-CLOSE_GOING_AWAY = 1001  # PROTOCOL §3: server shutting down
-CLOSE_POLICY = 1008  # PROTOCOL §3: too many bad frames
-CLOSE_INTERNAL = 1011
-CLOSE_BAD_QUERY = 4400
-CLOSE_UNAUTHORIZED = 4401
-CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
-CLOSE_PUSH_SUBSCRIPTION = 4409
-CLOSE_DELETED = 4410
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +121,7 @@ class ConsumerConnection:
                 if self.bad_frames >= self.settings.max_bad_frames:
                     # PROTOCOL §3: the 100th bad frame is answered, then the connection closed.
                     await self._queue_control(reply)
-                    self.request_close(CLOSE_POLICY, "too many bad frames")
+                    self.request_close(CloseCode.POLICY, "too many bad frames")
                     return
             if reply is not None:
                 await self._queue_control(reply)

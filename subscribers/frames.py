@@ -14,7 +14,9 @@ from typing import Any
 
 import orjson
 
-MAX_CREDIT = 1_000_000  # PROTOCOL §3: `n` is 1..1000000; outstanding credit is capped there too
+from delivery.credit import MAX_CREDIT
+from delivery.start import StartAt
+
 MAX_DELAY_MS = 600_000
 MIN_EXTEND_MS, MAX_EXTEND_MS = 100, 600_000
 FRAME_TYPES = ("credit", "ack", "nack", "extend")
@@ -107,6 +109,23 @@ def parse_credit_param(raw: str | None) -> int:
     if not raw.isascii() or not raw.isdigit():
         raise ValueError(f"credit must be a non-negative integer, got {raw!r}")
     return min(int(raw), MAX_CREDIT)  # a larger credit is capped, not refused
+
+
+def parse_from_param(raw: str | None) -> StartAt:
+    """A tail's `?from=` (PROTOCOL §3): latest (the default) | earliest | <offset> | ts:<ms>.
+
+    Raises ValueError for anything else; the caller closes with 4400.
+    """
+    if raw is None or raw == "latest":
+        return StartAt.latest()
+    if raw == "earliest":
+        return StartAt.earliest()
+    if raw.isascii() and raw.isdigit():
+        return StartAt.at_offset(int(raw))
+    number = raw.removeprefix("ts:")
+    if number != raw and number.isascii() and number.isdigit():
+        return StartAt.at_timestamp(int(number))
+    raise ValueError(f"from must be latest, earliest, an offset or ts:<ms>, got {raw!r}")
 
 
 def _integer(data: Mapping[str, Any], name: str, low: int, high: int) -> int:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from delivery.close_codes import CloseCode
 from storage.errors import SubscriptionNotFound
-from subscribers.connection import CLOSE_DELETED, ConsumerConnection
+from subscribers.connection import ConsumerConnection
 from subscribers.frames import (
-    MAX_CREDIT,
     AckFrame,
     ClientFrame,
     CreditFrame,
@@ -36,9 +36,6 @@ class ConsumerSession:
         self.subscription = subscription
         self.connection = connection
         self.consumer_id: str | None = None
-        # Outstanding credit as the engine sees it: granted minus records sent. Kept
-        # here only to cap it at 1,000,000 (PROTOCOL §3); the engine does the spending.
-        self.credit = 0
         self._detached = False
         self._closed_by_engine = False
 
@@ -47,7 +44,6 @@ class ConsumerSession:
     def send(self, topic: str, subscription: str, deliveries: Sequence[Delivery]) -> None:
         # PROTOCOL §3: one record spends one credit; the engine never exceeds it, so
         # the outbox holds at most the credit the client granted.
-        self.credit = max(0, self.credit - len(deliveries))
         self.connection.push_records(
             [record_json(topic, d.record, subscription, d.attempt) for d in deliveries]
         )
@@ -65,7 +61,6 @@ class ConsumerSession:
 
         Raises SubscriptionNotFound when the subscription vanished before attaching.
         """
-        self.credit = credit
         # attach may already call send(); those records wait in the outbox until the
         # writer starts, so `ready` is still the first frame (PROTOCOL §3).
         self.consumer_id = self.engine.attach(self.subscription, self, credit)
@@ -89,11 +84,8 @@ class ConsumerSession:
             return None
         try:
             if isinstance(frame, CreditFrame):
-                # PROTOCOL §3: credit adds up, outstanding credit is capped at 1,000,000.
-                grant = min(frame.n, MAX_CREDIT - self.credit)
-                if grant > 0:
-                    self.credit += grant  # before the engine may spend it in send()
-                    self.engine.grant_credit(consumer, grant)
+                # PROTOCOL §3: credit adds up; the engine caps what is outstanding.
+                self.engine.grant_credit(consumer, frame.n)
                 return None
             if isinstance(frame, AckFrame):
                 return self._ack(consumer, frame)
@@ -105,7 +97,7 @@ class ConsumerSession:
             return None
         except SubscriptionNotFound:
             # Deleted between frames; the engine's close(4410) may still be on its way.
-            self.connection.request_close(CLOSE_DELETED, "subscription deleted")
+            self.connection.request_close(CloseCode.DELETED, "subscription deleted")
             return None
 
     def _ack(self, consumer: str, frame: AckFrame) -> bytes | None:

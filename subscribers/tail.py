@@ -1,63 +1,36 @@
 """An ephemeral tail of a topic over WebSocket (PROTOCOL §3 `GET /v1/topics/{topic}/ws`).
 
-At-most-once and stateless: it reads each partition by offset straight from the
-log, spends the client's credit, sends every record with `attempt` 1 and no
-`subscription`, ignores acks, and forgets everything on disconnect. It waits
-for appends through the partitions' append listeners — no polling.
+At-most-once and stateless: each tail runs its own non-durable at-most-once
+SubscriptionCore (delivery/core.py) — the same credit spending, partition round robin
+and cursors as a subscription, kept in memory and never persisted — driven by a
+SubscriptionRuntime inside the connection's TaskGroup. It sends every record with
+`attempt` 1 and no `subscription`, ignores acks, and forgets everything on disconnect.
+It waits for appends through the partitions' append listeners — no polling.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from subscribers.connection import (
-    CLOSE_DELETED,
-    CLOSE_GOING_AWAY,
-    ConsumerConnection,
-)
-from subscribers.frames import MAX_CREDIT, ClientFrame, CreditFrame
+from delivery.close_codes import CloseCode
+from delivery.config import DeliveryMode, SubscriptionConfig
+from delivery.core import SubscriptionCore
+from delivery.runtime import SubscriptionRuntime
+from storage.cursors import CursorSnapshot, PartitionCursor
+from subscribers.connection import ConsumerConnection
+from subscribers.frames import ClientFrame, CreditFrame
 from subscribers.wire import ready_frame, record_json
 
 if TYPE_CHECKING:
+    from delivery.events import Delivery
+    from delivery.start import StartAt
     from storage.engine import Storage
-    from storage.partition import Partition
     from storage.topic import Topic
-
-
-@dataclass(frozen=True, slots=True)
-class TailStart:
-    """`?from=`: latest | earliest | <offset> | ts:<ms>."""
-
-    position: str  # "latest" | "earliest" | "offset" | "timestamp"
-    value: int = 0
-
-    @classmethod
-    def parse(cls, raw: str | None) -> TailStart:
-        """Raises ValueError on anything else; the caller closes with 4400."""
-        if raw is None or raw == "latest":
-            return cls("latest")
-        if raw == "earliest":
-            return cls("earliest")
-        if raw.isascii() and raw.isdigit():
-            return cls("offset", int(raw))
-        number = raw.removeprefix("ts:")
-        if number != raw and number.isascii() and number.isdigit():
-            return cls("timestamp", int(number))
-        raise ValueError(f"from must be latest, earliest, an offset or ts:<ms>, got {raw!r}")
-
-    async def offset_in(self, partition: Partition) -> int:
-        if self.position == "latest":
-            return partition.end_offset
-        if self.position == "earliest":
-            return partition.start_offset
-        if self.position == "offset":
-            # PROTOCOL §3: past a partition's end means its end; below its start, reads
-            # begin at the start (Partition.read does that).
-            return min(self.value, partition.end_offset)
-        return await partition.offset_for_timestamp(self.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +40,7 @@ class TailSettings:
 
 
 class TailSession:
-    """One tail connection: a pump task reading the log, plus the connection's tasks."""
+    """One tail connection: the ConsumerSink of its own at-most-once core."""
 
     def __init__(
         self,
@@ -76,6 +49,7 @@ class TailSession:
         connection: ConsumerConnection,
         registry: TailRegistry,
         settings: TailSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.storage = storage
         self.topic = topic
@@ -83,97 +57,79 @@ class TailSession:
         self.registry = registry
         self.settings = settings or TailSettings()
         self.consumer_id = f"tail-{uuid.uuid4().hex[:16]}"
-        self.credit = 0
-        self._cursors: list[int] = []
-        self._next_partition = 0
-        self._wake = asyncio.Event()  # credit granted or records appended
+        self._clock = clock
+        self._runtime: SubscriptionRuntime | None = None
 
     def topic_deleted(self) -> bool:
         return self.storage.topic(self.topic.name) is not self.topic
 
+    # -- ConsumerSink ------------------------------------------------------------------
+
+    def send(self, topic: str, subscription: str, deliveries: Sequence[Delivery]) -> None:
+        # PROTOCOL §3: tail records carry `attempt` 1 and no `subscription`.
+        self.connection.push_records([record_json(topic, d.record, None, 1) for d in deliveries])
+
     def close(self, code: int, reason: str) -> None:
         self.connection.request_close(code, reason)
-        self._wake.set()
 
-    async def run(self, start: TailStart, credit: int) -> None:
-        partitions = self.topic.partitions
-        self.credit = credit
-        self._cursors = [await start.offset_in(p) for p in partitions]
-        unsubscribe = [p.add_append_listener(self._appended) for p in partitions]
+    # -- Backpressure (STYLE 3: bounded in bytes as well as by credit) -----------------
+
+    def congested(self) -> bool:
+        return self.connection.queued_bytes > self.settings.max_queued_bytes
+
+    async def drained(self) -> None:
+        await self.connection.wait_drained()
+
+    # -- the connection ----------------------------------------------------------------
+
+    async def run(self, start: StartAt, credit: int) -> None:
+        offsets = await start.offsets_in(self.topic.partitions)
+        cursor = CursorSnapshot({p: PartitionCursor(o) for p, o in offsets.items()}, {})
+        config = SubscriptionConfig(topic=self.topic.name, delivery=DeliveryMode.AT_MOST_ONCE)
+        core = SubscriptionCore(config, cursor)
+        runtime = SubscriptionRuntime(
+            self.consumer_id,
+            config,
+            self.topic,
+            core,
+            self.storage,
+            self._clock,
+            read_max_bytes=self.settings.read_max_bytes,
+            backpressure=self,
+        )
+        self._runtime = runtime
+        core.attach(self.consumer_id, credit)
+        runtime.sinks[self.consumer_id] = self
         self.registry.add(self)
         try:
             await self.connection.send_now(ready_frame(None, self.consumer_id, credit))
+            runtime.listen()
             async with asyncio.TaskGroup() as group:
-                served = group.create_task(self.connection.run(self.handle, self._wake.set))
-                pump = group.create_task(self._pump())
-                served.add_done_callback(lambda _: pump.cancel())
+                served = group.create_task(self.connection.run(self.handle, runtime.wake))
+                delivering = group.create_task(self._deliver(runtime))
+                served.add_done_callback(lambda _: delivering.cancel())
         finally:
             self.registry.discard(self)
-            for stop in unsubscribe:
-                stop()
+            await runtime.stop()
 
     def handle(self, frame: ClientFrame) -> bytes | None:
         # PROTOCOL §3: a tail is at-most-once; acks, nacks and extends are ignored
         # and never answered (they were still validated as frames).
-        if isinstance(frame, CreditFrame):
-            grant = min(frame.n, MAX_CREDIT - self.credit)
-            if grant > 0:
-                self.credit += grant
-                self._wake.set()
+        runtime = self._runtime
+        if isinstance(frame, CreditFrame) and runtime is not None:
+            runtime.core.grant_credit(self.consumer_id, frame.n)  # capped by the core
+            runtime.wake()
         return None
 
-    def _appended(self, partition: Partition) -> None:
-        self._wake.set()
-
-    async def _pump(self) -> None:
-        """Send records while there is credit; sleep on the event otherwise."""
-        while not self.connection.closing:
-            self._wake.clear()  # before looking, so no append or credit is missed
-            if self.topic_deleted():
-                # Also caught here in case the server did not tell the registry.
-                self.close(CLOSE_DELETED, "topic deleted")
-                return
-            if self.credit > 0 and self.connection.queued_bytes > self.settings.max_queued_bytes:
-                await self.connection.wait_drained()  # STYLE 3: bounded in bytes as well
-                continue
-            try:
-                sent = self.credit > 0 and await self._read_round()
-            except Exception:
-                # A deleted topic's partitions are closed under a running read
-                # (PROTOCOL §3: 4410); any other failure goes up as 1011.
-                if not self.topic_deleted():
-                    raise
-                self.close(CLOSE_DELETED, "topic deleted")
-                return
-            if not sent:
-                await self._wake.wait()
-
-    async def _read_round(self) -> bool:
-        """One read from every partition with records, round robin; True if any were sent."""
-        partitions = self.topic.partitions
-        count = len(partitions)
-        sent = False
-        for step in range(count):
-            if self.credit <= 0 or self.connection.closing:
-                break
-            index = (self._next_partition + step) % count
-            partition, offset = partitions[index], self._cursors[index]
-            if offset >= partition.end_offset:
-                continue
-            limit, max_bytes = self.credit, self.settings.read_max_bytes
-            records = partition.read_cached(offset, limit, max_bytes)
-            if records is None:
-                records = await partition.read(offset, limit, max_bytes)
-            records = records[: self.credit]  # only this task spends credit
-            if not records:
-                continue
-            self.credit -= len(records)
-            self._cursors[index] = records[-1].offset + 1
-            name = self.topic.name
-            self.connection.push_records([record_json(name, r, None, 1) for r in records])
-            sent = True
-        self._next_partition = (self._next_partition + 1) % max(count, 1)
-        return sent
+    async def _deliver(self, runtime: SubscriptionRuntime) -> None:
+        try:
+            await runtime.run()
+        except Exception:
+            # A deleted topic's partitions are closed under a running read
+            # (PROTOCOL §3: 4410); any other failure goes up as 1011.
+            if not self.topic_deleted():
+                raise
+            self.close(CloseCode.DELETED, "topic deleted")
 
 
 class TailRegistry:
@@ -198,9 +154,11 @@ class TailRegistry:
 
     def topic_deleted(self, topic: str) -> None:
         for tail in list(self._tails.get(topic, ())):
-            tail.close(CLOSE_DELETED, "topic deleted")
+            tail.close(CloseCode.DELETED, "topic deleted")
 
-    def close_all(self, code: int = CLOSE_GOING_AWAY, reason: str = "server shutting down") -> None:
+    def close_all(
+        self, code: int = CloseCode.GOING_AWAY, reason: str = "server shutting down"
+    ) -> None:
         for tails in list(self._tails.values()):
             for tail in list(tails):
                 tail.close(code, reason)

@@ -4,8 +4,8 @@ A dispatcher is a ConsumerSink attached to the DeliveryEngine like a WebSocket c
 so deadlines, backoff, max_deliveries, dead-letter, ordered_by_key and seek are the same
 core. It turns each delivery into one signed POST and each answer into an ack or a nack;
 credit is granted back only as answers return, so at most the endpoint's current
-concurrency limit (subscribers/endpoint_credit.py, AIMD up to `push.max_in_flight`) is
-out at once. While the breaker (subscribers/breaker.py) is open no credit is granted:
+concurrency limit (delivery/endpoint_credit.py, AIMD up to `push.max_in_flight`) is
+out at once. While the breaker (delivery/breaker.py) is open no credit is granted:
 records wait in the log and spend no attempts. Each endpoint has its own
 httpx.AsyncClient (its own connection pool and limits: a bulkhead), so a slow or dead
 endpoint delays nobody else.
@@ -14,13 +14,10 @@ endpoint delays nobody else.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-import email.utils
 import logging
 import ssl
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,17 +28,15 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from delivery.config import PushConfig, SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.events import Delivery
+from delivery.push import Ack, Action, Answer, Extend, Grant, Nack, Post, PushPolicy
 from storage.errors import SubscriptionNotFound
-from storage.topic import wall_clock_ms
+from storage.writer import wall_clock_ms
 from subscribers.attempt_log import Attempt, AttemptLog
-from subscribers.breaker import CircuitBreaker
-from subscribers.endpoint_credit import EndpointCredit
 from subscribers.signing import secret_key, webhook_headers
 from subscribers.wire import record_json
 
 log = logging.getLogger("herald.webhook")
 
-DEADLINE_SLACK_MS = 1_000  # a request's record stays in flight this long past timeout_ms
 RESTART_AFTER_FAILURE_S = 1.0
 MAX_RESPONSE_BYTES = 64 * 1024  # of a receiver's answer body we read (and drop)
 
@@ -73,7 +68,8 @@ def webhook_verify(ca_file: Path | str | None) -> Verify:
 
 
 class WebhookDispatcher:
-    """ConsumerSink for one push subscription; ``run`` is its worker."""
+    """ConsumerSink for one push subscription; ``run`` is its worker. The I/O of push:
+    the decisions are its PushPolicy's (delivery/push.py)."""
 
     def __init__(
         self,
@@ -91,34 +87,26 @@ class WebhookDispatcher:
         self.topic = config.topic
         self.config = config
         self.push = config.push
+        self.policy = PushPolicy(config)
         self._verify = verify
         self._clock = clock
         self._wall_ms = wall_ms
-        self.breaker = CircuitBreaker(self.push.breaker)
-        self.credit = EndpointCredit(self.push.max_in_flight)
         self.attempts = AttemptLog()
         self._keys = _signing_keys(self.push)
-        self._ready: deque[Delivery] = deque()  # received, not POSTed yet
-        self._held_since: dict[str, float] = {}  # ready record id -> last deadline extension
-        self._granted = 0  # credit granted and not yet used by the engine
         self._running: set[asyncio.Task[None]] = set()
-        self._not_before = 0.0  # Retry-After of a 429/503 pauses the whole endpoint
         self._wake = asyncio.Event()
         self._consumer: str | None = None
         self.closed = False
-        self.last_status: int | None = None
-        self.last_error: str | None = None
-        self.requests_total = 0
-        self.failures_total = 0
 
     # ------------------------------------------------------------------ ConsumerSink
 
     def send(self, topic: str, subscription: str, deliveries: Sequence[Delivery]) -> None:
-        self._granted = max(0, self._granted - len(deliveries))
-        now = self._clock()
-        for delivery in deliveries:
-            self._ready.append(delivery)
-            self._held_since[_record_id(delivery)] = now
+        self.policy.received(deliveries, self._clock())
+        self._wake.set()
+
+    def clock_moved(self) -> None:
+        """The injected clock jumped ahead (a test's fake clock): look again now, not when
+        the wait computed from the old time ends."""
         self._wake.set()
 
     def close(self, code: int, reason: str) -> None:
@@ -136,34 +124,22 @@ class WebhookDispatcher:
         client, breaker and credit keep the settings they were built with)."""
         assert config.push is not None
         self.config, self.push = config, config.push
+        self.policy.use_config(config)
         self._keys = _signing_keys(config.push)
 
     def stats(self) -> dict[str, Any]:
         """The push members of the subscription's stats (docs/protocol.md)."""
-        self.breaker.allowed(self._clock())  # an elapsed open period shows as half_open
-        return {
-            "endpoint_state": self.breaker.state.value,
-            "last_status": self.last_status,
-            "last_error": self.last_error,
-            "endpoint_concurrency": self.credit.limit,
-            "endpoint_in_flight": len(self._running),
-            "endpoint_waiting": len(self._ready),  # received, held (breaker, Retry-After)
-            "endpoint_credit": self._granted,
-            "endpoint_requests_total": self.requests_total,
-            "endpoint_failures_total": self.failures_total,
-            "breaker_opened_total": self.breaker.opened_total,
-        }
+        return self.policy.stats(self._clock(), self._credit())
 
     # ------------------------------------------------------------------ the worker
 
     async def run(self) -> None:
         push = self.push
-        timeout_s = push.timeout_ms / 1000
         limits = httpx.Limits(
             max_connections=push.max_in_flight, max_keepalive_connections=push.max_in_flight
         )
         async with httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s),
+            timeout=httpx.Timeout(push.timeout_ms / 1000),
             limits=limits,
             follow_redirects=False,  # PROTOCOL §4: redirects are not followed
             verify=self._verify,
@@ -174,11 +150,15 @@ class WebhookDispatcher:
                 async with asyncio.TaskGroup() as requests:
                     while not self.closed:
                         self._wake.clear()
-                        wait_s = self._pump(requests, client)
+                        self._carry_out(
+                            self.policy.poll(self._clock(), self._credit()), requests, client
+                        )
                         if self.closed:
                             break
+                        wake_at = self.policy.next_wakeup(self._clock())
+                        timeout = None if wake_at is None else max(0.0, wake_at - self._clock())
                         try:
-                            async with asyncio.timeout(wait_s):
+                            async with asyncio.timeout(timeout):
                                 await self._wake.wait()
                         except TimeoutError:
                             pass
@@ -190,67 +170,46 @@ class WebhookDispatcher:
                     # Records of unfinished requests go back at once, their attempts kept.
                     self.engine.detach(consumer)
 
-    def _pump(self, requests: asyncio.TaskGroup, client: httpx.AsyncClient) -> float | None:
-        """Start what may start now and grant the credit that leaves room for; returns
-        how long to sleep at most before looking again."""
-        now = self._clock()
-        allowed = self.breaker.allowed(now)
-        limit = self.credit.limit if allowed is None else min(allowed, self.credit.limit)
-        wait_s: float | None = None
-        if now < self._not_before:
-            limit, wait_s = 0, self._not_before - now
-        while self._ready and len(self._running) < limit:
-            delivery = self._ready.popleft()
-            self._held_since.pop(_record_id(delivery), None)
-            self._start(requests, client, delivery)
-        self._extend_held(now)
-        if self._ready:
-            wait_s = _min(wait_s, self.config.ack_deadline_ms / 3000)
-        reopens = self.breaker.reopens_at()
-        if reopens is not None:
-            wait_s = _min(wait_s, max(0.0, reopens - now) + 0.001)
-        want = limit - len(self._running) - len(self._ready) - self._granted
-        if want > 0 and self._consumer is not None:
-            self._granted += want
-            try:
-                self.engine.grant_credit(self._consumer, want)
-            except SubscriptionNotFound:
-                self.closed = True  # detached under us: the engine is stopping
-        return wait_s
+    def _credit(self) -> int:
+        consumer = self._consumer
+        return 0 if consumer is None else self.engine.credit_of(consumer)
 
-    def _extend_held(self, now: float) -> None:
-        """Records received but not POSTed yet (the breaker opened, or a Retry-After)
-        stay in flight without spending an attempt: their deadline is pushed out."""
-        if not self._held_since or self._consumer is None:
-            return
-        due = now - self.config.ack_deadline_ms / 3000
-        stale = [i for i, since in self._held_since.items() if since <= due]
-        if stale:
-            self.engine.extend(self._consumer, stale, self.config.ack_deadline_ms)
-            for record_id in stale:
-                self._held_since[record_id] = now
-
-    def _start(
-        self, requests: asyncio.TaskGroup, client: httpx.AsyncClient, delivery: Delivery
+    def _carry_out(
+        self, actions: list[Action], requests: asyncio.TaskGroup, client: httpx.AsyncClient
     ) -> None:
-        record_id = _record_id(delivery)
-        if self._consumer is not None and self.push.timeout_ms + DEADLINE_SLACK_MS > (
-            self.config.ack_deadline_ms
-        ):
-            # The POST may take timeout_ms: the core must not redeliver meanwhile.
-            self.engine.extend(
-                self._consumer, [record_id], self.push.timeout_ms + DEADLINE_SLACK_MS
-            )
-        task = requests.create_task(self._post(client, delivery, record_id))
-        self._running.add(task)
-        task.add_done_callback(self._request_done)
+        for action in actions:
+            if isinstance(action, Post):
+                task = requests.create_task(self._post(client, action.delivery))
+                self._running.add(task)
+                task.add_done_callback(self._request_done)
+            else:
+                self._tell_engine(action)
+
+    def _tell_engine(self, action: Extend | Grant | Ack | Nack) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return  # detached: the engine gives the records back itself
+        try:
+            if isinstance(action, Extend):
+                self.engine.extend(consumer, action.ids, action.ms)
+            elif isinstance(action, Grant):
+                self.engine.grant_credit(consumer, action.n)
+            elif isinstance(action, Ack):
+                self.engine.ack(consumer, [action.id])
+            else:
+                self.engine.nack(consumer, [action.id], action.delay_ms)
+        except SubscriptionNotFound:
+            # Detached under us (shutdown, delete): its records are redelivered later.
+            if isinstance(action, Grant):
+                self.closed = True
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
         # Runs after the task's own wake-up: only now is its slot free.
         self._running.discard(task)
         self._wake.set()
 
-    async def _post(self, client: httpx.AsyncClient, delivery: Delivery, record_id: str) -> None:
+    async def _post(self, client: httpx.AsyncClient, delivery: Delivery) -> None:
+        record_id = delivery.record.id
         body = record_json(self.topic, delivery.record, self.name, delivery.attempt)
         wall_ms = self._wall_ms()
         headers = webhook_headers(
@@ -258,8 +217,8 @@ class WebhookDispatcher:
         )
         started = self._clock()
         status: int | None = None
+        retry_after: str | None = None
         error: str | None = None
-        retry_after_ms: int | None = None
         try:
             # PROTOCOL §4: a 2xx within timeout_ms, the whole exchange (httpx's own timeouts
             # are per phase: connect, each read...).
@@ -270,72 +229,27 @@ class WebhookDispatcher:
                             "POST", self.push.url, content=body, headers=headers
                         ) as r:
                             status = r.status_code
+                            retry_after = r.headers.get("retry-after")
                             await _drain(r)
-            assert status is not None
-            if not 200 <= status < 300:
-                error = f"HTTP {status}"
-                if status in (429, 503):
-                    retry_after_ms = parse_retry_after(r.headers.get("retry-after"), wall_ms)
         except (httpx.TimeoutException, TimeoutError):
             error = "timeout"
         except httpx.ConnectError as exc:
             error = f"connect failed: {exc}" if str(exc) else "connect failed"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"
-        latency_s = self._clock() - started
-        self._finish(delivery, record_id, wall_ms, status, error, latency_s, retry_after_ms)
+        now = self._clock()
+        answer = Answer(status, now - started, error, retry_after, wall_ms)
+        verdict = self.policy.answered(delivery, answer, now)
+        self.attempts.add(
+            Attempt(
+                wall_ms, record_id, delivery.attempt, status, answer.latency_s * 1000, answer.error
+            )
+        )
+        self._tell_engine(verdict)
+        self._wake.set()
 
     def _live_keys(self, wall_ms: int) -> list[bytes]:
         return [key for key, expires in self._keys if expires is None or wall_ms < expires]
-
-    def _finish(
-        self,
-        delivery: Delivery,
-        record_id: str,
-        wall_ms: int,
-        status: int | None,
-        error: str | None,
-        latency_s: float,
-        retry_after_ms: int | None,
-    ) -> None:
-        now = self._clock()
-        self.requests_total += 1
-        self.last_status, self.last_error = status, error
-        self.attempts.add(
-            Attempt(wall_ms, record_id, delivery.attempt, status, latency_s * 1000, error)
-        )
-        consumer = self._consumer
-        if error is None:
-            self.breaker.on_success()
-            self.credit.on_success(latency_s)
-            if consumer is not None:
-                _apply(lambda: self.engine.ack(consumer, [record_id]))
-        else:
-            self.failures_total += 1
-            self.breaker.on_failure(now)
-            self.credit.on_failure()
-            delay_ms = None
-            if retry_after_ms is not None:
-                # Honoured, capped by the backoff maximum (PROTOCOL §4, issue 4).
-                delay_ms = min(retry_after_ms, self.config.retry_backoff.max_ms)
-                self._not_before = max(self._not_before, now + delay_ms / 1000)
-            if consumer is not None:
-                _apply(lambda: self.engine.nack(consumer, [record_id], delay_ms))
-        self._wake.set()
-
-
-def parse_retry_after(value: str | None, now_ms: int) -> int | None:
-    """RFC 9110 `Retry-After`: delay-seconds or an HTTP date; ms from now, or None."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return int(value) * 1000
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0, int(when.timestamp() * 1000) - now_ms)
 
 
 async def _drain(response: httpx.Response) -> None:
@@ -347,25 +261,11 @@ async def _drain(response: httpx.Response) -> None:
             break
 
 
-def _apply(verdict: Callable[[], object]) -> None:
-    # Detached meanwhile (shutdown, delete): the record is redelivered later.
-    with contextlib.suppress(SubscriptionNotFound):
-        verdict()
-
-
 def _signing_keys(push: PushConfig) -> list[tuple[bytes, int | None]]:
     """(HMAC key, expires_at or None), the current secret first (PROTOCOL §4)."""
     return [(secret_key(push.secret), None)] + [
         (secret_key(p.secret), p.expires_at) for p in push.previous_secrets
     ]
-
-
-def _record_id(delivery: Delivery) -> str:
-    return f"{delivery.record.partition}-{delivery.record.offset}"
-
-
-def _min(a: float | None, b: float) -> float:
-    return b if a is None else min(a, b)
 
 
 class WebhookDispatchers:
@@ -377,8 +277,6 @@ class WebhookDispatchers:
         self._dispatchers: dict[str, WebhookDispatcher] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopped = False
-        # One INFO line per POST from httpx would drown the server log.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def start(self) -> None:
         for name in self.engine.names():

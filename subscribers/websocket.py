@@ -13,22 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
+from delivery.close_codes import CloseCode
 from storage.errors import SubscriptionNotFound
-from subscribers.connection import (
-    CLOSE_BAD_QUERY,
-    CLOSE_INTERNAL,
-    CLOSE_NOT_FOUND,
-    CLOSE_PUSH_SUBSCRIPTION,
-    ConnectionSettings,
-    ConsumerConnection,
-)
-from subscribers.frames import parse_credit_param
+from subscribers.connection import ConnectionSettings, ConsumerConnection
+from subscribers.frames import parse_credit_param, parse_from_param
 from subscribers.session import ConsumerSession
-from subscribers.tail import TailRegistry, TailSession, TailStart
+from subscribers.tail import TailRegistry, TailSession
 
 if TYPE_CHECKING:
     from delivery.engine import DeliveryEngine
@@ -37,56 +32,75 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _CLIENT_GONE = (WebSocketDisconnect, WebSocketDisconnected, OSError)
+T = TypeVar("T")
+
+
+class Refused(Exception):
+    """A consumer connection refused with a close code (PROTOCOL §3: the server accepts
+    the upgrade, then speaks; every refusal is a close code)."""
+
+    def __init__(self, code: CloseCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
 
 
 async def subscription_socket(websocket: WebSocket) -> None:
     """`GET /v1/subscriptions/{name}/ws[?credit=N]`: a durable consumer."""
-    engine: DeliveryEngine = websocket.app.state.engine
-    name = websocket.path_params["name"]
-    await websocket.accept()
-    try:
-        credit = parse_credit_param(websocket.query_params.get("credit"))
-    except ValueError as exc:
-        await _refuse(websocket, CLOSE_BAD_QUERY, str(exc))
-        return
-    try:
-        config = engine.get(name)
-    except SubscriptionNotFound:
-        await _refuse(websocket, CLOSE_NOT_FOUND, f"subscription {name!r} does not exist")
-        return
-    if config.push is not None:
-        await _refuse(
-            websocket, CLOSE_PUSH_SUBSCRIPTION, f"subscription {name!r} is a push subscription"
-        )
-        return
-    session = ConsumerSession(engine, name, ConsumerConnection(websocket, _settings(websocket)))
-    try:
-        await session.run(credit)
-    except SubscriptionNotFound:  # deleted between the lookup and attach
-        await _refuse(websocket, CLOSE_NOT_FOUND, f"subscription {name!r} does not exist")
-    except Exception as exc:
-        await _failed(websocket, exc)
+    await _serve(websocket, _consume_subscription)
 
 
 async def topic_tail_socket(websocket: WebSocket) -> None:
     """`GET /v1/topics/{topic}/ws?from=…[&credit=N]`: an ephemeral tail."""
+    await _serve(websocket, _tail_topic)
+
+
+async def _consume_subscription(websocket: WebSocket) -> None:
+    engine: DeliveryEngine = websocket.app.state.engine
+    name = websocket.path_params["name"]
+    credit = _query(websocket, "credit", parse_credit_param)
+    gone = Refused(CloseCode.NOT_FOUND, f"subscription {name!r} does not exist")
+    try:
+        config = engine.get(name)
+    except SubscriptionNotFound:
+        raise gone from None
+    if config.push is not None:
+        raise Refused(CloseCode.PUSH_SUBSCRIPTION, f"subscription {name!r} is a push subscription")
+    session = ConsumerSession(engine, name, ConsumerConnection(websocket, _settings(websocket)))
+    try:
+        await session.run(credit)
+    except SubscriptionNotFound:  # deleted between the lookup and attach
+        raise gone from None
+
+
+async def _tail_topic(websocket: WebSocket) -> None:
     storage: Storage = websocket.app.state.storage
     name = websocket.path_params["topic"]
-    await websocket.accept()
-    try:
-        credit = parse_credit_param(websocket.query_params.get("credit"))
-        start = TailStart.parse(websocket.query_params.get("from"))
-    except ValueError as exc:
-        await _refuse(websocket, CLOSE_BAD_QUERY, str(exc))
-        return
+    credit = _query(websocket, "credit", parse_credit_param)
+    start = _query(websocket, "from", parse_from_param)
     topic = storage.topic(name)
     if topic is None:  # PROTOCOL §3: tails never auto-create
-        await _refuse(websocket, CLOSE_NOT_FOUND, f"topic {name!r} does not exist")
-        return
+        raise Refused(CloseCode.NOT_FOUND, f"topic {name!r} does not exist")
     connection = ConsumerConnection(websocket, _settings(websocket))
     tail = TailSession(storage, topic, connection, tail_registry(websocket.app.state))
+    await tail.run(start, credit)
+
+
+def _query(websocket: WebSocket, name: str, parse: Callable[[str | None], T]) -> T:
     try:
-        await tail.run(start, credit)
+        return parse(websocket.query_params.get(name))
+    except ValueError as exc:
+        raise Refused(CloseCode.BAD_QUERY, str(exc)) from None
+
+
+async def _serve(websocket: WebSocket, consume: Callable[[WebSocket], Awaitable[None]]) -> None:
+    """Accept, then run ``consume``; the one place refusals and failures become close
+    codes (STYLE 5)."""
+    await websocket.accept()
+    try:
+        await consume(websocket)
+    except Refused as refused:
+        await _refuse(websocket, refused.code, refused.reason)
     except Exception as exc:
         await _failed(websocket, exc)
 
@@ -115,7 +129,7 @@ async def _failed(websocket: WebSocket, exc: Exception) -> None:
     if _client_gone(exc):
         return
     log.error("consumer connection failed", exc_info=exc)
-    await _refuse(websocket, CLOSE_INTERNAL, "internal error")
+    await _refuse(websocket, CloseCode.INTERNAL, "internal error")
 
 
 def _client_gone(exc: BaseException) -> bool:

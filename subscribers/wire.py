@@ -40,7 +40,7 @@ def record_json(
         )
     head: dict[str, object] = {
         "topic": topic,
-        "id": f"{record.partition}-{record.offset}",
+        "id": record.id,
         "partition": record.partition,
         "offset": record.offset,
         "timestamp": record.timestamp,
@@ -55,6 +55,7 @@ def record_json(
     return orjson.dumps(head)
 
 
+# "id" is Record.id ("{partition}-{offset}", PROTOCOL §1), formatted in place.
 _JSON_RECORD = (
     b'{"topic":%s,"id":"%d-%d","partition":%d,"offset":%d,"timestamp":%d,'
     b'"key":%s,"headers":%s%s,"value":%s}'

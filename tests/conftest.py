@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -205,3 +205,10 @@ def unique() -> Callable[[str], str]:
         return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
     return make
+
+
+@pytest.fixture
+async def http(shared_herald: HeraldProcess) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the shared server."""
+    async with httpx.AsyncClient(base_url=shared_herald.url, timeout=60) as client:
+        yield client

@@ -11,6 +11,7 @@ import pytest
 
 from client import Admin, Consumer, ConsumerClosedError, HeraldClientError, Message, Producer
 from tests.conftest import HeraldProcess
+from tests.helpers import wait_until
 
 
 async def take(consumer: Consumer, count: int, within: float = 15.0) -> list[Message]:
@@ -215,19 +216,13 @@ async def test_every_task_iterating_a_consumer_stops_when_it_closes(
 
     workers = [asyncio.ensure_future(worker()) for _ in range(3)]
     await asyncio.wait_for(got_one.wait(), 15)
-    await asyncio.sleep(0.1)
+    for _ in range(20):  # every worker has had its turns to end wrongly
+        await asyncio.sleep(0)
     assert not any(w.done() for w in workers)
     await consumer.close()
     async with asyncio.timeout(10):
         await asyncio.gather(*workers)  # each one ended its loop; none is left waiting
     assert seen == ["only"]
-
-
-async def eventually(condition: Callable[[], bool], what: str, within: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not condition():  # a counter on the client: nothing to wait on
-        assert asyncio.get_running_loop().time() < deadline, f"{what} not reached"
-        await asyncio.sleep(0.01)
 
 
 async def test_a_waiting_reader_gets_the_error_that_ends_the_consumer(
@@ -238,7 +233,7 @@ async def test_a_waiting_reader_gets_the_error_that_ends_the_consumer(
         await admin.create_subscription(name, topic, start="earliest")
         async with Consumer(shared_herald.url, name) as consumer:
             reader = asyncio.ensure_future(take(consumer, 1))
-            await eventually(lambda: consumer.connections > 0, what="consumer ready")
+            await wait_until(lambda: consumer.connections > 0, what="consumer ready")
             await admin.delete_subscription(name)  # PROTOCOL §3: its consumers are closed
             with pytest.raises(ConsumerClosedError):
                 await asyncio.wait_for(reader, 15)
@@ -256,7 +251,13 @@ async def test_consumer_reconnects_after_a_server_restart(
     try:
         [before] = await take(consumer, 1)
         await before.ack()
-        await asyncio.sleep(1.5)  # PROTOCOL §3: acks older than 1 s survive a restart
+
+        async def acked() -> bool:
+            async with Admin(herald_server.url) as admin:
+                stats = (await admin.get_subscription(name))["stats"]
+            return bool(stats["acked_total"] == 1)
+
+        await wait_until(acked, what="the ack applied")  # then SIGTERM persists it
         await asyncio.to_thread(herald_server.terminate)
         await asyncio.to_thread(herald_server.restart)
         async with Producer(herald_server.url) as producer:

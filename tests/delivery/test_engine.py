@@ -3,15 +3,15 @@ that collect what the engine pushes (a test double of the WebSocket session)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from delivery.config import Backoff, DeliveryMode, StartAt, SubscriptionConfig
+from delivery.config import Backoff, DeliveryMode, SubscriptionConfig
 from delivery.engine import Delivery, DeliveryEngine
+from delivery.start import StartAt
 from storage.config import TopicConfig
 from storage.engine import Storage
 from storage.errors import (
@@ -22,6 +22,7 @@ from storage.errors import (
 )
 from storage.record import Acks, NewRecord
 from storage.topic import PublishItem
+from tests.helpers import FakeClock, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -46,14 +47,6 @@ class Sink:
 
     def attempts(self) -> list[tuple[str, int]]:
         return [(d.record.id, d.attempt) for d in self.deliveries]
-
-
-async def until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 async def publish(
@@ -86,7 +79,7 @@ async def engine(storage: Storage) -> AsyncIterator[DeliveryEngine]:
 
 def sub(**kw) -> SubscriptionConfig:
     kw.setdefault("topic", "t")
-    kw.setdefault("start", StartAt("earliest"))
+    kw.setdefault("start", StartAt.earliest())
     return SubscriptionConfig(**kw)
 
 
@@ -95,36 +88,38 @@ async def test_consumer_receives_published_records_within_credit(storage, engine
     await publish(storage, "t", 5, partition=0)
     sink = Sink()
     consumer = engine.attach("s", sink, 3)
-    await until(lambda: len(sink.deliveries) == 3)
-    await asyncio.sleep(0.05)
+    await wait_until(lambda: len(sink.deliveries) == 3)
+    await engine.settled("s")  # PROTOCOL §3: no credit, nothing more
     assert sink.ids() == ["0-0", "0-1", "0-2"]
+    assert engine.pause_reason("s") == "no_credit"
     assert all(frame[:2] == ("t", "s") for frame in sink.frames)
     engine.grant_credit(consumer, 10)
-    await until(lambda: len(sink.deliveries) == 5)
+    await wait_until(lambda: len(sink.deliveries) == 5)
 
 
 async def test_records_published_after_attach_are_pushed(storage, engine):
     await engine.create_subscription("s", sub())
     sink = Sink()
     engine.attach("s", sink, 100)
-    await asyncio.sleep(0.02)
+    await engine.settled("s")
+    assert sink.deliveries == []
     await publish(storage, "t", 4, partition=1)
-    await until(lambda: sink.ids() == ["1-0", "1-1", "1-2", "1-3"])
+    await wait_until(lambda: sink.ids() == ["1-0", "1-1", "1-2", "1-3"])
 
 
 async def test_new_subscription_at_latest_skips_older_records(storage, engine):
     await publish(storage, "t", 3, partition=0)
-    await engine.create_subscription("s", sub(start=StartAt("latest")))
+    await engine.create_subscription("s", sub(start=StartAt.latest()))
     sink = Sink()
     engine.attach("s", sink, 100)
     await publish(storage, "t", 1, partition=0)
-    await until(lambda: sink.ids() == ["0-3"])
+    await wait_until(lambda: sink.ids() == ["0-3"])
 
 
 async def test_create_is_idempotent_and_conflicts_on_a_different_config(engine):
     config, created = await engine.create_subscription("s", sub())
     assert created
-    again, created = await engine.create_subscription("s", sub(start=StartAt("latest")))
+    again, created = await engine.create_subscription("s", sub(start=StartAt.latest()))
     assert (again, created) == (config, False)
     with pytest.raises(SubscriptionConflict):
         await engine.create_subscription("s", sub(max_in_flight=7))
@@ -143,7 +138,7 @@ async def test_ack_reports_unknown_and_advances_the_floor(storage, engine):
     await publish(storage, "t", 2, partition=0)
     sink = Sink()
     consumer = engine.attach("s", sink, 10)
-    await until(lambda: len(sink.deliveries) == 2)
+    await wait_until(lambda: len(sink.deliveries) == 2)
     assert engine.ack(consumer, ["0-0", "0-1", "0-9"]) == (["0-0", "0-1"], ["0-9"])
     stats = engine.stats("s")
     assert stats["partitions"] == [
@@ -153,12 +148,30 @@ async def test_ack_reports_unknown_and_advances_the_floor(storage, engine):
     assert (stats["acked_total"], stats["backlog"], stats["in_flight"]) == (2, 0, 0)
 
 
-async def test_unacked_record_is_redelivered_after_its_deadline(storage, engine):
-    await engine.create_subscription("s", sub(ack_deadline_ms=100, retry_backoff=Backoff(1, 1)))
-    await publish(storage, "t", 1, partition=0)
-    sink = Sink()
-    engine.attach("s", sink, 10)
-    await until(lambda: sink.attempts() == [("0-0", 1), ("0-0", 2)])
+async def test_unacked_record_is_redelivered_after_its_deadline(storage):
+    clock = FakeClock()
+    engine = DeliveryEngine(storage, clock=clock)
+    await engine.start()
+    try:
+        config = sub(ack_deadline_ms=30_000, retry_backoff=Backoff(1_000, 1_000))
+        await engine.create_subscription("s", config)
+        await publish(storage, "t", 1, partition=0)
+        sink = Sink()
+        engine.attach("s", sink, 10)
+        await wait_until(lambda: sink.attempts() == [("0-0", 1)])
+        clock.advance(29.9)
+        engine.clock_moved()
+        await engine.settled("s")
+        assert sink.attempts() == [("0-0", 1)]  # the deadline has not passed
+        clock.advance(0.1)  # it has: the record waits out its backoff (0.8..1 s)
+        engine.clock_moved()
+        await engine.settled("s")
+        assert sink.attempts() == [("0-0", 1)] and engine.pause_reason("s") == "backoff"
+        clock.advance(1.0)
+        engine.clock_moved()
+        await wait_until(lambda: sink.attempts() == [("0-0", 1), ("0-0", 2)])
+    finally:
+        await engine.stop()
 
 
 async def test_detach_gives_records_to_another_consumer_at_once(storage, engine):
@@ -166,10 +179,10 @@ async def test_detach_gives_records_to_another_consumer_at_once(storage, engine)
     await publish(storage, "t", 3, partition=0)
     first, second = Sink(), Sink()
     consumer = engine.attach("s", first, 10)
-    await until(lambda: len(first.deliveries) == 3)
+    await wait_until(lambda: len(first.deliveries) == 3)
     engine.attach("s", second, 10)
     engine.detach(consumer)
-    await until(lambda: len(second.deliveries) == 3)
+    await wait_until(lambda: len(second.deliveries) == 3)
     assert second.attempts() == [("0-0", 2), ("0-1", 2), ("0-2", 2)]
     with pytest.raises(SubscriptionNotFound):
         engine.ack(consumer, ["0-0"])
@@ -180,9 +193,9 @@ async def test_dead_letter_goes_to_the_dead_letter_topic_with_source_headers(sto
     await publish(storage, "t", 1, key="k", partition=1)
     sink = Sink()
     consumer = engine.attach("s", sink, 10)
-    await until(lambda: len(sink.deliveries) == 1)
+    await wait_until(lambda: len(sink.deliveries) == 1)
     engine.nack(consumer, ["1-0"], None)
-    await until(lambda: engine.stats("s")["dead_lettered_total"] == 1)
+    await wait_until(lambda: engine.stats("s")["dead_lettered_total"] == 1)
     dlq = storage.topic("dlq")
     assert dlq is not None
     records = [r for p in dlq.partitions for r in await p.read(0, 10, 1 << 20)]
@@ -205,9 +218,9 @@ async def test_dead_letter_without_topic_is_dropped_and_counted(storage, engine)
     await publish(storage, "t", 1, partition=0)
     sink = Sink()
     consumer = engine.attach("s", sink, 10)
-    await until(lambda: len(sink.deliveries) == 1)
+    await wait_until(lambda: len(sink.deliveries) == 1)
     engine.nack(consumer, ["0-0"], 0)
-    await until(lambda: engine.stats("s")["dead_lettered_total"] == 1)
+    await wait_until(lambda: engine.stats("s")["dead_lettered_total"] == 1)
     assert engine.stats("s")["backlog"] == 0
 
 
@@ -216,10 +229,10 @@ async def test_seek_to_earliest_replays_from_attempt_1(storage, engine):
     await publish(storage, "t", 2, partition=0)
     sink = Sink()
     consumer = engine.attach("s", sink, 10)
-    await until(lambda: len(sink.deliveries) == 2)
+    await wait_until(lambda: len(sink.deliveries) == 2)
     engine.ack(consumer, ["0-0"])
-    await engine.seek("s", "earliest")
-    await until(lambda: len(sink.deliveries) == 4)
+    await engine.seek("s", StartAt.earliest())
+    await wait_until(lambda: len(sink.deliveries) == 4)
     assert sink.attempts()[2:] == [("0-0", 1), ("0-1", 1)]
     assert engine.ack(consumer, ["0-1"]) == (["0-1"], [])
 
@@ -227,10 +240,11 @@ async def test_seek_to_earliest_replays_from_attempt_1(storage, engine):
 async def test_seek_by_offsets_clamps_to_the_end_and_checks_partitions(storage, engine):
     await engine.create_subscription("s", sub())
     await publish(storage, "t", 2, partition=0)
-    await engine.seek("s", {0: 100})
+    await engine.seek("s", StartAt.at_offsets({0: 100}))
     assert engine.stats("s")["partitions"][0]["ack_floor"] == 2
     with pytest.raises(PartitionNotFound):
-        await engine.seek("s", {5: 0})
+        await engine.seek("s", StartAt.at_offsets({0: 0, 5: 0}))
+    assert engine.stats("s")["partitions"][0]["ack_floor"] == 2  # nothing changed
 
 
 async def test_delete_closes_consumers_with_4410(engine):
@@ -263,7 +277,7 @@ async def test_acks_survive_a_restart_and_unacked_records_come_back_with_next_at
     await publish(storage, "t", 4)
     sink = Sink()
     consumer = engine.attach("s", sink, 10)
-    await until(lambda: len(sink.deliveries) == 4)
+    await wait_until(lambda: len(sink.deliveries) == 4)
     engine.ack(consumer, ["0-0", "0-2"])
     await engine.stop()
     assert sink.closed is not None and sink.closed[0] == 1001
@@ -276,7 +290,7 @@ async def test_acks_survive_a_restart_and_unacked_records_come_back_with_next_at
         assert engine.get("s") == sub()
         sink = Sink()
         engine.attach("s", sink, 10)
-        await until(lambda: len(sink.deliveries) == 2)
+        await wait_until(lambda: len(sink.deliveries) == 2)
         assert sink.attempts() == [("0-1", 2), ("0-3", 2)]
     finally:
         await engine.stop()
@@ -296,7 +310,7 @@ async def test_at_most_once_records_count_as_acked_when_sent(storage, engine):
     await publish(storage, "t", 3, partition=0)
     sink = Sink()
     engine.attach("s", sink, 10)
-    await until(lambda: len(sink.deliveries) == 3)
+    await wait_until(lambda: len(sink.deliveries) == 3)
     stats = engine.stats("s")
     assert (stats["acked_total"], stats["backlog"], stats["in_flight"]) == (3, 0, 0)
 
@@ -306,14 +320,14 @@ async def test_acked_cursor_is_flushed_without_a_stop(storage, engine):
     await publish(storage, "t", 3, partition=0)
     sink = Sink()
     consumer = engine.attach("s", sink, 10)
-    await until(lambda: len(sink.deliveries) == 3)
+    await wait_until(lambda: len(sink.deliveries) == 3)
     engine.ack(consumer, ["0-0", "0-1"])
 
     def flushed() -> bool:
         snapshot = storage.cursors.load("s")
         return snapshot is not None and snapshot.partitions[0].ack_floor == 2
 
-    await until(flushed, within=1.0)
+    await wait_until(flushed)
 
 
 async def test_ordered_by_key_holds_the_key_until_acked(storage, engine):
@@ -322,9 +336,9 @@ async def test_ordered_by_key_holds_the_key_until_acked(storage, engine):
     await publish(storage, "t", 1, key="b", partition=0)
     sink = Sink()
     consumer = engine.attach("s", sink, 10)
-    await until(lambda: sink.ids() == ["0-0", "0-2"])
+    await wait_until(lambda: sink.ids() == ["0-0", "0-2"])
     engine.ack(consumer, ["0-0"])
-    await until(lambda: sink.ids() == ["0-0", "0-2", "0-1"])
+    await wait_until(lambda: sink.ids() == ["0-0", "0-2", "0-1"])
 
 
 async def test_many_records_flow_through_in_offset_order(storage, engine):
@@ -345,7 +359,7 @@ async def test_many_records_flow_through_in_offset_order(storage, engine):
             acked += len(batch)
         return acked == 5000
 
-    await until(drain)
+    await wait_until(drain)
     assert [d.record.offset for d in sink.deliveries] == list(range(5000))
     assert engine.stats("s")["backlog"] == 0
 
@@ -372,7 +386,7 @@ async def test_retention_past_the_cursor_is_skipped_and_counted_as_expired(tmp_p
         assert stats["partitions"][0]["ack_floor"] == start
         sink = Sink()
         engine.attach("s", sink, 1000)
-        await until(lambda: len(sink.deliveries) == 101 - start)
+        await wait_until(lambda: len(sink.deliveries) == 101 - start)
         assert sink.deliveries[0].record.offset == start
     finally:
         await engine.stop()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -27,13 +24,3 @@ async def stats(http: httpx.AsyncClient, name: str) -> dict[str, Any]:
     assert reply.status_code == 200, reply.text
     result: dict[str, Any] = reply.json()["stats"]
     return result
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], within: float = 10.0, what: str = "condition"
-) -> None:
-    """Poll `check` until it is true; fail after `within` seconds."""
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"{what} not reached within {within} s"
-        await asyncio.sleep(0.05)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pytest
 import websockets
 
 from tests.conftest import HeraldProcess
@@ -18,12 +17,6 @@ from tests.subscribers import (
     recv_json,
     ws_url,
 )
-
-
-@pytest.fixture
-async def http(shared_herald: HeraldProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=shared_herald.url, timeout=60) as client:
-        yield client
 
 
 def consumer(server: HeraldProcess, name: str, credit: int) -> websockets.connect:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pytest
 import websockets
 
 from tests.conftest import HeraldProcess
-from tests.e2e import ack, eventually, stats
+from tests.e2e import ack, stats
+from tests.helpers import wait_until
 from tests.subscribers import (
     make_subscription,
     nothing_arrives,
@@ -24,12 +24,6 @@ from tests.subscribers import (
 )
 
 FAST_BACKOFF = {"min_ms": 50, "max_ms": 50}
-
-
-@pytest.fixture
-async def http(shared_herald: HeraldProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=shared_herald.url, timeout=60) as client:
-        yield client
 
 
 def consumer(server: HeraldProcess, name: str, credit: int) -> websockets.connect:
@@ -168,7 +162,7 @@ async def test_record_is_dead_lettered_after_max_deliveries_with_source_headers(
     async def counted() -> bool:
         return (await stats(http, name))["dead_lettered_total"] == 1
 
-    await eventually(counted, what="dead_lettered_total == 1")
+    await wait_until(counted, what="dead_lettered_total == 1")
     current = await stats(http, name)
     assert (current["backlog"], current["in_flight"]) == (0, 0)
     assert current["partitions"] == [{"partition": 0, "ack_floor": 1}]
@@ -193,7 +187,7 @@ async def test_without_dead_letter_topic_the_record_is_dropped_and_counted(
     async def dropped() -> bool:
         return (await stats(http, name))["dead_lettered_total"] == 1
 
-    await eventually(dropped, what="dead_lettered_total == 1")
+    await wait_until(dropped, what="dead_lettered_total == 1")
     current = await stats(http, name)
     assert (current["backlog"], current["in_flight"], current["acked_total"]) == (0, 0, 1)
     assert current["partitions"] == [{"partition": 0, "ack_floor": 2}]
@@ -324,6 +318,6 @@ async def test_dead_letter_topic_is_created_even_with_auto_create_off(
             async def dead_lettered() -> bool:
                 return (await stats(http, name))["dead_lettered_total"] == 1
 
-            await eventually(dead_lettered, what="the dead letter")
+            await wait_until(dead_lettered, what="the dead letter")
         read = await http.get(f"/v1/topics/{dead}/partitions/0/messages")
         assert [m["value"] for m in read.json()["messages"]] == ["poison"]

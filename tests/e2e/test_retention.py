@@ -10,7 +10,8 @@ import httpx
 import websockets
 
 from tests.conftest import HeraldProcess
-from tests.e2e import eventually, stats
+from tests.e2e import stats
+from tests.helpers import wait_until
 from tests.subscribers import make_subscription, receive_records, recv_json, ws_url
 
 SEGMENT_BYTES = 64 * 1024
@@ -42,7 +43,7 @@ async def test_a_subscription_behind_the_log_start_skips_forward_and_counts_expi
             partition = (await http.get(f"/v1/topics/{topic}")).json()["partitions"][0]
             return bool(partition["start_offset"] > 0)
 
-        await eventually(start_moved, within=30, what="retention deleting old segments")
+        await wait_until(start_moved, within=30, what="retention deleting old segments")
         partition = (await http.get(f"/v1/topics/{topic}")).json()["partitions"][0]
         start, end = partition["start_offset"], partition["end_offset"]
         assert end == total

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pytest
 import websockets
 
 from tests.conftest import HeraldProcess
-from tests.e2e import ack, eventually, stats
+from tests.e2e import ack, stats
+from tests.helpers import wait_until
 from tests.subscribers import (
     make_subscription,
     nothing_arrives,
@@ -21,12 +21,6 @@ from tests.subscribers import (
     send_json,
     ws_url,
 )
-
-
-@pytest.fixture
-async def http(shared_herald: HeraldProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=shared_herald.url, timeout=60) as client:
-        yield client
 
 
 def consumer(server: HeraldProcess, name: str, credit: int) -> websockets.connect:
@@ -161,7 +155,7 @@ async def test_stats_and_metrics_count_the_same_history(
             # Counted once the dead-letter topic has it (an fsynced publish, not instant).
             return (await stats(http, name))["dead_lettered_total"] == 1
 
-        await eventually(dead_lettered, what="the dead letter")
+        await wait_until(dead_lettered, what="the dead letter")
         current = await stats(http, name)
         expected = {
             "backlog": 2,  # records 3 and 4, both in flight
@@ -192,6 +186,6 @@ async def test_stats_and_metrics_count_the_same_history(
     async def given_back() -> bool:
         return (await stats(http, name))["dead_lettered_total"] == 2
 
-    await eventually(given_back, what="record 3 dead-lettered")
+    await wait_until(given_back, what="record 3 dead-lettered")
     current = await stats(http, name)
     assert (current["consumers"], current["in_flight"], current["backlog"]) == (0, 0, 1)

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from delivery.config import Backoff, DeliveryMode, StartAt
+from delivery.config import Backoff, DeliveryMode
+from delivery.engine import config_matches
+from delivery.start import StartAt
 from server.http import read_body
 from server.validation import (
     check_name,
@@ -18,7 +20,6 @@ from server.validation import (
     parse_seek,
     parse_subscription_config,
     parse_topic_config,
-    subscription_config_matches,
     topic_config_matches,
 )
 from storage.config import TopicConfig
@@ -250,7 +251,7 @@ def test_subscription_full_config() -> None:
             },
         }
     )
-    assert config.start == StartAt("timestamp", 5)
+    assert config.start == StartAt.at_timestamp(5)
     assert config.retry_backoff == Backoff(10, 60_000)
     assert config.push is not None and config.push.breaker.failures == 2
 
@@ -291,19 +292,18 @@ def test_bad_subscription_configs(body: Any, kind: type[HeraldError]) -> None:
 
 def test_start_is_never_compared() -> None:
     existing, _ = parse_subscription_config({"topic": "t", "start": "earliest"})
-    assert subscription_config_matches(
-        existing, *parse_subscription_config({"topic": "t", "start": "latest"})
-    )
-    assert not subscription_config_matches(existing, *parse_subscription_config({"topic": "u"}))
+    assert config_matches(existing, *parse_subscription_config({"topic": "t", "start": "latest"}))
+    assert not config_matches(existing, *parse_subscription_config({"topic": "u"}))
 
 
 # ------------------------------------------------------------------ seek
 
 
 def test_seek_forms() -> None:
-    assert parse_seek({"to": "earliest"}).to == "earliest"
-    assert parse_seek({"timestamp": 5}).timestamp == 5
-    assert parse_seek({"offsets": {"0": 12, "3": 0}}).offsets == {0: 12, 3: 0}
+    assert parse_seek({"to": "earliest"}) == StartAt.earliest()
+    assert parse_seek({"to": "latest"}) == StartAt.latest()
+    assert parse_seek({"timestamp": 5}) == StartAt.at_timestamp(5)
+    assert parse_seek({"offsets": {"3": 0, "0": 12}}) == StartAt.at_offsets({0: 12, 3: 0})
 
 
 @pytest.mark.parametrize(

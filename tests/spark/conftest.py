@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.helpers import wait_until_sync
 
 JAVA_HINT = "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"
 
@@ -75,11 +76,10 @@ def read_all(url: str, topic: str, partition: int = 0) -> list[dict[str, Any]]:
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, query: Any = None) -> None:
     """Poll `check` for at most `timeout` s; a failed `query` fails the wait at once."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
+
+    def done() -> bool:
         if query is not None and query.exception() is not None:
             raise AssertionError(f"the query failed while waiting for {what}: {query.exception()}")
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        return check()
+
+    wait_until_sync(done, timeout, what)

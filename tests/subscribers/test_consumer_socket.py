@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -23,12 +23,6 @@ from tests.subscribers import (
     send_json,
     ws_url,
 )
-
-
-@pytest.fixture
-async def http(shared_herald: HeraldProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=shared_herald.url, timeout=60) as client:
-        yield client
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -20,12 +20,6 @@ from tests.subscribers import (
     send_json,
     ws_url,
 )
-
-
-@pytest.fixture
-async def http(shared_herald: HeraldProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=shared_herald.url, timeout=60) as client:
-        yield client
 
 
 @pytest.fixture

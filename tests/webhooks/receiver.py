@@ -13,6 +13,8 @@ from typing import Any
 
 from standardwebhooks import Webhook
 
+from tests.helpers import wait_until_sync
+
 
 @dataclass
 class Received:
@@ -105,11 +107,7 @@ class Receiver:
         return {r.message["id"] for r in self.snapshot() if r.message and 200 <= r.status < 300}
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; received: {len(self.received)} requests")
-            time.sleep(0.01)
+        wait_until_sync(predicate, timeout, "the receiver's condition")
 
 
 def body_json(received: Received) -> dict[str, Any]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from delivery.breaker import CircuitBreaker, EndpointState
 from delivery.config import Breaker
-from subscribers.breaker import CircuitBreaker, EndpointState
-from subscribers.endpoint_credit import EndpointCredit
-from subscribers.webhook import parse_retry_after
+from delivery.endpoint_credit import EndpointCredit
+from delivery.push import parse_retry_after
 
 
 def test_breaker_opens_after_consecutive_failures_only() -> None:

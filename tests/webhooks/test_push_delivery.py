@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import itertools
+import threading
 import time
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.helpers import wait_until_sync
 from tests.webhooks.receiver import Answer, Received, Receiver
 
 SECRET = "whsec_" + base64.b64encode(b"herald-test-secret-0123456789ab").decode()
@@ -41,13 +43,6 @@ def publish(url: str, topic: str, values: list[Any]) -> None:
 
 def stats(url: str, name: str) -> dict[str, Any]:
     return dict(httpx.get(f"{url}/v1/subscriptions/{name}").json()["stats"])
-
-
-def wait_until(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def fail_first(k: int) -> Any:
@@ -82,16 +77,22 @@ def test_flaky_receiver_gets_every_record_with_growing_backoff(
         assert len({r.headers["webhook-id"] for r in attempts}) == 1  # same id on retries
         assert attempts[0].headers["webhook-id"] == f"{name}:0-{i}"
         gaps = [b.at - a.at for a, b in itertools.pairwise(attempts)]
-        # d = min·2^(n-1) jittered to [0.8d, d]: 40..50, 80..100, 160..200 ms
+        # d = min·2^(n-1) jittered to [0.8d, d]: at least 40, 80, 160 ms (a loaded machine
+        # only adds; the exact delays are tests/delivery/test_backoff.py's, on fake jitter)
         assert gaps[0] >= 0.035 and gaps[1] >= 0.075 and gaps[2] >= 0.155, gaps
-        assert gaps[2] > gaps[0]
-    wait_until(lambda: stats(herald_url, name)["acked_total"] == 5)
+    wait_until_sync(lambda: stats(herald_url, name)["acked_total"] == 5)
     s = stats(herald_url, name)
     assert s["backlog"] == 0 and s["redelivered_total"] == 15
     assert s["endpoint_state"] == "closed" and s["last_status"] == 200
     log = httpx.get(f"{herald_url}/v1/subscriptions/{name}/attempts").json()["attempts"]
     assert len(log) == 20 and {a["status"] for a in log} == {500, 200}
     assert {"time", "id", "attempt", "status", "latency_ms", "error"} <= set(log[0])
+
+
+def sent_by(receiver: Receiver, subscription: str) -> list[Received]:
+    """The requests of one subscription (PROTOCOL §4: webhook-id is "{name}:{id}")."""
+    prefix = f"{subscription}:"
+    return [r for r in receiver.snapshot() if r.headers["webhook-id"].startswith(prefix)]
 
 
 def read_topic(url: str, topic: str) -> list[dict[str, Any]]:
@@ -117,7 +118,7 @@ def test_always_failing_receiver_dead_letters_after_max_deliveries(
             push={"breaker": {"failures": 1000}},
         )
         publish(herald_url, topic, ["a", "b"])
-        wait_until(lambda: len(read_topic(herald_url, dead)) == 2)
+        wait_until_sync(lambda: len(read_topic(herald_url, dead)) == 2)
         received = receiver.snapshot()
     assert sorted(r.message["attempt"] for r in received if r.message) == [1, 1, 2, 2, 3, 3]
     letters = read_topic(herald_url, dead)
@@ -150,13 +151,13 @@ def test_a_timeout_is_a_failed_delivery(herald_url: str, unique: Any) -> None:
             push={"timeout_ms": 200},
         )
         publish(herald_url, topic, ["x"])
-        wait_until(lambda: stats(herald_url, name)["acked_total"] == 1)
+        wait_until_sync(lambda: stats(herald_url, name)["acked_total"] == 1)
     attempts = httpx.get(f"{herald_url}/v1/subscriptions/{name}/attempts").json()["attempts"]
     assert [(a["attempt"], a["status"], a["error"]) for a in attempts] == [
         (1, None, "timeout"),
         (2, 200, None),
     ]
-    assert 150 <= attempts[0]["latency_ms"] < 900
+    assert attempts[0]["latency_ms"] >= 150  # it waited for the timeout_ms of 200
 
 
 def test_retry_after_is_honoured(herald_url: str, unique: Any) -> None:
@@ -176,7 +177,7 @@ def test_retry_after_is_honoured(herald_url: str, unique: Any) -> None:
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 1)
         first, second = receiver.snapshot()
     assert first.status == 429 and second.status == 200
-    assert 0.95 <= second.at - first.at < 2.0  # not the 10 ms backoff
+    assert second.at - first.at >= 0.95  # the 1 s Retry-After, not the 10 ms backoff
 
 
 def test_retry_after_is_capped_by_the_backoff_maximum(herald_url: str, unique: Any) -> None:
@@ -193,17 +194,18 @@ def test_retry_after_is_capped_by_the_backoff_maximum(herald_url: str, unique: A
             herald_url, name, topic, receiver.url, retry_backoff={"min_ms": 10, "max_ms": 300}
         )
         publish(herald_url, topic, ["x"])
-        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1, timeout=5)
+        # Not an hour later: the Retry-After was capped (exactly: tests/delivery/test_push.py).
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1, timeout=60)
         first, second = receiver.snapshot()
-    assert 0.25 <= second.at - first.at < 1.5
+    assert second.at - first.at >= 0.25  # ...at the backoff maximum, 300 ms (jittered)
 
 
 def test_breaker_opens_stops_hammering_probes_and_recovers(herald_url: str, unique: Any) -> None:
     topic, name = unique("t"), unique("s")
-    healthy_at = time.monotonic() + 1.6
+    healthy = threading.Event()
 
     def down_for_a_while(received: Received) -> Answer:
-        return Answer(200 if received.at >= healthy_at else 500)
+        return Answer(200 if healthy.is_set() else 500)
 
     with Receiver([SECRET], down_for_a_while) as receiver:
         push_subscription(
@@ -219,20 +221,21 @@ def test_breaker_opens_stops_hammering_probes_and_recovers(herald_url: str, uniq
             },
         )
         publish(herald_url, topic, [{"n": i} for i in range(20)])
-        wait_until(lambda: stats(herald_url, name)["endpoint_state"] in ("open", "half_open"))
-        time.sleep(max(0.0, healthy_at - time.monotonic() - 0.1))
-        during_outage = [r for r in receiver.snapshot() if r.at < healthy_at]
+        # Failed probes open it again: 200, then 400 ms (max_open_ms).
+        wait_until_sync(lambda: stats(herald_url, name)["breaker_opened_total"] >= 3)
         s = stats(herald_url, name)
-        assert s["breaker_opened_total"] >= 2  # failed probes opened it again
+        assert s["endpoint_state"] in ("open", "half_open")
         assert s["endpoint_concurrency"] == 1  # AIMD: halved on every failure
         assert s["last_error"] == "HTTP 500"
+        healthy.set()
+        during_outage = len(receiver.snapshot())
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 20)
-    # Without a breaker 1.6 s of 10-20 ms retries would be hundreds of requests; with it:
-    # the first failures (≤ max_in_flight racing) plus one probe per open period
-    # (200, 400, 400, 400 ms).
-    assert len(during_outage) <= 4 + 3 + 6, len(during_outage)
+    # Without a breaker, 10-20 ms retries of 20 records would be dozens of requests by
+    # now; with it: the first failures (≤ max_in_flight racing), the two failed probes,
+    # and one probe per 400 ms the stats poll above may have lagged (a loaded machine).
+    assert during_outage <= 4 + 2 + 6, during_outage
     assert all(r.message is not None for r in receiver.snapshot())
-    wait_until(lambda: stats(herald_url, name)["acked_total"] == 20)
+    wait_until_sync(lambda: stats(herald_url, name)["acked_total"] == 20)
     s = stats(herald_url, name)
     assert s["endpoint_state"] == "closed" and s["backlog"] == 0
     metrics = httpx.get(f"{herald_url}/metrics").text
@@ -242,20 +245,23 @@ def test_breaker_opens_stops_hammering_probes_and_recovers(herald_url: str, uniq
 
 def test_a_slow_endpoint_does_not_delay_another_subscription(herald_url: str, unique: Any) -> None:
     topic, slow_name, fast_name = unique("t"), unique("slow"), unique("fast")
-    with (
-        Receiver([SECRET], lambda _: Answer(200, delay_s=1.5)) as slow,
-        Receiver([SECRET]) as fast,
-    ):
+    released = threading.Event()
+
+    def stuck(received: Received) -> Answer:
+        released.wait(30)  # answers only once the test has seen the fast endpoint through
+        return Answer(200)
+
+    with Receiver([SECRET], stuck) as slow, Receiver([SECRET]) as fast:
         push_subscription(herald_url, slow_name, topic, slow.url, push={"max_in_flight": 2})
         push_subscription(herald_url, fast_name, topic, fast.url)
-        latencies = []
-        for i in range(10):
-            sent = time.monotonic()
-            publish(herald_url, topic, [{"n": i}])
-            fast.wait_for(lambda n=i: len(fast.acked_ids()) == n + 1, timeout=5)
-            latencies.append(fast.snapshot()[-1].at - sent)
-        assert len(slow.snapshot()) <= 4  # the slow one is still busy
-    assert max(latencies) < 0.5, latencies
+        try:
+            for i in range(10):
+                publish(herald_url, topic, [{"n": i}])
+                fast.wait_for(lambda n=i: len(fast.acked_ids()) == n + 1)
+            # Every record reached the fast endpoint while the slow one answered nothing.
+            assert len(slow.snapshot()) <= 2 and slow.acked_ids() == set()
+        finally:
+            released.set()
 
 
 @pytest.mark.parametrize("stop", ["kill", "terminate"])
@@ -286,7 +292,7 @@ def test_a_restart_mid_retry_loses_nothing(herald_server: Any, unique: Any, stop
         herald_server.restart()
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 10)
         assert {f"0-{i}" for i in range(10)} == receiver.acked_ids()
-    wait_until(lambda: stats(herald_server.url, name)["backlog"] == 0)
+    wait_until_sync(lambda: stats(herald_server.url, name)["backlog"] == 0)
 
 
 def test_secret_rotation_signs_with_both_secrets(herald_url: str, unique: Any) -> None:
@@ -381,10 +387,22 @@ def test_deleting_a_push_subscription_stops_its_requests(herald_url: str, unique
         publish(herald_url, topic, ["x"])
         receiver.wait_for(lambda: len(receiver.snapshot()) >= 3)
         assert httpx.delete(f"{herald_url}/v1/subscriptions/{name}").status_code == 204
-        time.sleep(0.1)
-        count = len(receiver.snapshot())
-        time.sleep(0.3)
-        assert len(receiver.snapshot()) == count
+        deleted_at = len(receiver.snapshot())
+        # A second subscription retrying the same way is the clock: once it has made
+        # several requests, the deleted one had every chance to make more.
+        canary = unique("canary")
+        push_subscription(
+            herald_url,
+            canary,
+            topic,
+            receiver.url,
+            max_deliveries=0,
+            retry_backoff={"min_ms": 10, "max_ms": 20},
+            push={"breaker": {"failures": 1000}},
+        )
+        receiver.wait_for(lambda: len(sent_by(receiver, canary)) >= 5)
+        # At most the one request that was out when the DELETE came.
+        assert len(sent_by(receiver, name)) <= deleted_at + 1
 
 
 def test_a_dropped_connection_is_retried_at_once_without_spending_an_attempt(

@@ -19,6 +19,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from server.auth import new_token, toml_entry
+from tests.helpers import wait_until_sync
 from tests.webhooks.receiver import Received, Receiver
 
 OLD = "whsec_" + base64.b64encode(b"rotation-old-secret-0123456789a").decode()
@@ -80,11 +81,7 @@ def signature_of(secret: str, received: Received) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
-def wait_until(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+TTL_MS = 3_000  # previous secret's lifetime in the rotation test: records 3..5 go within it
 
 
 def by_id(receiver: Receiver) -> dict[str, Received]:
@@ -101,17 +98,17 @@ def test_rotation_signs_with_both_secrets_until_expiry_then_only_the_new_one(
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 3)
 
         before = time.time() * 1000
-        response = rotate(herald_url, name, {"secret": NEW, "previous_ttl_ms": 1500})
+        response = rotate(herald_url, name, {"secret": NEW, "previous_ttl_ms": TTL_MS})
         assert response.status_code == 200, response.text
         (previous,) = response.json()["config"]["push"]["previous_secrets"]
         assert set(previous) == {"expires_at"}  # never the secret itself
-        assert before + 1500 <= previous["expires_at"] <= time.time() * 1000 + 1500
+        assert before + TTL_MS <= previous["expires_at"] <= time.time() * 1000 + TTL_MS
         assert "secret" not in response.json()["config"]["push"]
 
         publish(herald_url, topic, [3, 4, 5])
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 6)
 
-        wait_until(lambda: time.time() * 1000 > previous["expires_at"] + 50, timeout=5)
+        wait_until_sync(lambda: time.time() * 1000 > previous["expires_at"] + 50, within=5)
         publish(herald_url, topic, [6, 7, 8])
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 9)
         got = by_id(receiver)
@@ -121,6 +118,13 @@ def test_rotation_signs_with_both_secrets_until_expiry_then_only_the_new_one(
         assert verifies_with(r, OLD) and not verifies_with(r, NEW) and signatures(r) == 1
     for i in range(3, 6):  # during: both, the new one first
         r = got[f"0-{i}"]
+        signed_ms = int(r.headers["webhook-timestamp"]) * 1000  # whole seconds
+        if signed_ms + 1000 > previous["expires_at"]:
+            # Not sent until the previous secret (maybe) expired: a loaded machine was slow.
+            assert verifies_with(r, NEW) and r.headers["webhook-signature"].startswith(
+                signature_of(NEW, r)
+            )
+            continue
         assert verifies_with(r, OLD) and verifies_with(r, NEW) and signatures(r) == 2
         assert r.headers["webhook-signature"].split(" ")[0] == signature_of(NEW, r)
     for i in range(6, 9):  # after expiry: the new one only
@@ -157,7 +161,7 @@ def test_rotating_while_records_flow_delivers_each_record_once(
             done.set()
             producer.join()
         end = httpx.get(f"{herald_url}/v1/topics/{topic}").json()["partitions"][0]["end_offset"]
-        wait_until(lambda: subscription(herald_url, name)["stats"]["backlog"] == 0)
+        wait_until_sync(lambda: subscription(herald_url, name)["stats"]["backlog"] == 0)
         received = receiver.snapshot()
 
     stats = subscription(herald_url, name)["stats"]
@@ -201,15 +205,15 @@ def test_a_restart_keeps_the_new_secret_signing_for_the_same_subscription(
         response = rotate(url, name, {"secret": NEW, "previous_ttl_ms": 600_000})
         assert response.status_code == 200, response.text
         expires = response.json()["config"]["push"]["previous_secrets"]
-        time.sleep(0.5)  # the cursor flusher persists acks within 0.2 s
-        herald_server.kill()
+        herald_server.kill()  # a crash: the rotation itself must have been persisted
         herald_server.restart()
         assert subscription(url, name)["config"]["push"]["previous_secrets"] == expires
         publish(url, topic, [2])
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 3)
         got = by_id(receiver)
         counts = Counter(r.message["id"] for r in receiver.snapshot() if r.message)
-    assert counts == {"0-0": 1, "0-1": 1, "0-2": 1}  # nothing redelivered by the restart
+    # PROTOCOL §3: a crash may redeliver acks of its last second; 0-2 came after it.
+    assert set(counts) == {"0-0", "0-1", "0-2"} and counts["0-2"] == 1
     after = got["0-2"]
     assert signatures(after) == 2
     assert verifies_with(after, NEW) and verifies_with(after, OLD)

@@ -1,0 +1,244 @@
+"""The push policy of one webhook endpoint (PROTOCOL §4), as a sans-I/O state machine.
+
+Events in: records the core sent (``received``), the answer to a POST (``answered``), the
+clock (``poll``). Actions out: POST a record, extend ack deadlines, grant credit, ack or
+nack. subscribers/webhook.py carries the actions out with httpx and the DeliveryEngine;
+no sockets, no asyncio here, time passed in (STYLE 10).
+
+What it decides:
+- how many POSTs may be out: the endpoint's adaptive concurrency (delivery/endpoint_credit.py,
+  AIMD up to `push.max_in_flight`), 1 probe while the breaker (delivery/breaker.py) is half
+  open, none while it is open or a Retry-After pause runs;
+- credit: the core may send what leaves room under that limit, no more, so records wait in
+  the log — not in memory — and spend no attempts while the endpoint cannot take them;
+- deadlines: a POST may take `push.timeout_ms`, so its record's deadline is pushed past
+  that; a record received but held back (breaker, Retry-After) has its deadline extended
+  before it runs out, so holding it spends no attempt;
+- an answer: 2xx acks; anything else nacks, after the Retry-After of a 429/503 (capped by
+  `retry_backoff.max_ms`), else after the subscription's backoff.
+"""
+
+from __future__ import annotations
+
+import email.utils
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from delivery.breaker import CircuitBreaker
+from delivery.config import SubscriptionConfig
+from delivery.endpoint_credit import EndpointCredit
+from delivery.events import Delivery
+
+DEADLINE_SLACK_MS = 1_000  # a POST's record stays in flight this long past timeout_ms
+# A held record's deadline is extended once a third of it has passed: two thirds of the
+# deadline are left as slack for a loop that looks late.
+HOLD_REFRESH_PARTS = 3
+TIMER_SLACK_S = 0.001  # wake a hair after the breaker reopens, not a hair before
+
+
+# ---------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """POST this record now; answer with ``PushPolicy.answered``."""
+
+    delivery: Delivery
+
+
+@dataclass(frozen=True, slots=True)
+class Extend:
+    """Push the ack deadline of these record ids to now + ``ms`` (DeliveryEngine.extend)."""
+
+    ids: tuple[str, ...]
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Give the core ``n`` more credit for this endpoint."""
+
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    id: str
+    delay_ms: int | None  # None: the subscription's backoff
+
+
+Action = Post | Extend | Grant | Ack | Nack
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What came back for one POST: an HTTP status, or a transport error and no status."""
+
+    status: int | None
+    latency_s: float
+    transport_error: str | None = None  # "timeout", "connect failed: …"
+    retry_after: str | None = None  # the raw `Retry-After` header
+    wall_ms: int = 0  # when the POST was sent (an HTTP-date Retry-After is relative to it)
+
+    @property
+    def error(self) -> str | None:
+        """None for a 2xx; else what went wrong, as the attempt log and stats show it."""
+        if self.transport_error is not None:
+            return self.transport_error
+        if self.status is None:
+            return "no answer"
+        return None if 200 <= self.status < 300 else f"HTTP {self.status}"
+
+
+# ---------------------------------------------------------------- the policy
+
+
+class PushPolicy:
+    """Push state of one endpoint. Not thread-safe; owned by the dispatcher's loop."""
+
+    def __init__(self, config: SubscriptionConfig) -> None:
+        assert config.push is not None
+        self.config = config
+        self.breaker = CircuitBreaker(config.push.breaker)
+        self.concurrency = EndpointCredit(config.push.max_in_flight)
+        self._ready: deque[Delivery] = deque()  # received, not POSTed yet
+        self._held_since: dict[str, float] = {}  # ready record id -> last deadline extension
+        self.posting = 0  # POSTs out, not answered yet
+        self._not_before = 0.0  # a Retry-After of a 429/503 pauses the whole endpoint
+        self.last_status: int | None = None
+        self.last_error: str | None = None
+        self.requests_total = 0
+        self.failures_total = 0
+
+    def use_config(self, config: SubscriptionConfig) -> None:
+        """New secrets (rotation): the breaker and concurrency keep their state."""
+        self.config = config
+
+    # ------------------------------------------------------------------ events
+
+    def received(self, deliveries: Iterable[Delivery], now: float) -> None:
+        """The core sent these (it spent their credit); they wait for a POST slot."""
+        for delivery in deliveries:
+            self._ready.append(delivery)
+            self._held_since[delivery.record.id] = now
+
+    def poll(self, now: float, credit: int) -> list[Action]:
+        """What to do now. ``credit``: what the core may still send this endpoint."""
+        config = self.config
+        assert config.push is not None
+        limit = self._limit(now)
+        actions: list[Action] = []
+        post_ms = config.push.timeout_ms + DEADLINE_SLACK_MS
+        while self._ready and self.posting < limit:
+            delivery = self._ready.popleft()
+            record_id = delivery.record.id
+            self._held_since.pop(record_id, None)  # a redelivered copy may share its id
+            if post_ms > config.ack_deadline_ms:
+                # The POST may take timeout_ms: the core must not redeliver meanwhile.
+                actions.append(Extend((record_id,), post_ms))
+            actions.append(Post(delivery))
+            self.posting += 1
+        due = now - self._hold_refresh_s()
+        stale = tuple(i for i, since in self._held_since.items() if since <= due)
+        if stale:
+            actions.append(Extend(stale, config.ack_deadline_ms))
+            for record_id in stale:
+                self._held_since[record_id] = now
+        want = limit - self.posting - len(self._ready) - credit
+        if want > 0:
+            actions.append(Grant(want))
+        return actions
+
+    def answered(self, delivery: Delivery, answer: Answer, now: float) -> Ack | Nack:
+        """A POST came back: the verdict for its record."""
+        self.posting -= 1
+        self.requests_total += 1
+        error = answer.error
+        self.last_status, self.last_error = answer.status, error
+        record_id = delivery.record.id
+        if error is None:
+            self.breaker.on_success()
+            self.concurrency.on_success(answer.latency_s)
+            return Ack(record_id)
+        self.failures_total += 1
+        self.breaker.on_failure(now)
+        self.concurrency.on_failure()
+        delay_ms = None
+        if answer.status in (429, 503):
+            retry_after_ms = parse_retry_after(answer.retry_after, answer.wall_ms)
+            if retry_after_ms is not None:
+                # Honoured, capped by the backoff maximum (PROTOCOL §4).
+                delay_ms = min(retry_after_ms, self.config.retry_backoff.max_ms)
+                self._not_before = max(self._not_before, now + delay_ms / 1000)
+        return Nack(record_id, delay_ms)
+
+    # ------------------------------------------------------------------ time
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When ``poll`` may decide something new without any event: a Retry-After pause
+        or an open breaker ending, or a held record's deadline to extend."""
+        times: list[float] = []
+        if self._not_before > now:
+            times.append(self._not_before)
+        if self._held_since:
+            times.append(min(self._held_since.values()) + self._hold_refresh_s())
+        reopens = self.breaker.reopens_at()
+        if reopens is not None:
+            times.append(reopens + TIMER_SLACK_S)
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------ observation
+
+    @property
+    def waiting(self) -> int:
+        return len(self._ready)
+
+    def stats(self, now: float, credit: int) -> dict[str, Any]:
+        """The push members of the subscription's stats (docs/protocol.md)."""
+        self.breaker.allowed(now)  # an elapsed open period shows as half_open
+        return {
+            "endpoint_state": self.breaker.state.value,
+            "last_status": self.last_status,
+            "last_error": self.last_error,
+            "endpoint_concurrency": self.concurrency.limit,
+            "endpoint_in_flight": self.posting,
+            "endpoint_waiting": len(self._ready),  # received, held (breaker, Retry-After)
+            "endpoint_credit": credit,
+            "endpoint_requests_total": self.requests_total,
+            "endpoint_failures_total": self.failures_total,
+            "breaker_opened_total": self.breaker.opened_total,
+        }
+
+    # ------------------------------------------------------------------ internals
+
+    def _limit(self, now: float) -> int:
+        """How many POSTs may be out at once right now."""
+        if now < self._not_before:
+            return 0
+        allowed = self.breaker.allowed(now)
+        limit = self.concurrency.limit
+        return limit if allowed is None else min(allowed, limit)
+
+    def _hold_refresh_s(self) -> float:
+        return self.config.ack_deadline_ms / 1000 / HOLD_REFRESH_PARTS
+
+
+def parse_retry_after(value: str | None, now_ms: int) -> int | None:
+    """RFC 9110 `Retry-After`: delay-seconds or an HTTP date; ms from now, or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return int(value) * 1000
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0, int(when.timestamp() * 1000) - now_ms)
