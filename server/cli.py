@@ -100,7 +100,7 @@ class HeraldServer(uvicorn.Server):
         app = _starlette_app(self.config.loaded_app)
         runtime = getattr(app.state, "runtime", None) if app is not None else None
         if runtime is not None and not self.force_exit:
-            await runtime.drain(app.state)
+            await runtime.drain()
             await self._wait_for_websockets(seconds=2.0)
         await super().shutdown(sockets)
 

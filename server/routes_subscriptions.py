@@ -8,6 +8,7 @@ from starlette.responses import Response
 from server.http import json_body, json_response, subscription_body
 from server.publish import ensure_topic
 from server.routing import method_route
+from server.runtime import services
 from server.validation import (
     check_name,
     parse_seek,
@@ -18,7 +19,7 @@ from server.validation import (
 async def put_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     config, given = parse_subscription_config(await json_body(request))
-    state = request.app.state
+    state = services(request)
     engine = state.engine
     # Decided before any topic is auto-created: a refused PUT changes nothing (409 raised).
     if engine.existing(name, config, given) is not None:
@@ -35,7 +36,7 @@ async def put_subscription(request: Request) -> Response:
 
 
 async def list_subscriptions(request: Request) -> Response:
-    engine = request.app.state.engine
+    engine = services(request).engine
     return json_response(
         {
             "subscriptions": [
@@ -48,13 +49,13 @@ async def list_subscriptions(request: Request) -> Response:
 
 async def get_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
-    state = request.app.state
+    state = services(request)
     return json_response(subscription_body(state.engine, name, state.webhooks))
 
 
 async def delete_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
-    state = request.app.state
+    state = services(request)
     async with state.admin_lock:
         await state.engine.delete_subscription(name)
     return Response(status_code=204)
@@ -63,7 +64,7 @@ async def delete_subscription(request: Request) -> Response:
 async def seek(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     target = parse_seek(await json_body(request))
-    state = request.app.state
+    state = services(request)
     await state.engine.seek(name, target)
     return json_response(subscription_body(state.engine, name, state.webhooks))
 

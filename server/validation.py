@@ -45,6 +45,7 @@ from storage.errors import (
     ValidationError,
 )
 from storage.record import Acks, NewRecord, ValueKind, message_size, new_record
+from storage.topic import PublishItem
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
 _INT_TEXT_RE = re.compile(r"-?[0-9]+")
@@ -254,7 +255,7 @@ def topic_config_matches(existing: TopicConfig, wanted: TopicConfig, given: froz
 
 @dataclass(frozen=True, slots=True)
 class PublishBatch:
-    items: list[Any]  # list[storage.topic.PublishItem]; typed loosely until storage lands
+    items: list[PublishItem]
     max_partition: int  # highest explicit partition asked for, -1 if none
     max_partition_index: int  # position of the first message asking for it
     total_bytes: int
