@@ -47,7 +47,8 @@ from storage.errors import (
 from storage.record import Acks, NewRecord, ValueKind, message_size, new_record
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
-_INT_TEXT_RE = re.compile(r"-?[0-9]+")
+INT_TEXT_RE = re.compile(r"-?[0-9]+")  # an integer in a path, query or offsets key
+POSITIONS = ("earliest", "latest")  # `start` and seek `to` (PROTOCOL §2)
 MAX_INT64 = 2**63 - 1
 
 MAX_PARTITIONS = 1024
@@ -201,7 +202,7 @@ def query_int(raw: str | None, field: str, allowed: IntRange, default: int | Non
     """An integer query parameter: ``abc``/``1.5`` -> bad_request, out of range -> validation_error."""
     if raw is None:
         return default
-    if _INT_TEXT_RE.fullmatch(raw) is None:
+    if INT_TEXT_RE.fullmatch(raw) is None:
         raise BadRequest(f"query parameter {field} must be an integer, not {raw!r}")
     number = int_text(raw)
     if not allowed.low <= number <= allowed.high:
@@ -212,7 +213,7 @@ def query_int(raw: str | None, field: str, allowed: IntRange, default: int | Non
 
 
 def path_int(raw: str, field: str) -> int:
-    if _INT_TEXT_RE.fullmatch(raw) is None:
+    if INT_TEXT_RE.fullmatch(raw) is None:
         raise BadRequest(f"{field} must be an integer, not {_shown(raw)!r}")
     return int_text(raw)
 
@@ -521,7 +522,7 @@ def subscription_config_matches(
 
 
 def parse_start(value: Any) -> StartAt:
-    if value in ("earliest", "latest"):
+    if value in POSITIONS:
         return StartAt(value)
     if isinstance(value, str):
         raise BadRequest('start must be "earliest", "latest" or {"timestamp": T}')
@@ -713,7 +714,7 @@ def parse_seek(body: Any) -> SeekTarget:
     form = forms[0]
     if form == "to":
         to = obj["to"]
-        if to not in ("earliest", "latest"):
+        if to not in POSITIONS:
             raise BadRequest('to must be "earliest" or "latest"')
         return SeekTarget(to=to)
     if form == "timestamp":
@@ -721,7 +722,7 @@ def parse_seek(body: Any) -> SeekTarget:
     offsets = _as_object(obj["offsets"], "offsets")
     parsed: dict[int, int] = {}
     for key, offset in offsets.items():
-        if _INT_TEXT_RE.fullmatch(key) is None:
+        if INT_TEXT_RE.fullmatch(key) is None:
             raise BadRequest(f"offsets keys are partition numbers, not {_shown(key)!r}")
         parsed[int_text(key)] = _int_in(offset, f"offsets.{_shown(key)}", OFFSET)
     return SeekTarget(offsets=parsed)
