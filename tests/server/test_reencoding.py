@@ -100,3 +100,27 @@ def test_integers_of_thousands_of_digits_in_paths_queries_and_seeks_are_4xx(
         ):
             problem = assert_problem(response, status, code)
             assert len(problem["detail"]) < 400
+
+
+def test_any_string_in_key_headers_and_id_is_stored_and_read_back_exactly(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    """Keys, header names and values and producer ids are re-encoded by the server (record
+    files, the dedup index, read and deliver frames): control characters, U+2028 and
+    astral characters come back as sent."""
+    topic = unique("strings")
+    odd = ["\u0000\n", "a\u2028b\u2029", "😀" * 128, "\\", '"', "\x7f\x1b[0m"]
+    messages = [
+        {"value": i, "id": text, "key": text, "headers": {text: text, "x": text}}
+        for i, text in enumerate(odd)
+    ]
+    with httpx.Client(base_url=shared_herald.url, timeout=30) as http:
+        first = http.post(f"/v1/topics/{topic}/messages", json={"messages": messages})
+        assert first.status_code == 200, first.text
+        again = http.post(f"/v1/topics/{topic}/messages", json={"messages": messages})
+        assert all(r["duplicate"] for r in again.json()["results"])
+        read = http.get(f"/v1/topics/{topic}/partitions/0/messages")
+        records = json.loads(read.text)["messages"]
+    assert [(r["key"], r["headers"]) for r in records] == [
+        (text, {text: text, "x": text}) for text in odd
+    ]
