@@ -81,3 +81,21 @@ def test_a_deep_link_opens_the_topic_or_subscription_it_names(herald_url: str, p
     other.goto(f"{herald_url}/console/#/topics/missing.topic")
     expect(other.locator("#topic-missing")).to_contain_text("No topic named missing.topic")
     screenshot(other, "missing-topic")
+
+
+def test_a_slow_click_on_a_row_survives_the_refresh(herald_url: str, page: Any) -> None:
+    """A click is a mousedown and a mouseup on the same element: the once-a-second
+    refresh must not replace the row in between (a person's press can take that long)."""
+    publish(herald_url, "slow", [{"value": 0}])
+    subscribe(herald_url, "patient", "slow")
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    row = page.locator("tr[data-subscription=patient]")
+    expect(row.locator("td").nth(2)).to_have_text("1")
+    box = row.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    publish(herald_url, "slow", [{"value": 1}])
+    expect(row.locator("td").nth(2)).to_have_text("2")  # refreshed under the pressed button
+    page.mouse.up()
+    expect_subscription_shown(page, "patient")
+    assert page.console_errors == []
