@@ -99,3 +99,23 @@ def test_a_slow_click_on_a_row_survives_the_refresh(herald_url: str, page: Any) 
     page.mouse.up()
     expect_subscription_shown(page, "patient")
     assert page.console_errors == []
+
+
+def test_on_a_phone_the_tables_fit_and_keep_the_delivery_state(herald_url: str, page: Any) -> None:
+    publish(herald_url, "small.screen", [{"value": 1}])
+    subscribe(herald_url, "pocket", "small.screen")
+    page.set_viewport_size({"width": 390, "height": 800})
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    badge = page.locator("tr[data-subscription=pocket] .badge")
+    expect(badge).to_have_text("no consumers")
+    box = badge.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box
+    table = page.locator("#subs-table table").bounding_box()
+    assert table is not None and table["x"] + table["width"] <= 390, table
+    screenshot(page, "subscriptions-phone")
+    page.goto(f"{herald_url}/console/#/topics")
+    table = page.locator("#topics-table table")
+    expect(table).to_contain_text("small.screen")
+    box = table.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box
+    assert page.console_errors == []
