@@ -119,3 +119,18 @@ def test_on_a_phone_the_tables_fit_and_keep_the_delivery_state(herald_url: str, 
     box = table.bounding_box()
     assert box is not None and box["x"] + box["width"] <= 390, box
     assert page.console_errors == []
+
+
+def test_selecting_a_row_far_down_brings_its_detail_into_view(herald_url: str, page: Any) -> None:
+    publish(herald_url, "many", [{"value": 1}])
+    for n in range(14):
+        subscribe(herald_url, f"sub-{n:02d}", "many")
+    page.set_viewport_size({"width": 390, "height": 700})
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    page.click("tr[data-subscription=sub-00]")  # at the top: the detail is below all 14
+    title = page.locator("#sub-detail h2").first
+    expect(title).to_have_text("sub-00")
+    expect(title).to_be_in_viewport()
+    box = title.bounding_box()
+    assert box is not None and box["y"] >= page.locator("header").bounding_box()["height"], box
+    assert page.console_errors == []

@@ -35,6 +35,11 @@ export function duration(ms) {
 
 export const num = (n) => (n == null ? "—" : Number(n).toLocaleString("en-US"));
 
+// A detail drawn below a long table is off-screen: bring its top into view.
+export function reveal(el) {
+  if (el.getBoundingClientRect().top > window.innerHeight - 120) el.scrollIntoView({ block: "start" });
+}
+
 export function toast(text, bad = false) {
   const el = document.getElementById("toast");
   el.textContent = text;

@@ -1,7 +1,7 @@
 import { adminAction, itemHash, selectItem, store } from "./app.js";
 import { api, ApiError } from "./api.js";
 import { compact } from "./chart.js";
-import { confirmDialog, duration, h, num, patchChildren, plural, toast } from "./dom.js";
+import { confirmDialog, duration, h, num, patchChildren, plural, reveal, toast } from "./dom.js";
 
 const PAUSE = {
   none: ["delivering", "ok"],
@@ -81,6 +81,7 @@ export function subscriptionsPage(main) {
   function show(sub) {
     rendered = sub.name;
     render(sub);
+    reveal(detail);
   }
 
   return {

@@ -1,6 +1,6 @@
 import { adminAction, itemHash, selectItem } from "./app.js";
 import { api, socketUrl } from "./api.js";
-import { bytes, duration, h, num, patchChildren, toast } from "./dom.js";
+import { bytes, duration, h, num, patchChildren, reveal, toast } from "./dom.js";
 
 const PAGE = 20;
 
@@ -68,6 +68,7 @@ export function topicsPage(main) {
       if (topic && rendered !== topic.name) {
         rendered = topic.name;
         detail.replaceChildren(topicDetail(topic));
+        reveal(detail);
         return;
       }
       const parts = document.getElementById("partitions-body");
