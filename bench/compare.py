@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from client import bench as herald_bench
+import herald_bench  # bench/herald_bench.py, beside this script
 
 RECORD = b"x" * 1024
 BATCH = 500

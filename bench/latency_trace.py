@@ -258,7 +258,7 @@ def main() -> int:
     if args.serve_traced:  # the server half, started by the client half below
         return serve_traced(rest, Path(args.serve_traced))
 
-    from client.bench import embedded_server, timed_deliveries
+    from bench.herald_bench import embedded_server, timed_deliveries
 
     work = Path(tempfile.mkdtemp(prefix="herald-trace-"))
     out = work / "stamps.json"  # written by the traced server as it stops

@@ -18,7 +18,7 @@ from pyspark import TaskContext
 from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 
-from client.producer import Producer
+from herald.producer import Producer
 
 BATCH_ID_KEY = "streaming.sql.batchId"
 QUERY_ID_KEY = "sql.streaming.queryId"

@@ -27,7 +27,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    import spark_bridge
+    import herald.spark
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -41,7 +41,7 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    spark_bridge.register(session)
+    herald.spark.register(session)
     yield session
     session.stop()
 

@@ -1,4 +1,4 @@
-"""Client subcommands of the `herald` CLI: topics, subscriptions, publish, consume, bench.
+"""Client subcommands of the `herald` CLI: topics, subscriptions, publish, consume.
 
 `server/cli.py` calls `add_commands(subparsers)`; each subcommand sets `func`,
 which takes the parsed arguments and returns the exit status.
@@ -18,12 +18,11 @@ import httpx
 import orjson
 import websockets
 
-from client import bench
-from client._http import DEFAULT_URL
-from client.admin import Admin
-from client.consumer import Consumer
-from client.errors import HeraldClientError
-from client.producer import Producer
+from herald._http import DEFAULT_URL
+from herald.admin import Admin
+from herald.consumer import Consumer
+from herald.errors import HeraldClientError
+from herald.producer import Producer
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, Any]]
 PUBLISH_CHUNK = 10_000
@@ -35,7 +34,6 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     _subscriptions(subparsers)
     _publish(subparsers)
     _consume(subparsers)
-    bench.add_command(subparsers)  # server/cli.py registers only this module once it exists
 
 
 # -- parsers ----------------------------------------------------------------------------

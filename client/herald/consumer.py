@@ -1,6 +1,7 @@
 """The consumer: `async for msg in Consumer(url, subscription)` over the WebSocket
 protocol of PROTOCOL §3, with batched acks, credit replenished as messages are
-consumed, and reconnection with exponential backoff."""
+consumed, and reconnection with exponential backoff once a connection has been
+ready (a server never reached, or not a Herald server, is an error at once)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ import websockets
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 from websockets.asyncio.client import ClientConnection
 
-from client._http import DEFAULT_URL
-from client.errors import ConsumerClosedError
+from herald._http import DEFAULT_URL
+from herald.errors import ConsumerClosedError, HeraldClientError, HeraldConnectionError
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ class Consumer:
         self.ws_url = (
             f"{base}/v1/subscriptions/{quote(subscription, safe='')}/ws?{urlencode(query)}"
         )
+        self.url = url.rstrip("/")  # for messages: ws_url may carry the token
         self.subscription = subscription
         self.credit = credit
         self.ack_interval = ack_interval_ms / 1000
@@ -258,14 +260,15 @@ class Consumer:
     async def _run(self) -> None:
         try:
             retrying = AsyncRetrying(
-                retry=retry_if_exception(_worth_reconnecting),
+                retry=retry_if_exception(self._worth_reconnecting),
                 wait=self._reconnect_wait,
+                before_sleep=self._log_reconnect,
             )
             async for attempt in retrying:
                 with attempt:
                     await self._session(attempt.retry_state.attempt_number)
         except Exception as exc:  # handed to the iterating application, not swallowed
-            self._failure = exc
+            self._failure = self._as_client_error(exc)
         finally:
             self._finish()
 
@@ -278,6 +281,38 @@ class Consumer:
         # Wakes a reader waiting in get(); the inbox keeps a place for it beyond the credit.
         with contextlib.suppress(asyncio.QueueFull):
             self._inbox.put_nowait(None)
+
+    def _worth_reconnecting(self, exc: BaseException) -> bool:
+        # Only a consumer that has been connected reconnects: one that never got as far
+        # as `ready` is pointed at a dead or wrong server, which waiting will not fix.
+        return self.connections > 0 and _worth_reconnecting(exc)
+
+    def _log_reconnect(self, state: RetryCallState) -> None:
+        outcome = state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning(
+            "herald: consumer of %r lost its connection to %s (%s); reconnecting in %.2f s",
+            self.subscription,
+            self.url,
+            _describe(exc),
+            delay,
+        )
+
+    def _as_client_error(self, exc: Exception) -> Exception:
+        """The SDK's own error for what ended the consumer."""
+        if isinstance(exc, HeraldClientError):
+            return exc
+        if isinstance(exc, websockets.InvalidStatus):
+            response = exc.response
+            return HeraldClientError.from_answer(
+                response.status_code, bytes(response.body or b""), response.headers.get("retry-after")
+            )
+        if isinstance(exc, OSError | websockets.WebSocketException | TimeoutError | ValueError):
+            error = HeraldConnectionError(self.url, _describe(exc))
+            error.__cause__ = exc
+            return error
+        return exc
 
     def _reconnect_wait(self, state: RetryCallState) -> float:
         # The backoff starts again from min_backoff after every connection that got
@@ -296,9 +331,11 @@ class Consumer:
             compression=self.compression,
         ) as ws:
             try:
-                ready = orjson.loads(await ws.recv())
-                if ready.get("type") != "ready":
-                    raise ConnectionError(f"expected a ready frame, got {ready.get('type')!r}")
+                # A server that upgrades but never says `ready` is not Herald's.
+                async with asyncio.timeout(self.open_timeout):
+                    ready = orjson.loads(await ws.recv())
+                if not isinstance(ready, dict) or ready.get("type") != "ready":
+                    raise ConnectionError("the server did not start with a ready frame")
                 self.consumer_id = ready.get("consumer")
                 self.connections += 1
                 self._ready_attempt = attempt
@@ -364,6 +401,14 @@ def _raise_if_terminal(closed: websockets.ConnectionClosed) -> None:
     received = closed.rcvd
     if received is not None and received.code in TERMINAL_CLOSE_CODES:
         raise ConsumerClosedError(received.code, received.reason) from closed
+
+
+def _describe(exc: BaseException | None) -> str:
+    if exc is None:
+        return "closed"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
 
 
 def _worth_reconnecting(exc: BaseException) -> bool:

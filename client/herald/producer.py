@@ -1,19 +1,22 @@
-"""The producer: `await producer.send(topic, value)` with concurrent sends batched
-into one publish request per topic (PROTOCOL §2 Publish)."""
+"""The producer: `producer.send(topic, value)` returns a future at once, and sends
+that come together are batched into one publish request per topic (PROTOCOL §2
+Publish); `await producer.send_and_wait(topic, value)` is the one-call form."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import functools
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import orjson
 
-from client._http import DEFAULT_URL, make_http, with_retries
-from client.errors import HeraldClientError
+from herald._http import DEFAULT_URL, Reachability, make_http, with_retries
+from herald.errors import HeraldClientError, HeraldConnectionError, ProducerBufferFullError
 
 MAX_BATCH = 10_000  # PROTOCOL §2: 1 to 10000 messages per publish
 ACKS = ("0", "1", "all")
@@ -45,10 +48,17 @@ class Producer:
     trip, and many concurrent senders make big batches without a timer.
     `linger_ms` > 0 also waits that long for company first.
 
-    `send` resolves with the record's SendResult (None with acks="0", which the
-    server answers before writing). Retries 429 and 503 (honouring Retry-After)
-    and connection failures; give records an `id` to make those retries
-    idempotent (PROTOCOL §2 dedup).
+    `send` returns an asyncio future at once (aiokafka's split): it resolves with
+    the record's SendResult (None with acks="0", which the server answers before
+    writing), so `await producer.send(...)` waits for one record and a loop of
+    sends followed by `gather` batches without any other help. `send_and_wait`
+    waits for the answer, and first for room when `max_pending` records are out
+    (where `send` raises ProducerBufferFullError).
+
+    Retries 429 and 503 (honouring Retry-After), and connection failures once the
+    server has answered this producer (a server that was never reached fails the
+    sends at once with HeraldConnectionError); give records an `id` to make those
+    retries idempotent (PROTOCOL §2 dedup).
     """
 
     def __init__(
@@ -82,12 +92,16 @@ class Producer:
         self.retries = retries
         self.max_retry_wait = max_retry_wait
         self._http = make_http(url, token, timeout)
+        self._reach = Reachability(url)
         self._batches: dict[str, _Batch] = {}
         self._lingering: dict[str, asyncio.Handle] = {}  # a dispatch is scheduled
         self._in_flight: dict[str, int] = {}  # publish requests out, by topic
         self._requests: set[asyncio.Task[None]] = set()
-        # STYLE 3: records waiting for an answer are bounded; send() waits for room.
-        self._room = asyncio.Semaphore(max_pending)
+        # STYLE 3: records waiting for an answer are bounded: send() refuses past
+        # max_pending, send_and_wait() waits for room.
+        self.max_pending = max_pending
+        self._pending = 0
+        self._room_waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
 
     async def __aenter__(self) -> Producer:
@@ -96,7 +110,44 @@ class Producer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def send(
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        *,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        partition: int | None = None,
+        id: str | None = None,
+    ) -> asyncio.Future[SendResult | None]:
+        """Queue one record and return the future of its result, without waiting.
+        `bytes` go as `value_b64`; anything else as a JSON `value`."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        if self._pending >= self.max_pending:
+            raise ProducerBufferFullError(self.max_pending)
+        message = _encode(value, key, headers, partition, id)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[SendResult | None] = loop.create_future()
+        self._pending += 1
+        future.add_done_callback(self._release)
+        batch = self._batches.get(topic)
+        if batch is None:
+            batch = self._batches[topic] = _Batch()
+        batch.messages.append(message)
+        batch.futures.append(future)
+        batch.size += len(message) + 1
+        if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
+            self._dispatch(topic, force=True)
+        elif topic not in self._lingering:
+            self._lingering[topic] = (
+                loop.call_later(self.linger, self._dispatch, topic)
+                if self.linger
+                else loop.call_soon(self._dispatch, topic)  # after this turn's other sends
+            )
+        return future
+
+    async def send_and_wait(
         self,
         topic: str,
         value: Any,
@@ -106,27 +157,28 @@ class Producer:
         partition: int | None = None,
         id: str | None = None,
     ) -> SendResult | None:
-        """Publish one record. `bytes` go as `value_b64`; anything else as a JSON `value`."""
-        if self._closed:
-            raise RuntimeError("producer is closed")
-        message = _encode(value, key, headers, partition, id)
-        await self._room.acquire()
-        future: asyncio.Future[SendResult | None] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda _: self._room.release())
-        batch = self._batches.setdefault(topic, _Batch())
-        batch.messages.append(message)
-        batch.futures.append(future)
-        batch.size += len(message) + 1
-        if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
-            self._dispatch(topic, force=True)
-        elif topic not in self._lingering:
-            loop = asyncio.get_running_loop()
-            self._lingering[topic] = (
-                loop.call_later(self.linger, self._dispatch, topic)
-                if self.linger
-                else loop.call_soon(self._dispatch, topic)  # after this turn's other sends
-            )
-        return await future
+        """Publish one record and wait for its result (for room first, if need be)."""
+        while self._pending >= self.max_pending:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._room_waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if not waiter.done():
+                    waiter.cancel()  # ours was cancelled: pass the turn on
+                    self._wake_one()
+        return await self.send(topic, value, key=key, headers=headers, partition=partition, id=id)
+
+    def _release(self, _: asyncio.Future[SendResult | None]) -> None:
+        self._pending -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._room_waiters:
+            waiter = self._room_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     async def flush(self) -> None:
         """Send every waiting record now and wait for all answers."""
@@ -180,6 +232,7 @@ class Producer:
                         functools.partial(self._post, topic, messages),
                         self.retries,
                         self.max_retry_wait,
+                        self._reach,
                     )
                 except HeraldClientError as exc:
                     bad = exc.index
@@ -200,17 +253,24 @@ class Producer:
 
     async def _post(self, topic: str, messages: list[bytes]) -> list[SendResult | None]:
         body = b'{"messages":[' + b",".join(messages) + b"]}"
-        response = await self._http.post(
-            f"/v1/topics/{topic}/messages",
-            params={"acks": self.acks},
-            content=body,
-            headers={"content-type": "application/json"},
-        )
+        try:
+            response = await self._http.post(
+                f"/v1/topics/{topic}/messages",
+                params={"acks": self.acks},
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+        except httpx.TransportError as exc:
+            raise self._reach.unreachable(exc) from exc
+        self._reach.answered = True
         if response.status_code >= 400:
             raise HeraldClientError.from_response(response)
         if response.status_code == 202 or not response.content:
             return [None] * len(messages)  # acks=0: answered before the write
-        results = orjson.loads(response.content)["results"]
+        try:
+            results = orjson.loads(response.content)["results"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            raise HeraldConnectionError(self._reach.url, "the answer is not Herald's") from None
         return [
             SendResult(r["partition"], r["offset"], bool(r.get("duplicate", False)))
             for r in results

@@ -1,8 +1,13 @@
 """What every HTTP call of the SDK shares: base URL, bearer token, problem JSON
-errors, and retries of 429 / 503 / connection failures honouring Retry-After."""
+errors, and retries of 429 / 503 / connection failures honouring Retry-After.
+
+A connection failure is retried only once the server has answered this client at
+least once: a wrong URL or a server that is down fails at once with
+HeraldConnectionError instead of retrying for a minute (or leaking httpx's errors)."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -16,7 +21,9 @@ from tenacity import (
     stop_after_attempt,
 )
 
-from client.errors import HeraldClientError
+from herald.errors import HeraldClientError, HeraldConnectionError
+
+log = logging.getLogger("herald")
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 RETRY_STATUSES = frozenset({429, 503})  # PROTOCOL §2 rate_limited, storage_unavailable
@@ -28,10 +35,28 @@ def make_http(url: str, token: str | None, timeout: float) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
 
 
-def is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, HeraldClientError):
-        return exc.status in RETRY_STATUSES
-    return isinstance(exc, httpx.TransportError)
+class Reachability:
+    """Whether the server has answered this client yet: until it has, a connection
+    failure is final (HeraldConnectionError); after, it is retried with backoff."""
+
+    __slots__ = ("answered", "url")
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.answered = False
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        if isinstance(exc, HeraldConnectionError):
+            return self.answered
+        if isinstance(exc, HeraldClientError):
+            return exc.status in RETRY_STATUSES
+        return False
+
+    def unreachable(self, exc: httpx.TransportError) -> HeraldConnectionError:
+        error = HeraldConnectionError(self.url, str(exc) or type(exc).__name__)
+        if self.answered:
+            log.warning("herald: %s; retrying with backoff", error.detail)
+        return error
 
 
 def exponential_backoff(initial: float, maximum: float) -> Callable[[RetryCallState], float]:
@@ -59,10 +84,12 @@ class _WaitRetryAfter:
         return float(self._backoff(state))
 
 
-async def with_retries(call: Callable[[], Awaitable[T]], attempts: int, max_wait: float) -> T:
+async def with_retries(
+    call: Callable[[], Awaitable[T]], attempts: int, max_wait: float, reach: Reachability
+) -> T:
     """Run `call`, retrying what is worth retrying; the last error is raised as is."""
     retrying = AsyncRetrying(
-        retry=retry_if_exception(is_retryable),
+        retry=retry_if_exception(reach.is_retryable),
         wait=_WaitRetryAfter(max_wait),
         stop=stop_after_attempt(max(1, attempts)),
         reraise=True,
@@ -75,6 +102,7 @@ async def with_retries(call: Callable[[], Awaitable[T]], attempts: int, max_wait
 
 async def request_json(
     http: httpx.AsyncClient,
+    reach: Reachability,
     method: str,
     path: str,
     *,
@@ -88,9 +116,18 @@ async def request_json(
     headers = {"content-type": "application/json"} if content is not None else None
 
     async def call() -> Any:
-        response = await http.request(method, path, content=content, params=params, headers=headers)
+        try:
+            response = await http.request(
+                method, path, content=content, params=params, headers=headers
+            )
+        except httpx.TransportError as exc:
+            raise reach.unreachable(exc) from exc
+        reach.answered = True
         if response.status_code >= 400:
             raise HeraldClientError.from_response(response)
-        return orjson.loads(response.content) if response.content else None
+        try:
+            return orjson.loads(response.content) if response.content else None
+        except orjson.JSONDecodeError:
+            raise HeraldConnectionError(reach.url, "the answer is not JSON") from None
 
-    return await with_retries(call, attempts, max_wait)
+    return await with_retries(call, attempts, max_wait, reach)

@@ -1,0 +1,37 @@
+"""Herald's Python SDK (asyncio). Speaks only the public protocol (PROTOCOL §2, §3).
+
+    async with Producer("http://127.0.0.1:8080") as producer:
+        result = await producer.send_and_wait("orders", {"id": 1}, key="customer-7")
+        futures = [producer.send("orders", {"id": n}) for n in range(1000)]  # one batch
+        results = await asyncio.gather(*futures)
+
+    async with Consumer("http://127.0.0.1:8080", "billing", credit=100) as consumer:
+        async for msg in consumer:
+            handle(msg.value)
+            await msg.ack()
+"""
+
+from herald.admin import Admin
+from herald.consumer import Consumer, Message
+from herald.errors import (
+    ConsumerClosedError,
+    HeraldClientError,
+    HeraldConnectionError,
+    ProducerBufferFullError,
+)
+from herald.producer import Producer, SendResult
+from herald.webhooks import WebhookVerificationError, verify_webhook
+
+__all__ = [
+    "Admin",
+    "Consumer",
+    "ConsumerClosedError",
+    "HeraldClientError",
+    "HeraldConnectionError",
+    "Message",
+    "Producer",
+    "ProducerBufferFullError",
+    "SendResult",
+    "WebhookVerificationError",
+    "verify_webhook",
+]
