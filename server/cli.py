@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib.metadata
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from typing import Any
 import uvicorn
 
 from herald.cli import add_commands as add_client_commands
+from herald.cli import add_global_options as add_client_options
 from server.config import LOG_FORMATS, LOG_LEVELS, ConfigError, ServerConfig
 from server.security_cli import (
     SECURITY_FIELDS,
@@ -264,8 +266,21 @@ def run_serve(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ parser
 
 
+def _version() -> str:
+    """The installed application's version and the SDK's (they ship apart)."""
+    import herald
+
+    try:
+        server = importlib.metadata.version("herald")
+    except importlib.metadata.PackageNotFoundError:
+        server = "unknown (not installed)"
+    return f"{server} (herald-client {herald.__version__})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="herald", description="Herald push-delivery pub/sub")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    add_client_options(parser)  # --url, --token before the subcommand
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_command(subparsers)
     add_token_command(subparsers)

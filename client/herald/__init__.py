@@ -20,7 +20,10 @@ from herald.errors import (
     ProducerBufferFullError,
 )
 from herald.producer import Producer, SendResult
+from herald.tail import Tail
 from herald.webhooks import WebhookVerificationError, verify_webhook
+
+__version__ = "0.1.0"  # client/pyproject.toml reads it from here
 
 __all__ = [
     "Admin",
@@ -32,6 +35,7 @@ __all__ = [
     "Producer",
     "ProducerBufferFullError",
     "SendResult",
+    "Tail",
     "WebhookVerificationError",
     "verify_webhook",
 ]

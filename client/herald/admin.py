@@ -146,6 +146,22 @@ class Admin:
         return result
 
 
+    async def redrive(
+        self, name: str, *, rate: int | None = None, max_records: int | None = None
+    ) -> dict[str, Any]:
+        """Republish the subscription's dead-letter topic to its topic (docs/protocol.md):
+        `{"scanned", "republished", "duplicates", "skipped", …}`."""
+        body = {
+            field: value
+            for field, value in (("rate", rate), ("max_records", max_records))
+            if value is not None
+        }
+        result: dict[str, Any] = await self._call(
+            "POST", f"{_subscription(name)}/redrive", body=body
+        )
+        return result
+
+
 def _topic(name: str) -> str:
     return f"/v1/topics/{quote(name, safe='')}"
 

@@ -118,6 +118,10 @@ class Consumer:
     `credit` records are buffered locally. Messages buffered but not yet taken
     when the connection drops are discarded: the server gives them back for
     redelivery (PROTOCOL §3).
+
+    `limit` makes the consumer take at most that many records in all: it grants no
+    credit beyond them (so none is sent that would come back as a redelivery) and
+    iteration ends after the last.
     """
 
     def __init__(
@@ -133,16 +137,21 @@ class Consumer:
         max_backoff: float = 5.0,
         open_timeout: float = 10.0,
         compression: str | None = "deflate",
+        limit: int | None = None,
     ) -> None:
         if not subscription:
             raise ValueError("subscription is required")
         if not 1 <= credit <= MAX_CREDIT:
             raise ValueError(f"credit must be 1..{MAX_CREDIT}")
+        if limit is not None and limit < 1:
+            raise ValueError("limit must be at least 1")
+        self.limit = limit
+        self._taken = 0  # records handed to the application, over all connections
+        self._grant_left: int | None = None  # credit this connection may still grant
         base = url.rstrip("/").replace("http", "ws", 1)
-        query = {"credit": str(credit)} | ({"token": token} if token else {})
-        self.ws_url = (
-            f"{base}/v1/subscriptions/{quote(subscription, safe='')}/ws?{urlencode(query)}"
-        )
+        self._ws_base = f"{base}/v1/subscriptions/{quote(subscription, safe='')}/ws"
+        self._token = token
+        self.ws_url = self._session_url(credit)
         self.url = url.rstrip("/")  # for messages: ws_url may carry the token
         self.subscription = subscription
         self.credit = credit
@@ -183,6 +192,8 @@ class Consumer:
         return self
 
     async def __anext__(self) -> Message:
+        if self.limit is not None and self._taken >= self.limit:
+            raise StopAsyncIteration
         self.start()
         inbox = self._inbox
         while True:
@@ -212,6 +223,8 @@ class Consumer:
         except StopAsyncIteration:
             return []
         inbox = self._inbox
+        if self.limit is not None:
+            limit = min(limit, len(batch) + self.limit - self._taken)
         while len(batch) < limit and not inbox.empty():
             item = inbox.get_nowait()
             if item is None:
@@ -247,9 +260,14 @@ class Consumer:
         self._frames.append(orjson.dumps(frame))
         self._outgoing.set()
 
+    def _session_url(self, credit: int) -> str:
+        query = {"credit": str(credit)} | ({"token": self._token} if self._token else {})
+        return f"{self._ws_base}?{urlencode(query)}"
+
     def _took(self, message: Message) -> Message:
         # Credit goes back as messages are taken, half the window at a time, so the
         # server keeps sending while the application works (PROTOCOL §3 credit).
+        self._taken += 1
         self._owed_credit += 1
         if self._owed_credit >= max(1, self.credit // 2):
             self._outgoing.set()
@@ -268,7 +286,7 @@ class Consumer:
                 with attempt:
                     await self._session(attempt.retry_state.attempt_number)
         except Exception as exc:  # handed to the iterating application, not swallowed
-            self._failure = self._as_client_error(exc)
+            self._failure = as_client_error(exc, self.url)
         finally:
             self._finish()
 
@@ -299,21 +317,6 @@ class Consumer:
             delay,
         )
 
-    def _as_client_error(self, exc: Exception) -> Exception:
-        """The SDK's own error for what ended the consumer."""
-        if isinstance(exc, HeraldClientError):
-            return exc
-        if isinstance(exc, websockets.InvalidStatus):
-            response = exc.response
-            return HeraldClientError.from_answer(
-                response.status_code, bytes(response.body or b""), response.headers.get("retry-after")
-            )
-        if isinstance(exc, OSError | websockets.WebSocketException | TimeoutError | ValueError):
-            error = HeraldConnectionError(self.url, _describe(exc))
-            error.__cause__ = exc
-            return error
-        return exc
-
     def _reconnect_wait(self, state: RetryCallState) -> float:
         # The backoff starts again from min_backoff after every connection that got
         # as far as `ready`, so a long-lived consumer does not wait max_backoff.
@@ -323,6 +326,13 @@ class Consumer:
 
     async def _session(self, attempt: int) -> None:
         """One connection: ready, then read and write until it ends (raises on loss)."""
+        credit = self.credit
+        if self.limit is not None:
+            # Never more credit than records still to take (PROTOCOL §3: the server
+            # sends no more than the credit given).
+            credit = max(1, min(credit, self.limit - self._taken))
+            self._grant_left = self.limit - self._taken - credit
+        self.ws_url = self._session_url(credit)
         async with websockets.connect(
             self.ws_url,
             additional_headers=self._headers,
@@ -390,7 +400,11 @@ class Consumer:
             await ws.send(self._frames.popleft().decode())
         if self._owed_credit > 0:
             n, self._owed_credit = self._owed_credit, 0
-            await ws.send(orjson.dumps({"type": "credit", "n": n}).decode())
+            if self._grant_left is not None:
+                n = min(n, self._grant_left)
+                self._grant_left -= n
+            if n > 0:
+                await ws.send(orjson.dumps({"type": "credit", "n": n}).decode())
 
     def _discard_unread(self) -> None:
         while not self._inbox.empty():
@@ -401,6 +415,24 @@ def _raise_if_terminal(closed: websockets.ConnectionClosed) -> None:
     received = closed.rcvd
     if received is not None and received.code in TERMINAL_CLOSE_CODES:
         raise ConsumerClosedError(received.code, received.reason) from closed
+
+
+def as_client_error(exc: Exception, url: str) -> Exception:
+    """The SDK's own error for what ended a connection (HeraldClientError as it is)."""
+    if isinstance(exc, HeraldClientError):
+        return exc
+    error: HeraldClientError
+    if isinstance(exc, websockets.InvalidStatus):
+        response = exc.response
+        error = HeraldClientError.from_answer(
+            response.status_code, bytes(response.body or b""), response.headers.get("retry-after")
+        )
+    elif isinstance(exc, OSError | websockets.WebSocketException | TimeoutError | ValueError):
+        error = HeraldConnectionError(url, _describe(exc))
+    else:
+        return exc
+    error.__cause__ = exc
+    return error
 
 
 def _describe(exc: BaseException | None) -> str:
