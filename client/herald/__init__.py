@@ -12,13 +12,14 @@
 """
 
 from herald.admin import Admin
-from herald.consumer import Consumer, Message
+from herald.consumer import Consumer
 from herald.errors import (
     ConsumerClosedError,
     HeraldClientError,
     HeraldConnectionError,
     ProducerBufferFullError,
 )
+from herald.message import Message
 from herald.producer import Producer, SendResult
 from herald.tail import Tail
 from herald.webhooks import WebhookVerificationError, verify_webhook

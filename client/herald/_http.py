@@ -52,7 +52,7 @@ class Reachability:
             return exc.status in RETRY_STATUSES
         return False
 
-    def unreachable(self, exc: httpx.TransportError) -> HeraldConnectionError:
+    def unreachable(self, exc: Exception) -> HeraldConnectionError:
         error = HeraldConnectionError(self.url, str(exc) or type(exc).__name__)
         if self.answered:
             log.warning("herald: %s; retrying with backoff", error.detail)

@@ -7,24 +7,28 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import ssl
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import quote
 
-import httpx
 import orjson
 
-from herald._http import DEFAULT_URL, Reachability, make_http, with_retries
+from herald._http import DEFAULT_URL, Reachability, with_retries
+from herald._transport import ConnectionPool, TransportError
 from herald.errors import HeraldClientError, HeraldConnectionError, ProducerBufferFullError
 
 MAX_BATCH = 10_000  # PROTOCOL §2: 1 to 10000 messages per publish
 ACKS = ("0", "1", "all")
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
-    """Where a record landed; `duplicate` when its `id` was already published."""
+class SendResult(NamedTuple):
+    """Where a record landed; `duplicate` when its `id` was already published.
+
+    A NamedTuple, immutable and slotted like a frozen dataclass but built in a third of
+    the time (one per record published: 0.4 against 1.3 µs)."""
 
     partition: int
     offset: int
@@ -75,6 +79,7 @@ class Producer:
         retries: int = 8,
         max_retry_wait: float = 10.0,
         timeout: float = 60.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be one of {ACKS}, got {acks!r}")
@@ -91,8 +96,10 @@ class Producer:
         self.max_in_flight = max_in_flight
         self.retries = retries
         self.max_retry_wait = max_retry_wait
-        self._http = make_http(url, token, timeout)
+        # Publishing is one POST on a warm keep-alive connection (herald/_transport.py).
+        self._pool = ConnectionPool(url, token=token, timeout=timeout, ssl_context=ssl_context)
         self._reach = Reachability(url)
+        self._query = f"/messages?acks={acks}"
         self._batches: dict[str, _Batch] = {}
         self._lingering: dict[str, asyncio.Handle] = {}  # a dispatch is scheduled
         self._in_flight: dict[str, int] = {}  # publish requests out, by topic
@@ -129,8 +136,7 @@ class Producer:
         message = _encode(value, key, headers, partition, id)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult | None] = loop.create_future()
-        self._pending += 1
-        future.add_done_callback(self._release)
+        self._pending += 1  # given back when its request is answered (_publish)
         batch = self._batches.get(topic)
         if batch is None:
             batch = self._batches[topic] = _Batch()
@@ -169,9 +175,10 @@ class Producer:
                     self._wake_one()
         return await self.send(topic, value, key=key, headers=headers, partition=partition, id=id)
 
-    def _release(self, _: asyncio.Future[SendResult | None]) -> None:
-        self._pending -= 1
-        self._wake_one()
+    def _release(self, n: int) -> None:
+        self._pending -= n
+        for _ in range(min(n, len(self._room_waiters))):
+            self._wake_one()
 
     def _wake_one(self) -> None:
         while self._room_waiters:
@@ -195,7 +202,7 @@ class Producer:
         try:
             await self.flush()
         finally:
-            await self._http.aclose()
+            await self._pool.close()
 
     def _dispatch(self, topic: str, *, force: bool = False) -> None:
         """Send the topic's batch, unless `max_in_flight` requests are out (then the
@@ -225,6 +232,7 @@ class Producer:
 
     async def _publish(self, topic: str, batch: _Batch) -> None:
         messages, futures = batch.messages, batch.futures
+        count = len(futures)
         try:
             while messages:
                 try:
@@ -245,36 +253,38 @@ class Producer:
                     messages = messages[:bad] + messages[bad + 1 :]
                     continue
                 for future, result in zip(futures, results, strict=True):
-                    _settle(future, result)
+                    if not future.done():  # cancelled by its sender: nothing to tell
+                        future.set_result(result)
                 return
         except Exception as exc:
             for future in futures:
                 _settle(future, exc)
+        finally:
+            self._release(count)
 
     async def _post(self, topic: str, messages: list[bytes]) -> list[SendResult | None]:
         body = b'{"messages":[' + b",".join(messages) + b"]}"
         try:
-            response = await self._http.post(
-                f"/v1/topics/{topic}/messages",
-                params={"acks": self.acks},
-                content=body,
-                headers={"content-type": "application/json"},
+            response = await self._pool.request(
+                "POST",
+                f"/v1/topics/{quote(topic, safe='')}{self._query}",
+                body,
+                "application/json",
             )
-        except httpx.TransportError as exc:
+        except TransportError as exc:
             raise self._reach.unreachable(exc) from exc
         self._reach.answered = True
-        if response.status_code >= 400:
-            raise HeraldClientError.from_response(response)
-        if response.status_code == 202 or not response.content:
+        if response.status >= 400:
+            raise HeraldClientError.from_answer(
+                response.status, response.body, response.headers.get("retry-after")
+            )
+        if response.status == 202 or not response.body:
             return [None] * len(messages)  # acks=0: answered before the write
         try:
-            results = orjson.loads(response.content)["results"]
+            results = orjson.loads(response.body)["results"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             raise HeraldConnectionError(self._reach.url, "the answer is not Herald's") from None
-        return [
-            SendResult(r["partition"], r["offset"], bool(r.get("duplicate", False)))
-            for r in results
-        ]
+        return [SendResult(r["partition"], r["offset"], r.get("duplicate") is True) for r in results]
 
 
 def _encode(
@@ -284,8 +294,12 @@ def _encode(
     partition: int | None,
     id: str | None,
 ) -> bytes:
+    bytes_value = isinstance(value, bytes | bytearray | memoryview)
+    if key is None and not headers and partition is None and id is None and not bytes_value:
+        # The common record, without a dict: a new bytes object of its own size.
+        return b'{"value":' + orjson.dumps(value) + b"}"
     message: dict[str, Any] = {}
-    if isinstance(value, bytes | bytearray | memoryview):
+    if bytes_value:
         message["value_b64"] = base64.b64encode(bytes(value)).decode("ascii")
     else:
         message["value"] = value
