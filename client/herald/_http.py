@@ -7,6 +7,7 @@ HeraldConnectionError instead of retrying for a minute (or leaking httpx's error
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -14,12 +15,6 @@ from typing import Any, TypeVar
 
 import httpx
 import orjson
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-)
 
 from herald.errors import HeraldClientError, HeraldConnectionError
 
@@ -59,45 +54,32 @@ class Reachability:
         return error
 
 
-def exponential_backoff(initial: float, maximum: float) -> Callable[[RetryCallState], float]:
+def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
     """Wait n: min(maximum, initial·2^(n-1)), jittered within [0.5·d, d] so that
     clients cut off together do not come back together."""
-
-    def wait(state: RetryCallState) -> float:
-        delay = min(maximum, initial * 2 ** (state.attempt_number - 1))
-        return delay * random.uniform(0.5, 1.0)
-
-    return wait
-
-
-class _WaitRetryAfter:
-    """Retry-After when the server gave one, else jittered exponential backoff."""
-
-    def __init__(self, max_wait: float) -> None:
-        self._backoff = exponential_backoff(0.05, max_wait)
-
-    def __call__(self, state: RetryCallState) -> float:
-        outcome = state.outcome
-        exc = outcome.exception() if outcome is not None else None
-        if isinstance(exc, HeraldClientError) and exc.retry_after is not None:
-            return exc.retry_after  # the server knows best when to come back
-        return float(self._backoff(state))
+    delay = min(maximum, initial * 2 ** (attempt - 1))
+    return delay * random.uniform(0.5, 1.0)
 
 
 async def with_retries(
     call: Callable[[], Awaitable[T]], attempts: int, max_wait: float, reach: Reachability
 ) -> T:
-    """Run `call`, retrying what is worth retrying; the last error is raised as is."""
-    retrying = AsyncRetrying(
-        retry=retry_if_exception(reach.is_retryable),
-        wait=_WaitRetryAfter(max_wait),
-        stop=stop_after_attempt(max(1, attempts)),
-        reraise=True,
-    )
-    async for attempt in retrying:
-        with attempt:
+    """Run `call`, retrying what is worth retrying after Retry-After when the server gave
+    one, else a jittered exponential backoff; the last error is raised as is. A plain
+    loop: the first try, on every publish, costs nothing but the call."""
+    attempt = 1
+    while True:
+        try:
             return await call()
-    raise AssertionError("unreachable: tenacity reraises the last error")
+        except Exception as exc:
+            if attempt >= attempts or not reach.is_retryable(exc):
+                raise
+            if isinstance(exc, HeraldClientError) and exc.retry_after is not None:
+                delay = exc.retry_after  # the server knows best when to come back
+            else:
+                delay = backoff_delay(attempt, 0.05, max_wait)
+        await asyncio.sleep(delay)
+        attempt += 1
 
 
 async def request_json(
