@@ -289,9 +289,11 @@ class RedisStreams:
         import redis.asyncio as redis
 
         # The consumer has a connection of its own, as a separate process would.
-        # redis-py 8 caps a pool at 100 connections by default (before: 2**31); the open
-        # loop may have more sends out than that when the host is busy.
-        producer = redis.Redis(port=self.port, max_connections=100_000)
+        # redis-py 8 caps a pool at 100 connections and raises past them (redis-py 5 had
+        # no cap, and a busy host then made thousands of connections time out): sends
+        # beyond 100 out wait for a connection instead.
+        pool = redis.BlockingConnectionPool(port=self.port, max_connections=100, timeout=None)
+        producer = redis.Redis(connection_pool=pool)
         consumer = redis.Redis(port=self.port)
         stream = f"s-{uuid.uuid4().hex[:8]}"
         await producer.xgroup_create(stream, "g", id="$", mkstream=True)
@@ -300,6 +302,7 @@ class RedisStreams:
         finally:
             await producer.delete(stream)
             await producer.aclose()
+            await pool.disconnect()  # a pool it was given is not the client's to close
             await consumer.aclose()
 
     @staticmethod

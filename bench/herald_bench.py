@@ -213,7 +213,7 @@ async def _consumer(
 
 
 class CreditWindow:
-    """Gives credit back half the window at a time, as client.Consumer does."""
+    """Gives credit back half the window at a time, as herald.Consumer does."""
 
     def __init__(self, window: int) -> None:
         self.window = window
@@ -429,7 +429,7 @@ async def run(args: argparse.Namespace, url: str, pid: int | None) -> None:
     print(
         f"herald bench: {args.records} x {RECORD_BYTES} B records, batch {args.batch}, "
         f"{args.concurrency} concurrent publishers, consumer credit 1000 acking every record "
-        f"(credit given back half the window at a time, as client.Consumer does); "
+        f"(credit given back half the window at a time, as herald.Consumer does); "
         f"median of {args.runs} run(s)"
         + (f"; server pinned to CPUs {args.server_cpus}" if args.server_cpus else "")
     )

@@ -2,7 +2,7 @@
 
 Starts ``herald serve`` with stamps (CLOCK_MONOTONIC, shared by every process of
 the machine) at each stage a record passes, publishes one record per request at a
-fixed rate as ``herald bench`` does, and prints each stage's percentiles:
+fixed rate as ``bench/herald_bench.py`` does, and prints each stage's percentiles:
 
     client send → server reads the request → headers parsed → request task runs →
     endpoint → Topic.publish → Partition.append → writer thread → written →
