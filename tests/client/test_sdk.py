@@ -381,9 +381,9 @@ async def test_consumer_reconnects_only_after_a_first_connection_and_logs_it(
     consumer = Consumer(herald_server.url, name, credit=5, max_backoff=0.5)
     try:
         reader = asyncio.ensure_future(take(consumer, 1, within=60))
-        await eventually(lambda: consumer.connections > 0, what="consumer ready")
+        await wait_until(lambda: consumer.connections > 0, what="consumer ready")
         await asyncio.to_thread(herald_server.terminate)
-        await eventually(lambda: "reconnecting in" in caplog.text, what="a reconnect logged")
+        await wait_until(lambda: "reconnecting in" in caplog.text, what="a reconnect logged")
         assert not reader.done()  # down, not failed: it was connected once
         await asyncio.to_thread(herald_server.restart)
         async with Producer(herald_server.url) as producer:
