@@ -97,6 +97,7 @@ class Watch:
         self._batch_end = start_revision
         self._ready = asyncio.Event()
         self._established = False
+        self._created_seen = False  # of the stream being opened
         self._terminal: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_heard = client.clock()
@@ -217,8 +218,6 @@ class Watch:
         self._established = True
         self._ready.set()
         return endpoint, response, lines
-
-    _created_seen = False
 
     async def _follow(self, endpoint: str, lines: AsyncGenerator[str, None]) -> bool:
         """Read the stream until it ends or breaks: True when the watch is over for good."""

@@ -6,12 +6,13 @@ import asyncio
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterator
+from pathlib import Path
 
 import pytest
 
 from cluster.etcd import EtcdClient, EtcdOutcomeUnknown, EtcdUnavailable
 from storage.errors import HeraldError
-from tests.cluster.conftest import ATTEMPT_TIMEOUT_S, CLIENT_TIMEOUT_S, EtcdProcess
+from tests.cluster.conftest import ATTEMPT_TIMEOUT_S, CLIENT_TIMEOUT_S, EtcdProcess, etcd_binary
 from tests.conftest import free_port
 
 # The call's budget, plus one attempt that may have started just before its end, plus
@@ -213,3 +214,11 @@ async def test_an_endpoint_that_is_not_etcd_is_passed_over_for_reads(
     async with short_timeouts([proxy_error_endpoint, etcd_server.urls[0]]) as etcd:
         with pytest.raises(EtcdOutcomeUnknown, match="502"):
             await etcd.put("/f/k", "v")  # a proxy's 502 says nothing of whether etcd applied it
+
+
+def test_without_etcd_installed_the_tests_fail_saying_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no etcd on this PATH
+    with pytest.raises(pytest.fail.Exception, match="`make test` installs it"):
+        etcd_binary()
