@@ -315,6 +315,18 @@ class LeaderReplica:
             refused = self._waiters.pop_all()
         return Progress(self.high_watermark, self.commit_point, committed, refused, change)
 
+    @property
+    def high_watermark_settled(self) -> bool:
+        """Whether the high watermark covers everything earlier leaders had committed.
+
+        A new leader knows only the mark its last fetch response carried, which may be
+        behind what the old leader acknowledged (acks=all answered 200). Everything
+        committed is below this epoch's start offset (the new leader has it all, being
+        from the ISR), so once the mark reaches that offset it is complete; until then
+        reads and tails beyond the mark wait (Kafka, KAFKA-2334: OFFSET_NOT_AVAILABLE),
+        or a read sent after a 200 could miss its records (PROTOCOL §7)."""
+        return self.high_watermark >= self.epoch_start_offset
+
     def _progress(self) -> Progress:
         return Progress(self.high_watermark, self.commit_point)
 

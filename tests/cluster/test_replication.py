@@ -301,3 +301,22 @@ def test_follower_lag_counts_records_behind_the_log_end() -> None:
     r = leader(clock, log_end=10)
     r.on_fetch("b", 3, 7, 7)
     assert r.follower_lag() == {"b": 3, "c": 10}
+
+
+def test_a_new_leaders_mark_is_settled_once_it_reaches_the_epoch_start() -> None:
+    clock = FakeClock()
+    r = LeaderReplica(
+        "a",
+        epoch=2,
+        replicas=("a", "b"),
+        isr=("a", "b"),
+        min_insync_replicas=1,
+        replica_lag_ms=LAG_MS,
+        clock=clock,
+        log_end=10,
+        high_watermark=4,  # what its last fetch response said; the old leader had more
+    )
+    assert r.high_watermark == 4 and not r.high_watermark_settled
+    r.on_append(12)
+    r.on_fetch("b", 2, 10, 10)
+    assert r.high_watermark == 10 and r.high_watermark_settled
