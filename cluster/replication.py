@@ -7,7 +7,8 @@ The protocol the servers speak (PROTOCOL §7, Kafka's replication):
   requests naming many partitions; the leader answers each request once it has
   something for one of them (or after ``max_wait_ms``: a long poll, so an idle cluster
   costs one request per ``max_wait_ms`` per pair of nodes, and a new record reaches the
-  followers one round trip after it is written).
+  followers one round trip after it is written). The connection's first message names
+  the follower node (its ``--node-id``); the leader answers requests in order.
 - **Fetch request**, per partition: ``topic``, ``partition``, ``epoch`` (the leader epoch
   the follower believes current), ``fetch_offset`` (its log end: what it has *written*),
   ``fsynced_offset`` (the end of what it has *fsynced*), ``max_bytes``.
@@ -299,16 +300,17 @@ class LeaderReplica:
 
     # -- the marks ---------------------------------------------------------------------
 
-    def _ends(self, attr: str, own: int) -> list[int]:
-        return [
-            own if name == self.node_id else getattr(self.followers[name], attr)
-            for name in self.maximal_isr
-        ]
-
     def _advance(self, change: IsrChange | None = None) -> Progress:
-        self.high_watermark = max(self.high_watermark, min(self._ends("written", self.log_end)))
-        commit = min(min(self._ends("fsynced", self.fsynced_end)), self.high_watermark)
-        self.commit_point = max(self.commit_point, commit)
+        written, fsynced = self.log_end, self.fsynced_end
+        for name in self.maximal_isr:
+            if name != self.node_id:
+                state = self.followers[name]
+                written, fsynced = min(written, state.written), min(fsynced, state.fsynced)
+        if written > self.high_watermark:
+            self.high_watermark = written
+        fsynced = min(fsynced, self.high_watermark)
+        if fsynced > self.commit_point:
+            self.commit_point = fsynced
         committed = self._waiters.pop_through(self.commit_point)
         refused: tuple[int, ...] = ()
         if len(self.minimal_isr) < self.min_insync_replicas:
