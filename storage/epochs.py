@@ -103,6 +103,13 @@ class LeaderEpochCache:
             epoch = e
         return epoch
 
+    def clear(self) -> None:
+        """Forget every epoch (the log was emptied and restarts elsewhere: its next
+        batches bring their epochs)."""
+        if self._entries:
+            self._entries = []
+            self._save()
+
     def truncate_from_end(self, end_offset: int) -> None:
         """Forget epochs that began at or after ``end_offset`` (the log was cut there)."""
         kept = [(e, s) for e, s in self._entries if s < end_offset]

@@ -301,6 +301,37 @@ class PartitionLog:
         self._segments = self._segments[1:]  # readers see the new start before the unlink
         oldest.delete()
 
+    def reset_to(self, offset: int) -> None:
+        """Drop every record and go on with an empty log starting at ``offset`` (Kafka's
+        truncateFullyAndStartAt): a follower whose end fell below its leader's log start,
+        which retention moved past it, copies from the leader's start. The new segment
+        is made (and its directory entry made durable) before the old ones go, so a crash
+        in between leaves the new start or the old log, never a log restarting at 0."""
+        if offset < 0:
+            raise ValueError(f"reset_to({offset}): offsets are not negative")
+        old = self._segments
+        reused = next((s for s in old if s.base_offset == offset), None)
+        if reused is not None:
+            reused.unseal()
+            reused.truncate_to_position(0, offset)
+            reused.first_timestamp = reused.last_timestamp = None
+            new = reused
+        else:
+            new = LogSegment(self.directory, offset, self.config.index_interval_bytes)
+        try:
+            fsync_dir(self.directory)
+        except OSError:
+            if new is not reused:
+                new.delete()
+            raise
+        self._segments = (new,)  # readers see the new start before the unlinks
+        for segment in old:
+            if segment is not new:
+                segment.delete()
+        fsync_dir(self.directory)
+        self.epochs.clear()
+        self.last_timestamp = None
+
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset`` (a replica diverging from its
         leader). A batch cut in the middle is rewritten with the records before ``offset``."""

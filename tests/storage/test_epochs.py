@@ -291,3 +291,43 @@ def test_a_returning_replica_truncates_to_the_leaders_epoch_end_then_converges(
     finally:
         old.close()
         new.close()
+
+
+def test_reset_to_empties_the_log_and_starts_it_at_the_offset(tmp_path: Path) -> None:
+    path = tmp_path / "p"
+    log = open_log(path)
+    for epoch in (1, 2):
+        log.append(records(f"e{epoch}", 40), 1000 + epoch, leader_epoch=epoch)
+    assert len(log.segments) > 1
+    log.reset_to(500)
+    assert (log.start_offset, log.end_offset, log.last_timestamp) == (500, 500, None)
+    assert log.read(0, 10, 10**6) == []
+    assert log.epochs.entries == []
+    assert [p.name for p in sorted(path.glob("*.log"))] == ["00000000000000000500.log"]
+    # A leader's batches from its start offset on follow, with their epochs.
+    leader = open_log(tmp_path / "leader")
+    leader.reset_to(500)
+    leader.append(records("x", 3), 2000, leader_epoch=4)
+    log.append_batches(leader.read_batches(500, 10**6))
+    assert [(o, v) for o, _, v, _ in contents(log)] == [(500, b"x-0"), (501, b"x-1"), (502, b"x-2")]
+    assert log.epochs.entries == [(4, 500)]
+    log.close()
+    leader.close()
+    reopened = open_log(path)
+    try:
+        assert (reopened.start_offset, reopened.end_offset) == (500, 503)
+        assert reopened.epochs.entries == [(4, 500)]
+    finally:
+        reopened.close()
+
+
+def test_reset_to_the_active_segments_own_base_empties_it(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "p")
+    try:
+        log.append(records("a", 3), 1000, leader_epoch=1)
+        log.reset_to(0)
+        assert (log.start_offset, log.end_offset) == (0, 0)
+        log.append(records("b", 2), 1001, leader_epoch=2)
+        assert [v for _, _, v, _ in contents(log)] == [b"b-0", b"b-1"]
+    finally:
+        log.close()
