@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 import orjson
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from herald.errors import HeraldClientError, HeraldConnectionError
 
@@ -64,22 +65,38 @@ def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
 async def with_retries(
     call: Callable[[], Awaitable[T]], attempts: int, max_wait: float, reach: Reachability
 ) -> T:
-    """Run `call`, retrying what is worth retrying after Retry-After when the server gave
-    one, else a jittered exponential backoff; the last error is raised as is. A plain
-    loop: the first try, on every publish, costs nothing but the call."""
-    attempt = 1
-    while True:
-        try:
+    """Run `call`, retrying (tenacity) what is worth retrying after Retry-After when the
+    server gave one, else a jittered exponential backoff; the last error is raised as
+    is. The first try runs outside tenacity: on every publish it costs only the call."""
+    try:
+        return await call()
+    except Exception as exc:
+        if attempts <= 1 or not reach.is_retryable(exc):
+            raise
+        await asyncio.sleep(_retry_delay(exc, 1, max_wait))
+
+    def wait(state: RetryCallState) -> float:
+        assert state.outcome is not None
+        failure = state.outcome.exception()
+        assert failure is not None
+        return _retry_delay(failure, state.attempt_number + 1, max_wait)
+
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(attempts - 1),  # the first try was made above
+        wait=wait,
+        retry=retry_if_exception(reach.is_retryable),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
             return await call()
-        except Exception as exc:
-            if attempt >= attempts or not reach.is_retryable(exc):
-                raise
-            if isinstance(exc, HeraldClientError) and exc.retry_after is not None:
-                delay = exc.retry_after  # the server knows best when to come back
-            else:
-                delay = backoff_delay(attempt, 0.05, max_wait)
-        await asyncio.sleep(delay)
-        attempt += 1
+    raise AssertionError("unreachable: tenacity reraises the last failure")
+
+
+def _retry_delay(exc: BaseException, attempt: int, max_wait: float) -> float:
+    if isinstance(exc, HeraldClientError) and exc.retry_after is not None:
+        return exc.retry_after  # the server knows best when to come back
+    return backoff_delay(attempt, 0.05, max_wait)
 
 
 async def request_json(

@@ -132,3 +132,24 @@ async def test_publish_with_a_bearer_token(secured: Secured) -> None:  # noqa: F
         with pytest.raises(HeraldClientError) as unauthorized:
             await asyncio.wait_for(anonymous.send_and_wait("orders.sdk", 1), 15)
         assert unauthorized.value.status == 401
+
+
+async def test_every_retry_honours_retry_after_and_the_retries_end() -> None:
+    problem = b'{"status":503,"code":"storage_unavailable","detail":"busy"}'
+    busy = answer("503 Service Unavailable", problem, "retry-after: 0.2")
+    async with (
+        scripted([busy, busy, chunked("200 OK", RESULTS)]) as server,
+        Producer(server.url, acks="1") as producer,
+    ):
+        result = await asyncio.wait_for(producer.send_and_wait("t", 1), 10)
+    assert result is not None and result.offset == 7
+    assert server.times[1] - server.times[0] >= 0.2
+    assert server.times[2] - server.times[1] >= 0.2  # the second retry, through tenacity
+    async with (
+        scripted([busy, busy, busy]) as server,
+        Producer(server.url, acks="1", retries=2) as producer,
+    ):
+        with pytest.raises(HeraldClientError) as caught:
+            await asyncio.wait_for(producer.send_and_wait("t", 1), 10)
+    assert caught.value.status == 503
+    assert len(server.requests) == 2  # two tries in all, then the last error as it is
