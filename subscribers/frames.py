@@ -108,7 +108,7 @@ def parse_credit_param(raw: str | None) -> int:
         return 0
     if not raw.isascii() or not raw.isdigit():
         raise ValueError(f"credit must be a non-negative integer, got {raw!r}")
-    return min(int(raw), MAX_CREDIT)  # a larger credit is capped, not refused
+    return _capped(raw, MAX_CREDIT)  # a larger credit is capped, not refused
 
 
 def parse_from_param(raw: str | None) -> StartAt:
@@ -121,11 +121,23 @@ def parse_from_param(raw: str | None) -> StartAt:
     if raw == "earliest":
         return StartAt.earliest()
     if raw.isascii() and raw.isdigit():
-        return StartAt.at_offset(int(raw))
+        return StartAt.at_offset(_capped(raw, _MAX_INT64))  # past the end means the end
     number = raw.removeprefix("ts:")
     if number != raw and number.isascii() and number.isdigit():
-        return StartAt.at_timestamp(int(number))
+        return StartAt.at_timestamp(_capped(number, _MAX_INT64))
     raise ValueError(f"from must be latest, earliest, an offset or ts:<ms>, got {raw!r}")
+
+
+_MAX_INT64 = 2**63 - 1
+
+
+def _capped(digits: str, cap: int) -> int:
+    """The decimal ``digits`` as an int, at most ``cap``, without converting thousands
+    of digits (Python refuses past 4300, and it is slow well before)."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(cap)):
+        return cap
+    return min(int(significant), cap)
 
 
 def _integer(data: Mapping[str, Any], name: str, low: int, high: int) -> int:

@@ -61,6 +61,9 @@ def test_subscription_start_round_trips_through_its_json() -> None:
         ("earliest", StartAt.earliest()),
         ("12", StartAt.at_offset(12)),
         ("ts:99", StartAt.at_timestamp(99)),
+        ("0012", StartAt.at_offset(12)),
+        ("9" * 5000, StartAt.at_offset(2**63 - 1)),  # past every end: the end
+        ("ts:" + "9" * 5000, StartAt.at_timestamp(2**63 - 1)),
     ],
 )
 def test_tail_from_param(raw: str | None, start: StartAt) -> None:

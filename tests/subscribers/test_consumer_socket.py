@@ -57,11 +57,13 @@ async def test_ready_frame_comes_first(
         assert first["headers"] == {} and first["key"] is None and "value_b64" not in first
 
 
+@pytest.mark.parametrize("credit", ["5000000", "9" * 5000, "0" * 5000 + "7"])
 async def test_credit_param_above_the_cap_is_capped(
-    shared_herald: HeraldProcess, sub: tuple[str, str]
+    shared_herald: HeraldProcess, sub: tuple[str, str], credit: str
 ) -> None:
-    async with websockets.connect(consumer_url(shared_herald, sub[1], "?credit=5000000")) as ws:
-        assert (await recv_json(ws))["credit"] == 1_000_000
+    expected = 7 if credit.endswith("07") else 1_000_000
+    async with websockets.connect(consumer_url(shared_herald, sub[1], f"?credit={credit}")) as ws:
+        assert (await recv_json(ws))["credit"] == expected
 
 
 async def test_no_credit_param_means_no_records(
