@@ -237,6 +237,11 @@ class WebhookDispatcher:
             error = f"connect failed: {exc}" if str(exc) else "connect failed"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"
+        except httpx.InvalidURL as exc:
+            # Not an HTTPError. The API refuses such URLs; one stored by an older version
+            # fails its deliveries (breaker, backoff, dead letters) instead of crashing
+            # the dispatcher in a restart loop.
+            error = f"invalid url: {exc}"
         now = self._clock()
         answer = Answer(status, now - started, error, retry_after, wall_ms)
         verdict = self.policy.answered(delivery, answer, now)

@@ -480,3 +480,37 @@ def test_ordered_by_key_holds_a_key_through_its_retries(herald_url: str, unique:
         ]
         offsets = [o for o, _ in sends]
         assert offsets == sorted(offsets)  # a key's records go in offset order, retries included
+
+
+def test_a_stored_url_the_sender_cannot_use_fails_deliveries_instead_of_the_dispatcher(
+    herald_server: Any,
+) -> None:
+    """An older version stored push URLs the API refuses today ('http://[::1'): their
+    deliveries fail and dead-letter like any failed delivery; the dispatcher stays up."""
+    import json
+    import sqlite3
+
+    url = herald_server.url
+    push_subscription(
+        url, "s", "t", "http://127.0.0.1:9/hook", max_deliveries=1, dead_letter_topic="dlq"
+    )
+    assert herald_server.terminate() == 0
+    db = sqlite3.connect(herald_server.data_dir / "meta.db")
+    with db:
+        (raw,) = db.execute("SELECT config FROM subscriptions WHERE name = 's'").fetchone()
+        config = json.loads(raw)
+        config["push"]["url"] = "http://[::1"
+        db.execute("UPDATE subscriptions SET config = ? WHERE name = 's'", (json.dumps(config),))
+    db.close()
+    herald_server.restart()
+    publish(url, "t", [1])
+
+    def dead_lettered() -> bool:
+        return stats(url, "s")["dead_lettered_total"] == 1
+
+    wait_until_sync(dead_lettered, within=30, what="the record dead-lettered")
+    attempts = httpx.get(f"{url}/v1/subscriptions/s/attempts").json()["attempts"]
+    assert attempts and attempts[-1]["error"].startswith("invalid url")
+    dead = httpx.get(f"{url}/v1/topics/dlq/partitions/0/messages?offset=0").json()["messages"]
+    assert [m["value"] for m in dead] == [1]
+    assert "failed; restarting" not in herald_server.log()
