@@ -412,7 +412,9 @@ class SubscriptionCore:
             if self.consumers.total_credit <= 0:
                 return PauseReason.NO_CREDIT
             return PauseReason.NONE
-        if len(self._redelivery):
+        # Records in flight: the subscription is delivering (waiting for acks), whatever
+        # waits out a retry delay beside them.
+        if len(self._redelivery) and not self._in_flight:
             return PauseReason.BACKOFF
         return PauseReason.NONE
 

@@ -234,6 +234,16 @@ def test_waiting_for_backoff_is_reported_as_paused_by_backoff():
     assert h.core.pause_reason() is PauseReason.BACKOFF
 
 
+def test_a_nacked_record_beside_records_in_flight_is_not_a_pause():
+    h = Harness(config(retry_backoff=Backoff(1000, 1000)))
+    h.publish(n=2)
+    h.attach("c1", credit=2)
+    h.nack("0-0")  # waits out its backoff; 0-1 is still in flight
+    assert h.core.pause_reason() is PauseReason.NONE
+    h.ack("0-1")
+    assert h.core.pause_reason() is PauseReason.BACKOFF
+
+
 def test_extend_moves_deadline():
     h = Harness(config(ack_deadline_ms=1000, retry_backoff=Backoff(1, 1)))
     h.publish(n=1)
