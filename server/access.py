@@ -26,12 +26,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from delivery.close_codes import CloseCode
 from server import audit
-from server.auth import Credentials, Principal
+from server.auth import BROWSER_PREFIX, Credentials, Principal
 from server.errors import herald_error_response
 from server.limits import PublishLimiter
 from server.runtime import app_services
 from server.tasks import cancel_and_wait
 from storage.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
+from storage.writer import wall_clock_ms
 
 log = logging.getLogger("herald.auth")
 
@@ -44,7 +45,7 @@ class Rule:
     """What a caller needs: ``role`` on the topic named by ``topic`` (a path parameter),
     or on the topic of the subscription named by ``subscription``. ``open`` needs nothing."""
 
-    role: str  # "open" | "admin" | "metrics" | "publish" | "subscribe" | "topic"
+    role: str  # "open" | "token" | "admin" | "metrics" | "publish" | "subscribe" | "topic"
     topic: str | None = None
     subscription: str | None = None
 
@@ -52,6 +53,7 @@ class Rule:
 OPEN = Rule("open")
 ADMIN = Rule("admin")
 METRICS = Rule("metrics")  # the metrics role, or admin
+ANY_TOKEN = Rule("token")  # any valid token (the route checks the rest)
 
 _SEG = r"(?P<{}>[^/]+)"
 
@@ -68,6 +70,8 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
     # The console's static files carry no data; its API calls are checked like any other.
     ("http", frozenset({"GET", "HEAD"}), re.compile(r"^/console(/[^?]*)?$"), OPEN),
     ("http", frozenset({"GET", "HEAD"}), _path("/metrics"), METRICS),
+    # Minting a browser token: any token, for rights within its own (server/routes_tokens.py).
+    ("http", frozenset({"POST"}), _path("/v1/tokens"), ANY_TOKEN),
     ("http", frozenset({"GET", "HEAD"}), _path("/v1/stats"), METRICS),
     ("http", frozenset({"GET", "HEAD"}), _path("/v1/cluster"), METRICS),
     ("websocket", None, _path("/v1/stats/ws"), METRICS),
@@ -156,8 +160,9 @@ def bearer_token(scope: Scope) -> str | None:
 class AccessGuard:
     """The credentials in force, their reloads (SIGHUP, file change) and the checks."""
 
-    def __init__(self, credentials: Credentials) -> None:
+    def __init__(self, credentials: Credentials, clock: Callable[[], int] = wall_clock_ms) -> None:
         self.credentials = credentials
+        self.clock = clock  # wall-clock ms: browser tokens expire at a wall-clock time
         self.publish_limiter = PublishLimiter()
         self._verify_slots = asyncio.Semaphore(_VERIFY_SLOTS)
         self._sockets: set[OpenSocket] = set()
@@ -165,6 +170,11 @@ class AccessGuard:
     async def principal(self, token: str | None) -> Principal:
         if token is None:
             raise Unauthorized("a bearer token is required")
+        if token.startswith(BROWSER_PREFIX):  # signed: one HMAC, no scrypt, no thread
+            browser = self.credentials.verify_browser(token, self.clock())
+            if browser is None:
+                raise Unauthorized("the browser token is not valid or has expired")
+            return browser
         found = self.credentials.cached(token)
         if found is None:
             async with self._verify_slots:
@@ -177,6 +187,8 @@ class AccessGuard:
         self, principal: Principal, rule: Rule, params: dict[str, str], lookup: Callable[[str], str]
     ) -> None:
         """Raise Forbidden, saying which permission and topic the token lacked."""
+        if rule.role == "token":
+            return
         if rule.role == "topic":
             topic = params[rule.topic or "topic"]
             if not (principal.may("publish", topic) or principal.may("subscribe", topic)):
@@ -210,6 +222,7 @@ class AccessGuard:
     ) -> OpenSocket:
         stored = self.credentials.hash_of(principal.token_id) or ""
         socket = OpenSocket(principal.token_id, stored, rule, params, scope, send)
+        socket.expires_at_ms = principal.expires_at_ms
         self._sockets.add(socket)
         return socket
 
@@ -220,9 +233,13 @@ class AccessGuard:
         """Close each open WebSocket whose token is gone (4401) or may no longer do what
         it connected for (4403); how many were closed."""
         closed = 0
+        now = self.clock()
         for socket in list(self._sockets):
+            # A browser token's socket stands on its minting token (revoked with it).
             current = self.credentials.standing(socket.token_id, socket.token_hash)
             try:
+                if socket.expires_at_ms is not None and socket.expires_at_ms <= now:
+                    raise Unauthorized("the browser token expired")
                 if current is None:
                     raise Unauthorized("the token was revoked")
                 self.authorize(
@@ -237,8 +254,27 @@ class AccessGuard:
                 await socket.revoke(code, exc.code)
                 closed += 1
         if closed:
-            log.info("auth file reloaded: closed %d WebSocket(s) no longer allowed", closed)
+            log.info("closed %d WebSocket(s) no longer allowed", closed)
         return closed
+
+    async def expire_sockets(self) -> int:
+        """Close (4401) each open WebSocket whose browser token has expired."""
+        now = self.clock()
+        if not any(s.expires_at_ms is not None and s.expires_at_ms <= now for s in self._sockets):
+            return 0
+        return await self.recheck_sockets()
+
+    def next_expiry_s(self) -> float:
+        """Seconds until the next browser token of an open socket expires (at most the
+        watch interval): the watch loop wakes then, so sockets close at expiry."""
+        now = self.clock()
+        soonest = min(
+            (s.expires_at_ms for s in self._sockets if s.expires_at_ms is not None),
+            default=None,
+        )
+        if soonest is None:
+            return WATCH_INTERVAL_S
+        return min(WATCH_INTERVAL_S, max(0.0, (soonest - now) / 1000))
 
     async def _reload(self) -> None:
         if await asyncio.to_thread(self.credentials.reload):
@@ -253,8 +289,9 @@ class AccessGuard:
         try:
             while True:
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(WATCH_INTERVAL_S):
+                    async with asyncio.timeout(self.next_expiry_s()):
                         await hup.wait()
+                await self.expire_sockets()
                 if hup.is_set():
                     hup.clear()
                     log.info("SIGHUP: reloading %s", self.credentials.path)
@@ -338,6 +375,7 @@ class OpenSocket:
         self.rule, self.params, self.scope = rule, params, scope
         self._send = send
         self.revoked = False
+        self.expires_at_ms: int | None = None  # a browser token's expiry
 
     async def send(self, message: Message) -> None:
         if self.revoked:

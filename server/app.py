@@ -26,6 +26,7 @@ from server import (
     routes_cluster,
     routes_stats,
     routes_subscriptions,
+    routes_tokens,
     routes_topics,
 )
 from server.access import AccessControlMiddleware, access_guard, watching
@@ -105,6 +106,7 @@ def create_app(
         WebSocketRoute("/v1/topics/{topic}/ws", websocket.topic_tail_socket),
         *routes_stats.routes,
         *routes_cluster.routes,
+        *routes_tokens.routes(guard),
         *console.routes,
     ]
     app = Starlette(

@@ -17,6 +17,17 @@ The auth file (TOML)::
     topics = ["orders.*"]              # fnmatch patterns for publish/subscribe
     messages_per_second = 1000         # optional publish rate limits (token bucket)
     bytes_per_second = 1048576
+
+    [browser_tokens]                   # optional: lets tokens mint browser tokens
+    keys = { k1 = "<base64 of 32 random bytes>" }   # `herald token signing-key`
+    active = "k1"                      # mints with this one; verifies with any listed
+
+Browser tokens (PROTOCOL §8) are not in the file: ``hrb_<payload>.<signature>``,
+the payload a compact JSON of the rights, the expiry, the signing key id and the
+minting token's id, signed with HMAC-SHA256 under one of the ``[browser_tokens]``
+keys, so any node holding the file verifies one without a lookup (see
+:meth:`Credentials.verify_browser`). To rotate: add a new key, make it active,
+and drop the old one once its tokens have expired (24 h at most).
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import logging
 import os
 import re
@@ -41,6 +53,9 @@ ROLES = ("admin", "metrics", "publish", "subscribe")
 TOKEN_PREFIX = "hrd_"
 _TOKEN_RE = re.compile(r"^hrd_([0-9a-f]{8})_([A-Za-z0-9_-]{20,100})$")
 _ID_RE = re.compile(r"^[0-9a-f]{8}$")
+BROWSER_PREFIX = "hrb_"
+_KEY_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+MIN_TTL_MS, MAX_TTL_MS = 1_000, 86_400_000
 
 # scrypt at n=2**14, r=8: ~16 MiB and tens of ms per guess.
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
@@ -61,10 +76,21 @@ class Principal:
     topics: tuple[str, ...]
     messages_per_second: float | None = None
     bytes_per_second: float | None = None
+    # A browser token: its own patterns per role (``topics`` is their union) and expiry.
+    publish_topics: tuple[str, ...] | None = None
+    subscribe_topics: tuple[str, ...] | None = None
+    expires_at_ms: int | None = None
 
     @property
     def is_admin(self) -> bool:
         return "admin" in self.roles
+
+    def patterns(self, role: str) -> tuple[str, ...]:
+        """The topic patterns this token holds for ``publish`` or ``subscribe``."""
+        if role not in self.roles:
+            return ()
+        own = self.publish_topics if role == "publish" else self.subscribe_topics
+        return self.topics if own is None else own
 
     def may(self, role: str, topic: str | None = None) -> bool:
         """Admin may everything; ``publish``/``subscribe`` need a matching topic pattern."""
@@ -73,8 +99,16 @@ class Principal:
         if role not in self.roles:
             return False
         if role in ("publish", "subscribe"):
-            return topic is not None and any(fnmatchcase(topic, p) for p in self.topics)
+            return topic is not None and any(fnmatchcase(topic, p) for p in self.patterns(role))
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKeys:
+    """The browser-token signing keys: mint with ``active``, verify with any."""
+
+    active: str
+    keys: Mapping[str, bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +198,37 @@ def parse_auth_file(text: str) -> dict[str, _Entry]:
     return entries
 
 
+def parse_signing_keys(text: str) -> SigningKeys | None:
+    """The ``[browser_tokens]`` section of an auth file, or None when it has none."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise AuthFileError(f"not valid TOML: {exc}") from None
+    section = doc.get("browser_tokens")
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise AuthFileError("[browser_tokens] must be a table")
+    raw_keys = section.get("keys")
+    if not isinstance(raw_keys, dict) or not raw_keys:
+        raise AuthFileError("browser_tokens.keys must be a table of key id = base64 key")
+    keys: dict[str, bytes] = {}
+    for key_id, encoded in raw_keys.items():
+        if not _KEY_ID_RE.match(key_id):
+            raise AuthFileError(f"browser_tokens.keys: bad key id {key_id!r} (1-32 of A-Za-z0-9_-)")
+        try:
+            key = base64.b64decode(str(encoded).replace("-", "+").replace("_", "/"), validate=True)
+        except ValueError:
+            key = b""
+        if len(key) < 32:
+            raise AuthFileError(f"browser_tokens.keys.{key_id}: must be base64 of >= 32 bytes")
+        keys[key_id] = key
+    active = section.get("active")
+    if not isinstance(active, str) or active not in keys:
+        raise AuthFileError("browser_tokens.active must name one of browser_tokens.keys")
+    return SigningKeys(active, keys)
+
+
 def _entry(token_id: str, raw: Any) -> _Entry:
     where = f"tokens.{token_id}"
     if not _ID_RE.match(token_id):
@@ -210,6 +275,7 @@ class Credentials:
         self._verified: dict[bytes, Principal] = {}
         self._cache_key = os.urandom(32)
         self._mtime: int | None = None
+        self.signing: SigningKeys | None = None
         self.load()
 
     def load(self) -> None:
@@ -220,7 +286,9 @@ class Credentials:
         except OSError as exc:
             raise AuthFileError(f"cannot read {self.path}: {exc.strerror}") from None
         entries = parse_auth_file(text)
+        signing = parse_signing_keys(text)
         self._entries = entries
+        self.signing = signing
         self._verified = {}
         self._mtime = stat.st_mtime_ns
         log.info("auth file %s: %d tokens", self.path, len(entries))
@@ -274,3 +342,109 @@ class Credentials:
 
     def _cache_digest(self, token: str) -> bytes:
         return hashlib.blake2b(token.encode(), key=self._cache_key, digest_size=32).digest()
+
+    # -- browser tokens (PROTOCOL §8) -------------------------------------------------
+
+    def mint_browser(
+        self,
+        parent: Principal,
+        *,
+        publish: tuple[str, ...],
+        subscribe: tuple[str, ...],
+        expires_at_ms: int,
+    ) -> str:
+        """A signed browser token for ``parent`` (the caller checked that the rights lie
+        within the parent's). Needs ``self.signing``."""
+        signing = self.signing
+        if signing is None:
+            raise AuthFileError("the auth file has no [browser_tokens] signing key")
+        payload: dict[str, Any] = {"k": signing.active, "e": expires_at_ms, "i": parent.token_id}
+        if publish:
+            payload["p"] = list(publish)
+        if subscribe:
+            payload["s"] = list(subscribe)
+        if parent.messages_per_second is not None:
+            payload["m"] = parent.messages_per_second
+        if parent.bytes_per_second is not None:
+            payload["b"] = parent.bytes_per_second
+        body = _b64(json.dumps(payload, separators=(",", ":")).encode())
+        return f"{BROWSER_PREFIX}{body}.{_b64(_sign(signing.keys[signing.active], body))}"
+
+    def verify_browser(self, token: str, now_ms: int) -> Principal | None:
+        """The principal of a browser token, or None when it is malformed, tampered with,
+        signed by a key the file no longer lists, expired, or its minting token is gone
+        from the file. Cheap (one HMAC): no thread needed."""
+        signing = self.signing
+        if signing is None or not token.startswith(BROWSER_PREFIX) or len(token) > 8192:
+            return None
+        body, _, signature = token[len(BROWSER_PREFIX) :].partition(".")
+        try:
+            payload = json.loads(_unb64(body))
+            given = _unb64(signature)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(payload, dict):
+            return None
+        key_id = payload.get("k")
+        key = signing.keys.get(key_id) if isinstance(key_id, str) else None
+        if key is None or not hmac.compare_digest(_sign(key, body), given):
+            return None
+        try:
+            expires = payload["e"]
+            parent = payload["i"]
+            publish = tuple(payload.get("p", ()))
+            subscribe = tuple(payload.get("s", ()))
+        except (KeyError, TypeError):
+            return None
+        if not isinstance(expires, int) or expires <= now_ms or parent not in self._entries:
+            return None  # expired, or its minting token was revoked
+        roles = {"publish"} if publish else set()
+        roles |= {"subscribe"} if subscribe else set()
+        return Principal(
+            token_id=parent,
+            name=f"browser token of {parent}",
+            roles=frozenset(roles),
+            topics=tuple(dict.fromkeys(publish + subscribe)),
+            messages_per_second=payload.get("m"),
+            bytes_per_second=payload.get("b"),
+            publish_topics=publish,
+            subscribe_topics=subscribe,
+            expires_at_ms=expires,
+        )
+
+
+def _sign(key: bytes, body: str) -> bytes:
+    return hmac.new(key, b"hrb1." + body.encode(), hashlib.sha256).digest()
+
+
+def new_signing_key_line(key_id: str = "k1") -> str:
+    """A ``[browser_tokens]`` section with one fresh key (``herald token signing-key``)."""
+    key = base64.b64encode(os.urandom(32)).decode()
+    return f'[browser_tokens]\nkeys = {{ {key_id} = "{key}" }}\nactive = "{key_id}"\n'
+
+
+_METACHARS = frozenset("*?[")
+
+
+def _literal_prefix(pattern: str) -> str:
+    for i, ch in enumerate(pattern):
+        if ch in _METACHARS:
+            return pattern[:i]
+    return pattern
+
+
+def pattern_within(requested: str, held: str) -> bool:
+    """Whether every topic ``requested`` matches is sure to match ``held`` (fnmatch).
+
+    Provably narrower, and nothing else: the same pattern; a literal name ``held``
+    matches; or ``held`` is a literal prefix followed by one ``*`` (``orders.*``, ``*``)
+    and ``requested`` (up to its first wildcard) starts with that prefix, since a ``*``
+    matches any run of characters, dots included (``orders.eu.*`` within ``orders.*``).
+    """
+    if requested == held:
+        return True
+    if not _METACHARS & set(requested):
+        return fnmatchcase(requested, held)
+    if held.endswith("*") and not _METACHARS & set(held[:-1]):
+        return _literal_prefix(requested).startswith(held[:-1])
+    return False

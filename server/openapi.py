@@ -24,6 +24,7 @@ import orjson
 from delivery import redrive
 from delivery.config import MAX_PREVIOUS_SECRETS, DeliveryMode, PushConfig, SubscriptionConfig
 from server import validation as v
+from server.auth import MAX_TTL_MS, MIN_TTL_MS
 from storage.config import TopicConfig
 from storage.record import Acks
 
@@ -548,7 +549,26 @@ def _schemas() -> dict[str, Any]:
         "Seek": _seek(),
         "RedriveRequest": _redrive_request(),
         "SecretRotation": _rotation_request(),
+        "TokenRequest": _token_request(),
     }
+
+
+def _token_request() -> dict[str, Any]:
+    patterns = {
+        "type": "array",
+        "maxItems": 64,
+        "items": {"type": "string", "minLength": 1, "maxLength": 255},
+        "description": "fnmatch topic patterns, each provably within one of the caller's",
+    }
+    return _object(
+        {
+            "ttl_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
+            "publish": patterns,
+            "subscribe": patterns,
+        },
+        ("ttl_ms",),
+        description="a browser token's rights (at least one pattern) and lifetime",
+    )
 
 
 # ------------------------------------------------------------------ paths
@@ -800,6 +820,27 @@ def _paths() -> dict[str, Any]:
                     "413": _TOO_LARGE,
                 },
             },
+        },
+        "/v1/tokens": {
+            "post": {
+                "summary": "Mint a short-lived browser token (PROTOCOL §8) with rights within "
+                "the caller's; use it as Bearer or as ?token= on WebSocket upgrades",
+                "requestBody": _body("TokenRequest"),
+                "responses": {
+                    "201": _json(
+                        _object(
+                            {"token": {"type": "string"}, "expires_at": _COUNT},
+                            ("token", "expires_at"),
+                            closed=False,
+                        ),
+                        "the token and its expiry (ms since the epoch)",
+                    ),
+                    "400": _BAD,
+                    "403": _problem("forbidden: wider than the caller's rights"),
+                    "404": _problem("not_found: no credentials file or no signing key"),
+                    "413": _TOO_LARGE,
+                },
+            }
         },
         "/v1/stats": {
             "get": {

@@ -7,11 +7,12 @@ this file as PROTOCOL §6's: credentials, TLS, the audit log.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from server.auth import ROLES, new_token, toml_entry
+from server.auth import ROLES, new_signing_key_line, new_token, toml_entry
 from server.config import ServerConfig
 from server.http_protocol import guarded_protocol
 from storage import encryption
@@ -119,9 +120,25 @@ def add_token_command(subparsers: argparse._SubParsersAction) -> None:
         help="topic name pattern for publish/subscribe (orders.*); repeat or comma-separate",
     )
     create.set_defaults(func=run_token_create)
+    signing = commands.add_parser(
+        "signing-key",
+        help="print a [browser_tokens] section with a new signing key for browser tokens "
+        "(`herald token signing-key >> auth.toml`; to rotate, add the key under "
+        "browser_tokens.keys by hand and make it active)",
+    )
+    signing.add_argument("--id", default="k1", help="the key id (1-32 of A-Za-z0-9_-)")
+    signing.set_defaults(func=run_signing_key)
     key = subparsers.add_parser("encryption-key", help="print a new encryption key line")
     key.add_argument("--id", type=int, default=1, help="key id 1..65535 (higher than the last)")
     key.set_defaults(func=lambda args: print(encryption.new_key_line(args.id)) or 0)
+
+
+def run_signing_key(args: argparse.Namespace) -> int:
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", args.id):
+        print("herald token signing-key: --id is 1-32 of A-Za-z0-9_-", file=sys.stderr)
+        return 2
+    print(new_signing_key_line(args.id), end="")
+    return 0
 
 
 def run_token_create(args: argparse.Namespace) -> int:

@@ -1,0 +1,91 @@
+"""``POST /v1/tokens``: a backend mints a short-lived browser token (PROTOCOL §8).
+
+The rights asked for must lie within the caller's own, pattern by pattern
+(:func:`server.auth.pattern_within`); ``admin`` may mint any. A browser token
+may mint too, never past its own expiry. The token is signed, not stored:
+server/auth.py ``Credentials.mint_browser`` / ``verify_browser``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from server.access import AccessGuard
+from server.auth import MAX_TTL_MS, MIN_TTL_MS, Principal, pattern_within
+from server.http import json_body, json_response
+from server.routing import method_route
+from storage.errors import Forbidden, NotFound, ValidationError
+
+MAX_PATTERNS = 64
+MAX_PATTERN_LEN = 255
+_FIELDS = frozenset({"ttl_ms", "publish", "subscribe"})
+
+
+def parse_mint(body: Any) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
+    """``(ttl_ms, publish, subscribe)`` of a mint request, or ValidationError."""
+    if not isinstance(body, dict):
+        raise ValidationError("the body must be a JSON object")
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise ValidationError(f"unknown field(s): {', '.join(unknown)}")
+    ttl = body.get("ttl_ms")
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not MIN_TTL_MS <= ttl <= MAX_TTL_MS:
+        raise ValidationError(f"ttl_ms must be an integer from {MIN_TTL_MS} to {MAX_TTL_MS}")
+    lists = []
+    for role in ("publish", "subscribe"):
+        patterns = body.get(role, [])
+        if (
+            not isinstance(patterns, list)
+            or len(patterns) > MAX_PATTERNS
+            or not all(isinstance(p, str) and 0 < len(p) <= MAX_PATTERN_LEN for p in patterns)
+        ):
+            raise ValidationError(
+                f"{role} must be a list of at most {MAX_PATTERNS} topic patterns "
+                f"(1 to {MAX_PATTERN_LEN} characters)"
+            )
+        lists.append(tuple(dict.fromkeys(patterns)))
+    if not lists[0] and not lists[1]:
+        raise ValidationError("a browser token needs at least one publish or subscribe pattern")
+    return ttl, lists[0], lists[1]
+
+
+def check_within(caller: Principal, role: str, requested: tuple[str, ...]) -> None:
+    """Forbidden unless each requested pattern lies within one of the caller's for ``role``."""
+    if caller.is_admin:
+        return
+    held = caller.patterns(role)
+    for pattern in requested:
+        if not any(pattern_within(pattern, mine) for mine in held):
+            mine_text = ", ".join(f"`{p}`" for p in held) or "no patterns"
+            raise Forbidden(
+                f"token {caller.token_id} may {role} on {mine_text}: `{pattern}` is not "
+                "provably within them (see docs/browser.md, 'Which patterns fit')"
+            )
+
+
+def routes(guard: AccessGuard | None) -> list[BaseRoute]:
+    async def mint(request: Request) -> Response:
+        if guard is None:
+            raise NotFound("browser tokens need a credentials file (--auth-file)")
+        if guard.credentials.signing is None:
+            raise NotFound(
+                "browser tokens need a [browser_tokens] signing key in the credentials file "
+                "(`herald token signing-key >> auth.toml`)"
+            )
+        ttl, publish, subscribe = parse_mint(await json_body(request))
+        caller: Principal = request.scope["state"]["principal"]
+        check_within(caller, "publish", publish)
+        check_within(caller, "subscribe", subscribe)
+        expires_at = guard.clock() + ttl
+        if caller.expires_at_ms is not None and expires_at > caller.expires_at_ms:
+            raise Forbidden("a browser token cannot mint one that outlives it")
+        token = guard.credentials.mint_browser(
+            caller, publish=publish, subscribe=subscribe, expires_at_ms=expires_at
+        )
+        return json_response({"token": token, "expires_at": expires_at}, status=201)
+
+    return [method_route("/v1/tokens", POST=mint)]
