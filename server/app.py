@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
@@ -109,6 +110,20 @@ def create_app(
         *routes_tokens.routes(guard),
         *console.routes,
     ]
+    # CORS (docs/browser.md): outside the access check, so that preflights need no token
+    # and refusals carry the headers a page needs to read them. None configured: no layer.
+    cors = [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=config.allowed_origins,
+            allow_methods=["GET", "HEAD", "POST", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
+            expose_headers=["Retry-After", "X-Request-Id", "ETag"],
+            max_age=600,
+        )
+    ]
+    if not config.allowed_origins:
+        cors = []
     app = Starlette(
         routes=routes,
         middleware=[
@@ -118,6 +133,7 @@ def create_app(
                 max_per_client=config.max_requests_per_client,
                 body_timeout_s=config.body_timeout_s,
             ),
+            *cors,
             Middleware(AccessControlMiddleware, guard=guard),
             Middleware(InternalErrorMiddleware),
             Middleware(PublishEndpoint),  # the publish hot path, past every check above

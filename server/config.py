@@ -20,6 +20,7 @@ MIB = 1024 * 1024
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -61,6 +62,9 @@ class ServerConfig:
     # Proxies whose X-Forwarded-For names the client (uvicorn's forwarded_allow_ips):
     # comma-separated IP addresses or networks, or "*"; "" trusts no proxy.
     forwarded_allow_ips: str = ""
+    # Browser origins allowed to call the HTTP API (CORS), comma-separated
+    # ("https://app.example,http://localhost:5173" or "*"); "" allows none.
+    cors_origins: str = ""
     body_timeout_s: float = 10.0  # a request body that stalls this long gets 408
     header_timeout_s: float = 10.0  # a connection must send a request's headers within this
     encryption_key_file: Path | None = None  # storage/encryption.py; or HERALD_ENCRYPTION_KEY
@@ -90,6 +94,7 @@ class ServerConfig:
         if self.max_requests_per_client < 0:
             raise ConfigError("max_requests_per_client must be 0 (no cap) or more")
         self.trusted_proxies  # noqa: B018 (validates)
+        self.allowed_origins  # noqa: B018 (validates)
         if self.ws_ping_interval <= 0 or self.ws_ping_timeout <= 0:
             raise ConfigError("ws_ping_interval and ws_ping_timeout must be positive")
         if not NODE_ID.fullmatch(self.node_id):
@@ -143,6 +148,19 @@ class ServerConfig:
                 raise ConfigError(
                     f"forwarded_allow_ips must list IP addresses or networks (or *), not {entry!r}"
                 ) from None
+        return entries
+
+    @property
+    def allowed_origins(self) -> list[str]:
+        """``cors_origins`` as a list: each ``*`` or ``scheme://host[:port]`` (an origin
+        as browsers send it: no path, no trailing slash)."""
+        entries = [e.strip() for e in self.cors_origins.split(",") if e.strip()]
+        for entry in entries:
+            if entry != "*" and not _ORIGIN.fullmatch(entry):
+                raise ConfigError(
+                    f"cors_origins must list origins such as https://app.example or "
+                    f"http://localhost:5173 (or *), not {entry!r}"
+                )
         return entries
 
     @property

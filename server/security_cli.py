@@ -26,6 +26,7 @@ SECURITY_FIELDS = (
     "encryption_key_file",
     "max_requests_per_client",
     "forwarded_allow_ips",
+    "cors_origins",
 )
 
 # A WebSocket frame larger than this is refused by uvicorn (close 1009); consumer
@@ -33,6 +34,20 @@ SECURITY_FIELDS = (
 WS_MAX_FRAME_BYTES = 1024 * 1024
 # Idle keep-alive connections are closed after this many seconds.
 KEEP_ALIVE_TIMEOUT_S = 5
+
+
+class _JoinOrigins(argparse.Action):
+    """``--cors-origin A --cors-origin B`` -> ``"A,B"`` (the config's comma-separated form)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        previous = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, f"{previous},{values}" if previous else str(values))
 
 
 def add_security_flags(p: argparse.ArgumentParser) -> None:
@@ -70,6 +85,15 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
         "in X-Forwarded-Proto): comma-separated IP addresses or networks, or *; the "
         "per-client cap, audit log and access log then use the address the proxy names "
         "(default: none trusted; env HERALD_FORWARDED_ALLOW_IPS)",
+    )
+    p.add_argument(
+        "--cors-origin",
+        dest="cors_origins",
+        action=_JoinOrigins,
+        metavar="ORIGIN",
+        help="a browser origin allowed to call the HTTP API (CORS), e.g. https://app.example; "
+        "repeat for several, or * for any (default: none; env HERALD_CORS_ORIGINS, "
+        "comma-separated)",
     )
 
 
