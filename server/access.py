@@ -69,6 +69,8 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
     ("http", frozenset({"GET", "HEAD"}), _path("/openapi.json"), OPEN),
     # The console's static files carry no data; its API calls are checked like any other.
     ("http", frozenset({"GET", "HEAD"}), re.compile(r"^/console(/[^?]*)?$"), OPEN),
+    # The browser SDK (docs/browser.md): public code, no data.
+    ("http", frozenset({"GET", "HEAD"}), re.compile(r"^/sdk(/[^?]*)?$"), OPEN),
     ("http", frozenset({"GET", "HEAD"}), _path("/metrics"), METRICS),
     # Minting a browser token: any token, for rights within its own (server/routes_tokens.py).
     ("http", frozenset({"POST"}), _path("/v1/tokens"), ANY_TOKEN),

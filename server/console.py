@@ -24,6 +24,16 @@ from starlette.types import Receive, Scope, Send
 from server.errors import problem_response
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "web_console" / "static"
+SDK_DIR = STATIC_DIR / "sdk"  # the browser SDK, also served at /sdk (docs/browser.md)
+
+# The SDK is imported by pages of other origins (module scripts are fetched with CORS):
+# public code, no data, so any origin may load it.
+SDK_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    "Access-Control-Allow-Origin": "*",
+    "Cross-Origin-Resource-Policy": "cross-origin",
+}
 
 # The console is its own scripts talking to its own origin: nothing inline, nothing
 # third-party, not framed by another site.
@@ -46,6 +56,7 @@ CONTENT_TYPES = {
     ".png": "image/png",
     ".ico": "image/x-icon",
     ".txt": "text/plain; charset=utf-8",
+    ".ts": "text/plain; charset=utf-8",  # herald.d.ts (not MPEG transport streams)
 }
 
 
@@ -70,7 +81,12 @@ def _not_found() -> Response:
     return problem_response(404, "Not Found", "not_found", "no such console file")
 
 
-async def console_file(request: Request) -> Response:
+async def console_file(
+    request: Request,
+    root: Path = STATIC_DIR,
+    prefix: str = "/console",
+    security_headers: dict[str, str] = SECURITY_HEADERS,
+) -> Response:
     if request.method not in ("GET", "HEAD"):
         return problem_response(
             405,
@@ -80,8 +96,8 @@ async def console_file(request: Request) -> Response:
             headers={"Allow": "GET, HEAD"},
         )
     # resolve() and stat() touch the disk: off the event loop, like the read.
-    relative = request.scope["path"].removeprefix("/console")
-    real = await asyncio.to_thread(resolve, STATIC_DIR, relative)
+    relative = request.scope["path"].removeprefix(prefix)
+    real = await asyncio.to_thread(resolve, root, relative)
     if real is None:
         return _not_found()
     try:
@@ -91,7 +107,7 @@ async def console_file(request: Request) -> Response:
     if not stat.S_ISREG(info.st_mode):
         return _not_found()
     etag = f'"{info.st_size:x}-{info.st_mtime_ns:x}"'
-    headers = {"ETag": etag, **SECURITY_HEADERS}
+    headers = {"ETag": etag, **security_headers}
     if etag in {t.strip() for t in request.headers.get("if-none-match", "").split(",")}:
         return Response(status_code=304, headers=headers)
     content_type = CONTENT_TYPES.get(real.suffix) or (
@@ -112,4 +128,10 @@ async def console_app(scope: Scope, receive: Receive, send: Send) -> None:
     await response(scope, receive, send)
 
 
-routes: list[BaseRoute] = [Mount("/console", app=console_app)]
+async def sdk_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """/sdk/herald.js and /sdk/herald.d.ts (the files of web_console/static/sdk/)."""
+    response = await console_file(Request(scope, receive), SDK_DIR, "/sdk", SDK_HEADERS)
+    await response(scope, receive, send)
+
+
+routes: list[BaseRoute] = [Mount("/console", app=console_app), Mount("/sdk", app=sdk_app)]

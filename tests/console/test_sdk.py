@@ -1,0 +1,204 @@
+"""The browser SDK (web_console/static/sdk/herald.js) in a real headless Chromium against a
+real server: a page of another origin (a page server on localhost)
+imports /sdk/herald.js, tails a topic across a server restart, and reconnects with a
+fresh browser token from getToken when its token expires (close 4401)."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from server.auth import new_signing_key_line
+from tests.conftest import HeraldProcess, free_port
+from tests.security.conftest import write_auth_file
+
+# The page's origin: a small real HTTP server on localhost, another origin than the
+# Herald server's 127.0.0.1 (so CORS is exercised), and on loopback too (Chromium's
+# private network rules refuse a public page loading from loopback).
+APP_PORT = free_port()
+APP = f"http://localhost:{APP_PORT}"
+
+
+class _PageHandler(http.server.BaseHTTPRequestHandler):
+    html = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(self.html)))
+        self.end_headers()
+        self.wfile.write(self.html)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module", autouse=True)
+def app_origin() -> Iterator[None]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", APP_PORT), _PageHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(10)
+
+
+PAGE = """<!doctype html><meta charset="utf-8"><title>tail</title>
+<ul id="records"></ul><p id="state"></p>
+<script type="module">
+  import { Herald } from "%(server)s/sdk/herald.js";
+  window.seen = []; window.gaps = []; window.tokens = 0; window.states = [];
+  const getToken = %(get_token)s;
+  const herald = new Herald({ urls: ["%(server)s"], getToken, minBackoffMs: 100, maxBackoffMs: 500 });
+  window.view = herald.tail("%(topic)s", {
+    from: "earliest",
+    credit: 20,
+    onMessage: (r) => {
+      window.seen.push([r.partition, r.offset, r.value]);
+      const li = document.createElement("li");
+      li.textContent = `${r.partition}-${r.offset}`;
+      document.getElementById("records").append(li);
+    },
+    onGap: (g) => window.gaps.push(g),
+    onState: (s) => { window.states.push(s); document.getElementById("state").textContent = s; },
+    onError: () => {},
+  });
+</script>"""
+
+
+def open_page(page: Any, server: HeraldProcess, topic: str, get_token: str = "null") -> None:
+    _PageHandler.html = (
+        PAGE % {"server": server.url, "topic": topic, "get_token": get_token}
+    ).encode()
+    page.goto(f"{APP}/index.html")
+
+
+def wait_for(page: Any, expression: str, what: str, timeout_s: float = 30) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = page.evaluate(expression)
+        if value:
+            return value
+        page.wait_for_timeout(100)
+    states = page.evaluate("window.states")
+    raise AssertionError(f"timed out waiting for {what}: {states} {page.console_errors}")
+
+
+def page_errors(page: Any) -> list[str]:
+    """The page's errors, less the browser's own notes of a refused connection (the server
+    was down: that is the test)."""
+    return [
+        e
+        for e in page.console_errors
+        if "ERR_CONNECTION_REFUSED" not in e and "WebSocket connection to" not in e
+    ]
+
+
+def publish(url: str, topic: str, values: range, headers: dict[str, str] | None = None) -> None:
+    for start in range(values.start, values.stop, 10):
+        batch = [
+            {"key": f"k{v % 3}", "value": v} for v in range(start, min(start + 10, values.stop))
+        ]
+        r = httpx.post(
+            f"{url}/v1/topics/{topic}/messages",
+            json={"messages": batch},
+            headers=headers or {},
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text
+
+
+def assert_exactly_once_in_order(seen: list[list[Any]], count: int) -> None:
+    values = sorted(v for _, _, v in seen)
+    assert values == list(range(count)), "every record exactly once"
+    by_partition: dict[int, list[int]] = {}
+    for partition, offset, _ in seen:
+        by_partition.setdefault(partition, []).append(offset)
+    for offsets in by_partition.values():
+        assert offsets == list(range(len(offsets))), "in order, no gap, per partition"
+
+
+def test_the_sdk_is_served_to_any_origin(herald_server: HeraldProcess) -> None:
+    js = httpx.get(f"{herald_server.url}/sdk/herald.js", headers={"Origin": APP})
+    assert js.status_code == 200
+    assert js.headers["content-type"].startswith("text/javascript")
+    assert js.headers["access-control-allow-origin"] == "*"
+    assert "export class Herald" in js.text
+    dts = httpx.get(f"{herald_server.url}/sdk/herald.d.ts")
+    assert dts.status_code == 200 and "export declare class Herald" in dts.text
+    assert httpx.get(f"{herald_server.url}/sdk/../auth.toml").status_code == 404
+
+
+def test_a_tail_sees_every_record_once_across_a_server_restart(
+    page: Any, herald_factory: Callable[..., HeraldProcess]
+) -> None:
+    server = herald_factory("--cors-origin", APP)
+    made = httpx.put(f"{server.url}/v1/topics/live", json={"partitions": 3}, timeout=10)
+    assert made.status_code == 201, made.text
+    publish(server.url, "live", range(0, 60))
+    open_page(page, server, "live")
+    wait_for(page, "(window.seen || []).length >= 60", "the first 60 records")
+
+    server.terminate()  # mid-stream: the page is connected and waiting for more
+    wait_for(page, "(window.states || []).includes('reconnecting')", "the page to notice")
+    server.restart()
+    publish(server.url, "live", range(60, 120))  # possibly before the page is back
+    wait_for(page, "(window.seen || []).length >= 120", "all 120 records")
+    page.wait_for_timeout(500)  # nothing more may arrive (a duplicate would)
+    assert_exactly_once_in_order(page.evaluate("window.seen"), 120)
+    assert page.evaluate("window.gaps") == []
+    assert page.locator("#records li").count() == 120
+    assert page_errors(page) == []
+
+
+def test_an_expired_token_reconnects_with_a_fresh_one(
+    page: Any, herald_factory: Callable[..., HeraldProcess], tmp_path: Path
+) -> None:
+    auth_file = tmp_path / "auth.toml"
+    tokens = write_auth_file(
+        auth_file, {"admin": (["admin"], []), "backend": (["subscribe"], ["feed.*"])}
+    )
+    with auth_file.open("a") as f:
+        f.write("\n" + new_signing_key_line())
+    server = herald_factory("--auth-file", str(auth_file), "--cors-origin", APP)
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    made = httpx.put(f"{server.url}/v1/topics/feed.a", json={"partitions": 1}, headers=admin)
+    assert made.status_code == 201, made.text
+    publish(server.url, "feed.a", range(0, 10), admin)
+
+    # The page's "backend": the test mints a 2-second token each time the page asks.
+    def mint(_: object = None) -> str:
+        r = httpx.post(
+            f"{server.url}/v1/tokens",
+            json={"ttl_ms": 2_000, "subscribe": ["feed.a"]},
+            headers={"Authorization": f"Bearer {tokens['backend']}"},
+            timeout=10,
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["token"])
+
+    page.expose_function("mintToken", mint)
+    open_page(
+        page,
+        server,
+        "feed.a",
+        "async () => { window.tokens += 1; return await window.mintToken(); }",
+    )
+    wait_for(page, "(window.seen || []).length >= 10", "the first records")
+    # The 2 s token expires: the server closes 4401, the SDK asks for a fresh one.
+    wait_for(page, "window.tokens >= 3", "two fresh tokens after expiries", timeout_s=30)
+    publish(server.url, "feed.a", range(10, 20), admin)
+    wait_for(page, "(window.seen || []).length >= 20", "records after the new token")
+    page.wait_for_timeout(300)
+    assert_exactly_once_in_order(page.evaluate("window.seen"), 20)
+    assert page_errors(page) == []

@@ -1,0 +1,98 @@
+// Types of herald.js (docs/browser.md).
+
+/** A record as PROTOCOL §1 delivers it. */
+export interface HeraldRecord {
+  topic: string;
+  partition: number;
+  offset: number;
+  timestamp: number;
+  key?: string;
+  value?: unknown;
+  value_b64?: string;
+  headers?: Record<string, string>;
+  id?: string;
+  attempt?: number;
+  subscription?: string | null;
+}
+
+/** Offsets a tail will never see: retention deleted them before it resumed. */
+export interface Gap {
+  topic: string;
+  partition: number;
+  first: number;
+  last: number;
+}
+
+export type StreamState = "connecting" | "open" | "reconnecting" | "closed";
+
+export interface HeraldOptions {
+  /** One server URL, or the nodes of a cluster (tried in turn). */
+  urls: string | string[];
+  /** A token to start with (a browser token from your backend). */
+  token?: string;
+  /** Called for a token at start (when none is given) and after a close 4401. */
+  getToken?: () => string | Promise<string>;
+  minBackoffMs?: number;
+  maxBackoffMs?: number;
+}
+
+interface StreamOptions {
+  onState?: (state: StreamState) => void;
+  onError?: (error: Error) => void;
+}
+
+export interface TailOptions extends StreamOptions {
+  /** Where a first connect starts: "latest" (default), "earliest" or an offset. */
+  from?: "latest" | "earliest" | number;
+  /** Records in flight to the page at once (given back as onMessage returns). */
+  credit?: number;
+  onMessage?: (record: HeraldRecord) => void;
+  onGap?: (gap: Gap) => void;
+  /** Keep resume positions across reloads: true for sessionStorage, or a Storage. */
+  storage?: boolean | Storage;
+  storageKey?: string;
+}
+
+export interface Message extends HeraldRecord {
+  id: string;
+  ack(): boolean;
+  nack(delayMs?: number): boolean;
+  extend(ms: number): boolean;
+}
+
+export interface SubscribeOptions extends StreamOptions {
+  /** Records handed out and not yet taken by onMessage (default 10). */
+  credit?: number;
+  /** One record at a time, in order; a credit goes back when it returns (or resolves). */
+  onMessage?: (message: Message) => void | Promise<void>;
+}
+
+export declare class HeraldError extends Error {
+  code: number;
+}
+
+declare class Stream {
+  close(): void;
+}
+
+export declare class Tail extends Stream {
+  readonly topic: string;
+  /** partition -> next offset expected */
+  readonly positions: Map<number, number>;
+}
+
+export declare class Subscription extends Stream {
+  readonly name: string;
+  ack(ids: Array<string | HeraldRecord>): boolean;
+  nack(ids: Array<string | HeraldRecord>, delayMs?: number): boolean;
+  extend(ids: Array<string | HeraldRecord>, ms: number): boolean;
+}
+
+export declare class Herald {
+  constructor(options: HeraldOptions);
+  token: string | null;
+  tail(topic: string, options?: TailOptions): Tail;
+  subscribe(subscription: string, options?: SubscribeOptions): Subscription;
+  publish(topic: string, messages: Array<Partial<HeraldRecord>>): Promise<unknown>;
+  topic(name: string): Promise<unknown>;
+}

@@ -1,0 +1,341 @@
+// Herald browser SDK: a dependency-free ES module (docs/browser.md).
+//
+//   import { Herald } from "/sdk/herald.js";
+//   const herald = new Herald({ urls: ["https://herald.example"], getToken });
+//   const view = herald.tail("orders.eu", { from: "latest", onMessage, onGap });
+//   const work = herald.subscribe("orders-ui", { credit: 10, onMessage: (m) => m.ack() });
+//
+// Tails resume gap-free: the SDK keeps, per partition, the next offset it expects (in
+// memory, and in sessionStorage when asked), reconnects with jittered backoff, reopens
+// the tail at the lowest of those offsets and drops what it has already shown. A
+// position the log no longer holds (retention passed) is reported once by `onGap` with
+// the first and last missing offsets of that partition. Durable subscriptions hand each
+// record to `onMessage` with ack/nack/extend, and give one credit back per record as
+// the application takes it. A socket closed 4401 (a browser token expired) asks
+// `getToken` for a fresh token before reconnecting.
+
+const FATAL = new Set([4400, 4403, 4404, 4409, 4410, 1008]);
+
+/** Why a tail or subscription stopped for good (a close code the SDK must not retry). */
+export class HeraldError extends Error {
+  constructor(message, code) {
+    super(message);
+    this.name = "HeraldError";
+    this.code = code;
+  }
+}
+
+function wsUrl(base, path, params) {
+  const url = new URL(path, base);
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null) url.searchParams.set(k, String(v));
+  return url.toString();
+}
+
+export class Herald {
+  /**
+   * @param {object} options
+   * @param {string|string[]} options.urls one server URL or the nodes of a cluster
+   * @param {string} [options.token] a token to start with
+   * @param {() => Promise<string>|string} [options.getToken] fresh tokens (on start when
+   *   no token is given, and after a 4401)
+   * @param {number} [options.minBackoffMs=250] @param {number} [options.maxBackoffMs=10000]
+   */
+  constructor(options) {
+    const urls = typeof options.urls === "string" ? [options.urls] : options.urls || [options.url];
+    if (!urls.length || !urls[0]) throw new TypeError("Herald: urls is required");
+    this.urls = urls.map((u) => u.replace(/\/+$/, ""));
+    this.token = options.token || null;
+    this.getToken = options.getToken || null;
+    this.minBackoffMs = options.minBackoffMs ?? 250;
+    this.maxBackoffMs = options.maxBackoffMs ?? 10000;
+    this._next = 0;
+  }
+
+  /** The next URL to try (round robin over the list, moving on after each failure). */
+  _url(advance) {
+    if (advance) this._next = (this._next + 1) % this.urls.length;
+    return this.urls[this._next];
+  }
+
+  async _freshToken() {
+    if (this.getToken) this.token = await this.getToken();
+    return this.token;
+  }
+
+  async _headers() {
+    if (!this.token && this.getToken) await this._freshToken();
+    return this.token ? { Authorization: `Bearer ${this.token}` } : {};
+  }
+
+  /** GET /v1/topics/{topic}: its partitions' start and end offsets. */
+  async topic(name, retried = false) {
+    const response = await fetch(`${this._url(false)}/v1/topics/${encodeURIComponent(name)}`, {
+      headers: await this._headers(),
+    });
+    if (response.status === 401 && this.getToken && !retried) {
+      await this._freshToken(); // an expired token: once more with a fresh one
+      return this.topic(name, true);
+    }
+    if (!response.ok) throw new HeraldError(`topic ${name}: HTTP ${response.status}`, response.status);
+    return response.json();
+  }
+
+  /** Publish records: `messages` as in PROTOCOL §2 ([{value}, {key, value}, …]). */
+  async publish(topic, messages) {
+    const response = await fetch(`${this._url(false)}/v1/topics/${encodeURIComponent(topic)}/messages`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", ...(await this._headers()) },
+      body: JSON.stringify({ messages }),
+    });
+    if (!response.ok) throw new HeraldError(`publish to ${topic}: HTTP ${response.status}`, response.status);
+    return response.json();
+  }
+
+  tail(topic, options = {}) {
+    return new Tail(this, topic, options);
+  }
+
+  subscribe(subscription, options = {}) {
+    return new Subscription(this, subscription, options);
+  }
+}
+
+/** One reconnecting WebSocket: the shared part of tails and subscriptions. */
+class Stream {
+  constructor(herald, options) {
+    this.herald = herald;
+    this.onState = options.onState || (() => {});
+    this.onError = options.onError || ((e) => console.warn("herald:", e.message));
+    this.closed = false;
+    this.socket = null;
+    this._attempt = 0;
+    this._timer = null;
+    queueMicrotask(() => this._open());
+  }
+
+  close() {
+    this.closed = true;
+    clearTimeout(this._timer);
+    if (this.socket) this.socket.close(1000);
+    this.onState("closed");
+  }
+
+  async _open() {
+    if (this.closed) return;
+    let url;
+    try {
+      if (!this.herald.token && this.herald.getToken) await this.herald._freshToken();
+      url = await this._socketUrl(this.herald._url(false));
+    } catch (error) {
+      this._retry(error);
+      return;
+    }
+    if (this.closed) return;
+    this.onState("connecting");
+    const socket = new WebSocket(url);
+    this.socket = socket;
+    socket.onmessage = (event) => {
+      let frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch {
+        return;
+      }
+      if (frame.type === "ready") {
+        this._attempt = 0;
+        this.onState("open");
+      }
+      this._frame(frame);
+    };
+    socket.onclose = (event) => {
+      if (this.socket !== socket) return;
+      this.socket = null;
+      if (this.closed) return;
+      if (FATAL.has(event.code)) {
+        this.closed = true;
+        this.onState("closed");
+        this.onError(new HeraldError(`closed ${event.code} ${event.reason}`, event.code));
+        return;
+      }
+      if (event.code === 4401) {
+        // A token expired (or was never given): ask for a fresh one, then reconnect.
+        this.herald.token = null;
+        this._retry(null, true);
+        return;
+      }
+      this._retry(new HeraldError(`connection lost (${event.code})`, event.code));
+    };
+  }
+
+  _retry(error, needToken = false) {
+    if (this.closed) return;
+    if (error) this.onError(error);
+    this.onState("reconnecting");
+    const ceiling = Math.min(this.herald.maxBackoffMs, this.herald.minBackoffMs * 2 ** this._attempt);
+    const delay = needToken && this._attempt === 0 ? 0 : Math.random() * ceiling; // full jitter
+    this._attempt += 1;
+    if (!needToken) this.herald._url(true); // the next node of a cluster
+    this._timer = setTimeout(async () => {
+      if (needToken && this.herald.getToken) {
+        try {
+          await this.herald._freshToken();
+        } catch (e) {
+          this._retry(e, true);
+          return;
+        }
+      }
+      this._open();
+    }, delay);
+  }
+
+  _send(frame) {
+    if (this.socket && this.socket.readyState === WebSocket.OPEN) {
+      this.socket.send(JSON.stringify(frame));
+      return true;
+    }
+    return false;
+  }
+}
+
+/** A live view of a topic that resumes where it was (see the module comment). */
+export class Tail extends Stream {
+  constructor(herald, topic, options) {
+    super(herald, options);
+    this.topic = topic;
+    this.from = options.from ?? "latest";
+    this.credit = options.credit ?? 500;
+    this.onMessage = options.onMessage || (() => {});
+    this.onGap = options.onGap || (() => {});
+    this.storage = options.storage === true ? globalThis.sessionStorage : options.storage || null;
+    this.storageKey = options.storageKey || `herald.tail.${topic}`;
+    /** partition -> the next offset expected */
+    this.positions = new Map();
+    const saved = this.storage && this.storage.getItem(this.storageKey);
+    if (saved) {
+      try {
+        for (const [p, o] of Object.entries(JSON.parse(saved))) this.positions.set(Number(p), o);
+      } catch {
+        /* a corrupt entry: start from `from` */
+      }
+    }
+  }
+
+  async _socketUrl(base) {
+    // Learn every partition's range: the starting positions of a first connect, and
+    // the positions retention has passed since (a gap, reported before any record).
+    const info = await this.herald.topic(this.topic);
+    const first = this.positions.size === 0;
+    for (const { partition, start_offset: start, end_offset: end } of info.partitions) {
+      let next = this.positions.get(partition);
+      if (next === undefined) {
+        if (!first) next = start; // a partition added since: from its start
+        else if (this.from === "earliest") next = start;
+        else if (typeof this.from === "number") next = Math.min(Math.max(this.from, start), end);
+        else next = end;
+        if (typeof this.from === "number" && first && this.from < start) this._gap(partition, this.from, start - 1);
+      } else if (next < start) {
+        this._gap(partition, next, start - 1);
+        next = start;
+      }
+      this.positions.set(partition, next);
+    }
+    this._save();
+    const lowest = Math.min(...this.positions.values());
+    return wsUrl(base, `/v1/topics/${encodeURIComponent(this.topic)}/ws`, {
+      from: Number.isFinite(lowest) ? lowest : "latest",
+      credit: this.credit,
+      token: this.herald.token,
+    });
+  }
+
+  _gap(partition, first, last) {
+    if (last < first) return;
+    try {
+      this.onGap({ topic: this.topic, partition, first, last });
+    } catch (e) {
+      this.onError(e);
+    }
+  }
+
+  _frame(frame) {
+    if (frame.type !== "deliver") return;
+    for (const record of frame.messages) {
+      const next = this.positions.get(record.partition);
+      if (next !== undefined && record.offset < next) continue; // shown already
+      if (next !== undefined && record.offset > next) this._gap(record.partition, next, record.offset - 1);
+      this.positions.set(record.partition, record.offset + 1);
+      try {
+        this.onMessage(record);
+      } catch (e) {
+        this.onError(e);
+      }
+    }
+    this._save();
+    this._send({ type: "credit", n: frame.messages.length });
+  }
+
+  _save() {
+    if (this.storage) this.storage.setItem(this.storageKey, JSON.stringify(Object.fromEntries(this.positions)));
+  }
+}
+
+/** A durable consumer of a subscription: at-least-once, acked by the application. */
+export class Subscription extends Stream {
+  constructor(herald, name, options) {
+    super(herald, options);
+    this.name = name;
+    this.credit = options.credit ?? 10;
+    this.onMessage = options.onMessage || (() => {});
+    this._queue = Promise.resolve(); // frames are handled one after the other, in order
+  }
+
+  async _socketUrl(base) {
+    return wsUrl(base, `/v1/subscriptions/${encodeURIComponent(this.name)}/ws`, {
+      credit: this.credit,
+      token: this.herald.token,
+    });
+  }
+
+  /** Done with these records (message ids or records). */
+  ack(ids) {
+    return this._send({ type: "ack", ids: ids.map(idOf) });
+  }
+
+  /** Redeliver these records, after `delayMs` or the subscription's backoff. */
+  nack(ids, delayMs) {
+    return this._send({ type: "nack", ids: ids.map(idOf), ...(delayMs === undefined ? {} : { delay_ms: delayMs }) });
+  }
+
+  /** Push the ack deadline of these records to now + ms. */
+  extend(ids, ms) {
+    return this._send({ type: "extend", ids: ids.map(idOf), ms });
+  }
+
+  _frame(frame) {
+    if (frame.type !== "deliver") return;
+    this._queue = this._queue.then(() => this._deliver(frame.messages));
+  }
+
+  async _deliver(records) {
+    for (const record of records) {
+      const message = {
+        ...record,
+        id: idOf(record),
+        ack: () => this.ack([record]),
+        nack: (delayMs) => this.nack([record], delayMs),
+        extend: (ms) => this.extend([record], ms),
+      };
+      try {
+        await this.onMessage(message);
+      } catch (e) {
+        this.onError(e);
+      }
+      this._send({ type: "credit", n: 1 }); // taken: the server may send one more
+    }
+  }
+}
+
+function idOf(record) {
+  return typeof record === "string" ? record : record.id || `${record.partition}-${record.offset}`;
+}
