@@ -202,3 +202,30 @@ def test_an_expired_token_reconnects_with_a_fresh_one(
     page.wait_for_timeout(300)
     assert_exactly_once_in_order(page.evaluate("window.seen"), 20)
     assert page_errors(page) == []
+
+
+def test_the_example_page_of_docs_browser_md_works(
+    page: Any, herald_factory: Callable[..., HeraldProcess]
+) -> None:
+    """docs/browser.md's complete page, as printed there (its server URL swapped for the
+    test's): it shows records published after it opened, across a server restart."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "browser.md").read_text()
+    html = doc.split("```html\n", 1)[1].split("```", 1)[0]
+    server = herald_factory("--cors-origin", APP)
+    made = httpx.put(f"{server.url}/v1/topics/orders", json={"partitions": 3}, timeout=10)
+    assert made.status_code == 201, made.text
+    publish(server.url, "orders", range(0, 5))  # before the page: "latest" skips them
+    _PageHandler.html = html.replace("http://localhost:8080", server.url).encode()
+    page.goto(f"{APP}/index.html")
+    expect_state = "document.getElementById('state').textContent === 'open'"
+    wait_for(page, expect_state, "the page to connect")
+    publish(server.url, "orders", range(5, 15))
+    wait_for(page, "document.querySelectorAll('#orders li').length >= 10", "10 records")
+    server.restart()
+    publish(server.url, "orders", range(15, 25))
+    wait_for(page, "document.querySelectorAll('#orders li').length >= 20", "20 records")
+    page.wait_for_timeout(300)
+    items = page.locator("#orders li").all_text_contents()
+    values = sorted(int(item.split(": ", 1)[1]) for item in items)
+    assert values == list(range(5, 25))
+    assert page_errors(page) == []
