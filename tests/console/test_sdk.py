@@ -229,3 +229,56 @@ def test_the_example_page_of_docs_browser_md_works(
     values = sorted(int(item.split(": ", 1)[1]) for item in items)
     assert values == list(range(5, 25))
     assert page_errors(page) == []
+
+
+def test_a_tail_resumed_past_retention_gets_a_gap(
+    page: Any, herald_factory: Callable[..., HeraldProcess]
+) -> None:
+    """A resume position (kept in sessionStorage) that retention has deleted since: the page
+    is told the first and last offsets it missed, then sees the rest from the log's start."""
+    server = herald_factory(
+        "--cors-origin", APP, "--segment-bytes", "65536", "--retention-interval", "0.2"
+    )
+    config = {"partitions": 1, "retention_ms": 1000}
+    made = httpx.put(f"{server.url}/v1/topics/aging", json=config, timeout=10)
+    assert made.status_code == 201, made.text
+    blob = "x" * 8000
+    for n in range(30):  # ~240 kB: several 64 kB segments
+        r = httpx.post(
+            f"{server.url}/v1/topics/aging/messages",
+            json={"messages": [{"value": {"n": n, "pad": blob}}]},
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text
+
+    def start_offset() -> int:
+        body = httpx.get(f"{server.url}/v1/topics/aging", timeout=10).json()
+        return int(body["partitions"][0]["start_offset"])
+
+    deadline = time.monotonic() + 30
+    while start_offset() < 10:
+        assert time.monotonic() < deadline, "retention never deleted a segment"
+        time.sleep(0.2)
+    start = start_offset()
+    html = PAGE % {"server": server.url, "topic": "aging", "get_token": "null"}
+    # The page had seen offsets 0..2 of partition 0 before (its stored position is 3).
+    html = html.replace(
+        'from: "earliest",',
+        'from: "earliest", storage: true,',
+    ).replace(
+        '<script type="module">',
+        "<script>sessionStorage.setItem('herald.tail.aging', JSON.stringify({'0': 3}));</script>"
+        '<script type="module">',
+    )
+    _PageHandler.html = html.encode()
+    page.goto(f"{APP}/index.html")
+    wait_for(page, "(window.gaps || []).length >= 1", "the gap")
+    last = "(window.seen || []).some(([p, o]) => o === 29)"
+    wait_for(page, last, "the records retention kept")
+    gaps = page.evaluate("window.gaps")
+    assert gaps[0]["first"] == 3 and gaps[0]["last"] >= start - 1
+    assert all(g["topic"] == "aging" and g["partition"] == 0 for g in gaps)
+    # Gaps and records together: every offset from 3 to 29, once, in order.
+    covered = [o for g in gaps for o in range(g["first"], g["last"] + 1)]
+    seen = [offset for _, offset, _ in page.evaluate("window.seen")]
+    assert sorted(covered + seen) == list(range(3, 30)) and seen == sorted(seen)
