@@ -282,3 +282,57 @@ def test_a_tail_resumed_past_retention_gets_a_gap(
     covered = [o for g in gaps for o in range(g["first"], g["last"] + 1)]
     seen = [offset for _, offset, _ in page.evaluate("window.seen")]
     assert sorted(covered + seen) == list(range(3, 30)) and seen == sorted(seen)
+
+
+SUB_PAGE = """<!doctype html><meta charset="utf-8"><title>work</title>
+<script type="module">
+  import { Herald } from "%(server)s/sdk/herald.js";
+  window.seen = [];
+  const ackAll = location.search.includes("ack=all");
+  const herald = new Herald({ urls: ["%(server)s"], minBackoffMs: 100, maxBackoffMs: 500 });
+  herald.subscribe("work", {
+    credit: 3,
+    async onMessage(m) {
+      window.seen.push([m.value, m.attempt]);
+      if (ackAll || m.value < 5) m.ack();  // the first page leaves 5..9 unacked
+    },
+  });
+</script>"""
+
+
+def test_a_durable_consumer_page_reloads_without_loss_or_redelivery(
+    page: Any, herald_factory: Callable[..., HeraldProcess]
+) -> None:
+    server = herald_factory("--cors-origin", APP)
+    made = httpx.put(f"{server.url}/v1/topics/jobs", json={"partitions": 2}, timeout=10)
+    assert made.status_code == 201, made.text
+    body = {"topic": "jobs", "ack_deadline_ms": 600_000}
+    made = httpx.put(f"{server.url}/v1/subscriptions/work", json=body, timeout=10)
+    assert made.status_code == 201, made.text
+    publish(server.url, "jobs", range(0, 10))
+    _PageHandler.html = (SUB_PAGE % {"server": server.url}).encode()
+    page.goto(f"{APP}/index.html")
+    wait_for(page, "(window.seen || []).length >= 10", "all 10 records (credit given back)")
+
+    def in_flight() -> int:
+        stats = httpx.get(f"{server.url}/v1/subscriptions/work", timeout=10).json()["stats"]
+        return int(stats["in_flight"])
+
+    deadline = time.monotonic() + 20
+    while in_flight() != 5:  # the five acks reached the server
+        assert time.monotonic() < deadline, "the acks never landed"
+        time.sleep(0.1)
+    first = page.evaluate("window.seen")
+    assert sorted(v for v, _ in first) == list(range(10))
+
+    page.goto(f"{APP}/index.html?ack=all")  # a reload: the old socket goes, records come back
+    wait_for(page, "(window.seen || []).length >= 5", "the unacked records again")
+    page.wait_for_timeout(500)
+    again = page.evaluate("window.seen")
+    assert sorted(v for v, _ in again) == [5, 6, 7, 8, 9]  # nothing acked comes back
+    assert all(attempt >= 2 for _, attempt in again)
+    deadline = time.monotonic() + 20
+    while in_flight() != 0:
+        assert time.monotonic() < deadline, "the second page's acks never landed"
+        time.sleep(0.1)
+    assert page_errors(page) == []
