@@ -32,6 +32,9 @@ HTTP_MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("PUT", "/v1/subscriptions/s-made", {"topic": "orders.a"}, {"admin"}),
     ("DELETE", "/v1/subscriptions/s-never", None, {"admin"}),
     ("POST", "/v1/subscriptions/s-orders/seek", {"to": "latest"}, {"admin", "subscriber"}),
+    # Minting a browser token: any valid token (404 here: this auth file has no signing key;
+    # tests/security/test_browser_tokens.py covers the rest).
+    ("POST", "/v1/tokens", {"ttl_ms": 60_000, "publish": ["orders.a"]}, set(TOKENS)),
     # Routes no rule names (console redrive, webhook attempts, future ones) need admin.
     ("POST", "/v1/subscriptions/s-orders/redrive", {}, {"admin"}),
     ("GET", "/v1/subscriptions/s-orders/attempts", None, {"admin"}),
@@ -64,6 +67,7 @@ def test_http_route_needs_the_right_role(
 def test_open_routes_need_no_token(secured: Secured) -> None:
     assert httpx.get(f"{secured.url}/healthz").status_code == 200
     assert httpx.get(f"{secured.url}/openapi.json").status_code == 200
+    assert httpx.get(f"{secured.url}/sdk/herald.js").status_code == 200
 
 
 def test_bad_and_malformed_tokens_are_401(secured: Secured) -> None:
