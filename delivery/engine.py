@@ -262,9 +262,17 @@ class DeliveryEngine:
             runtime.wake()  # room under max_in_flight
         return result
 
-    def nack(self, consumer_id: str, ids: Sequence[str], delay_ms: int | None) -> None:
+    def nack(
+        self,
+        consumer_id: str,
+        ids: Sequence[str],
+        delay_ms: int | None,
+        reason: str | None = None,
+    ) -> None:
+        """``reason``: what a dead letter of these records says went wrong (PROTOCOL §8);
+        None for a nack without one."""
         runtime = self._consumer(consumer_id)
-        runtime.core.nack(ids, delay_ms, self._clock())
+        runtime.core.nack(ids, delay_ms, self._clock(), reason)
         runtime.wake()
 
     def extend(self, consumer_id: str, ids: Sequence[str], ms: int) -> None:

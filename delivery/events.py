@@ -35,6 +35,7 @@ class DeadLetter:
     deliveries: int
     reason: DeadLetterReason = DeadLetterReason.MAX_DELIVERIES
     epoch: int = 0  # the partition's seek epoch: a seek since makes the outcome moot
+    last_error: str = ""  # what went wrong last (PROTOCOL §8 herald-source-last-error)
 
 
 @dataclass(frozen=True, slots=True)

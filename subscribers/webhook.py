@@ -197,7 +197,7 @@ class WebhookDispatcher:
             elif isinstance(action, Ack):
                 self.engine.ack(consumer, [action.id])
             else:
-                self.engine.nack(consumer, [action.id], action.delay_ms)
+                self.engine.nack(consumer, [action.id], action.delay_ms, action.reason)
         except SubscriptionNotFound:
             # Detached under us (shutdown, delete): its records are redelivered later.
             if isinstance(action, Grant):
@@ -234,7 +234,7 @@ class WebhookDispatcher:
         except (httpx.TimeoutException, TimeoutError):
             error = "timeout"
         except httpx.ConnectError as exc:
-            error = f"connect failed: {exc}" if str(exc) else "connect failed"
+            error = _connect_error(exc)
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"
         now = self._clock()
@@ -250,6 +250,22 @@ class WebhookDispatcher:
 
     def _live_keys(self, wall_ms: int) -> list[bytes]:
         return [key for key, expires in self._keys if expires is None or wall_ms < expires]
+
+
+def _connect_error(exc: httpx.ConnectError) -> str:
+    """PROTOCOL §8 names a refused connection "connection refused"; other connect
+    failures (DNS, TLS, unreachable) keep what went wrong."""
+    seen: list[BaseException] = [exc]
+    while seen and len(seen) < 64:  # bounded: a cause chain is short
+        cause = seen.pop()
+        if isinstance(cause, ConnectionRefusedError) or "refused" in str(cause).lower():
+            return "connection refused"
+        if isinstance(cause, BaseExceptionGroup):
+            seen.extend(cause.exceptions)
+        nested = cause.__cause__ or cause.__context__
+        if nested is not None:
+            seen.append(nested)
+    return f"connect failed: {exc}" if str(exc) else "connect failed"
 
 
 async def _drain(response: httpx.Response) -> None:

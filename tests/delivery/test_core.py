@@ -304,6 +304,34 @@ def test_dead_letter_after_max_deliveries():
     assert h.core.ack_floor(0) == 1
 
 
+def test_dead_letter_carries_whatever_went_wrong_last():
+    """PROTOCOL §8: the nack's reason, "nack", "ack deadline" or "disconnect": the last."""
+    h = Harness(config(max_deliveries=2, ack_deadline_ms=1000, retry_backoff=Backoff(10, 10)))
+    h.publish(n=3)
+    h.attach("c1", credit=10)
+    h.nack("0-0", reason="bad payload")
+    h.nack("0-1")
+    h.nack("0-2", reason="first")
+    h.advance(0.01)
+    assert h.attempts("c1")[-3:] == [("0-0", 2), ("0-1", 2), ("0-2", 2)]
+    h.nack("0-0")  # a bare nack after a reason: "nack"
+    h.nack("0-1", reason="schema")  # a reason after a bare nack: the reason
+    h.advance(1.0)  # 0-2's deadline passes: "ack deadline", not "first"
+    h.publish(n=1)
+    h.step()
+    h.nack("0-3", reason="y")
+    h.advance(0.01)
+    h.core.detach("c1", h.now)  # 0-3, on its last delivery, goes back: "disconnect"
+    h.step()
+    assert {d.record.id: d.last_error for d in h.dead} == {
+        "0-0": "nack",
+        "0-1": "schema",
+        "0-2": "ack deadline",
+        "0-3": "disconnect",
+    }
+    assert h.core._last_error == {}, "nothing is remembered past the dead letter"
+
+
 def test_expired_deadline_of_last_delivery_dead_letters_without_backoff():
     h = Harness(
         config(max_deliveries=1, ack_deadline_ms=1000, retry_backoff=Backoff(60_000, 60_000))
