@@ -92,6 +92,22 @@ class SubscriptionCore:
         self.dead_lettered_total = 0
         self.expired_total = 0
 
+    def reconfigure(self, config: SubscriptionConfig) -> None:
+        """PROTOCOL §8 change in place (the fields PATCH may change): from now on sends get
+        the new deadline, room is the new max_in_flight, and give-backs use the new
+        max_deliveries and backoff. Records in flight keep the deadline they were sent with."""
+        assert config.delivery is self.config.delivery
+        assert config.ordered_by_key == self.config.ordered_by_key
+        deadline_s = config.ack_deadline_ms / 1000
+        if deadline_s < self._deadline_s:
+            # New sends would expire before older ones: the table's send order is no longer
+            # its deadline order.
+            self._in_flight.unorder()
+        self.config = config
+        self._deadline_s = deadline_s
+        self._max_in_flight = config.max_in_flight
+        self._max_deliveries = config.max_deliveries
+
     # ------------------------------------------------------------------ consumers
 
     def attach(self, consumer: str, credit: int) -> None:

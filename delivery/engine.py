@@ -180,6 +180,27 @@ class DeliveryEngine:
             runtime.core.config = config
             return config
 
+    async def update_subscription(
+        self, name: str, change: Callable[[SubscriptionConfig], SubscriptionConfig]
+    ) -> tuple[SubscriptionConfig, SubscriptionConfig]:
+        """PROTOCOL §8 change in place: the config becomes ``change(config)`` — computed
+        under the admin lock, so it sees the current config and may refuse it (409, 400) —
+        persisted in meta.db, then applied at once. The cursor, in-flight records (with the
+        deadlines they were sent with), attempt counts and stats are kept. Returns (old,
+        new); starting or stopping webhook push is the caller's (WebhookDispatchers)."""
+        async with self._admin:
+            runtime = self._runtime(name)
+            old = runtime.config
+            new = change(old)
+            if new != old:
+                await asyncio.to_thread(
+                    self.storage.metadata.put_subscription, name, new.to_storage()
+                )
+                runtime.config = new
+                runtime.core.reconfigure(new)
+                runtime.wake()  # more room under max_in_flight, a shorter deadline...
+            return old, new
+
     def get(self, name: str) -> SubscriptionConfig:
         return self._runtime(name).config
 

@@ -259,6 +259,37 @@ def _subscription_config() -> dict[str, Any]:
     )
 
 
+def _subscription_patch() -> dict[str, Any]:
+    """PROTOCOL §8 change in place: JSON Merge Patch; null -> back to the default."""
+    d = _SUB_DEFAULTS
+    fixed = "only with its current value (else 409 subscription_conflict)"
+    push = _push_config()
+    push = {
+        **push,
+        "required": ["url"],
+        "description": "replaces the push config whole; without secret the old one is kept",
+    }
+    return _object(
+        {
+            "topic": {**_NAME, "description": fixed},
+            "start": {**_start(), "description": fixed},
+            "delivery": _nullable({"enum": [m.value for m in DeliveryMode], "description": fixed}),
+            "ordered_by_key": _nullable({"type": "boolean", "description": fixed}),
+            "ack_deadline_ms": _nullable(_int(v.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])),
+            "max_in_flight": _nullable(_int(v.MAX_IN_FLIGHT, default=d["max_in_flight"])),
+            "max_deliveries": _nullable(_int(v.MAX_DELIVERIES, default=d["max_deliveries"])),
+            "retry_backoff": {
+                **_retry_backoff(),
+                "description": "merged into the current one (a null member: its default)",
+            },
+            "dead_letter_topic": _nullable({**_NAME, "default": None}),
+            "push": _nullable({**push, "default": None}),
+        },
+        description="a field left out is unchanged; null sets it back to its default "
+        "(push: null stops pushing); records in flight keep their deadline",
+    )
+
+
 def _seek() -> dict[str, Any]:
     """Exactly one form; the other two may be given as null (absent)."""
     forms = {
@@ -542,6 +573,7 @@ def _schemas() -> dict[str, Any]:
             closed=False,
         ),
         "SubscriptionConfig": _subscription_config(),
+        "SubscriptionPatch": _subscription_patch(),
         "PushConfig": _push_config(),
         **_subscription_view(),
         "Seek": _seek(),
@@ -726,6 +758,21 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("Subscription"), "the subscription"),
                     "400": _BAD,
                     "404": _SUB_404,
+                },
+            },
+            "patch": {
+                "summary": "Change a subscription in place (admin): applied at once, the "
+                "cursor and in-flight records kept",
+                "requestBody": _body("SubscriptionPatch"),
+                "responses": {
+                    "200": _json(_ref("Subscription"), "the subscription after the change"),
+                    "400": _BAD,
+                    "404": _SUB_404,
+                    "409": _problem(
+                        "subscription_conflict: topic, start, delivery or "
+                        "ordered_by_key with another value"
+                    ),
+                    "413": _TOO_LARGE,
                 },
             },
             "delete": {

@@ -1,4 +1,4 @@
-"""Subscription routes of PROTOCOL §2: create/inspect/delete and seek."""
+"""Subscription routes of PROTOCOL §2 and §8: create/inspect/change/delete and seek."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from server.validation import (
     check_name,
     parse_seek,
     parse_subscription_config,
+    parse_subscription_patch,
 )
 
 
@@ -52,6 +53,18 @@ async def get_subscription(request: Request) -> Response:
     return json_response(subscription_body(state.engine, name, state.webhooks))
 
 
+async def patch_subscription(request: Request) -> Response:
+    """PROTOCOL §8 change in place: applied at once, cursor and in-flight records kept."""
+    name = check_name(request.path_params["name"], "subscription")
+    patch = parse_subscription_patch(await json_body(request))
+    state = request.app.state
+    async with state.admin_lock:
+        old, new = await state.engine.update_subscription(name, patch.apply)
+        # push given starts pushing; push: null stops it (WebSocket and pull drain it).
+        await state.webhooks.reconfigured(name, old, new)
+    return json_response(subscription_body(state.engine, name, state.webhooks))
+
+
 async def delete_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     state = request.app.state
@@ -74,6 +87,7 @@ routes = [
         "/v1/subscriptions/{name}",
         GET=get_subscription,
         PUT=put_subscription,
+        PATCH=patch_subscription,
         DELETE=delete_subscription,
     ),
     method_route("/v1/subscriptions/{name}/seek", POST=seek),

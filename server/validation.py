@@ -28,13 +28,16 @@ import orjson
 
 from delivery import redrive
 from delivery.config import (
+    FIXED_FIELDS,
     MAX_PREVIOUS_SECRETS,
+    PATCHABLE_FIELDS,
     Backoff,
     Breaker,
     DeliveryMode,
     PreviousSecret,
     PushConfig,
     SubscriptionConfig,
+    SubscriptionPatch,
 )
 from delivery.start import StartAt
 from storage.config import TopicConfig
@@ -477,10 +480,7 @@ def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[
     if (v := _given(obj, "start")) is not _MISSING:
         values["start"] = parse_start(v)
     if (v := _given(obj, "delivery")) is not _MISSING:
-        try:
-            values["delivery"] = DeliveryMode(_as_str(v, "delivery"))
-        except ValueError:
-            raise BadRequest("delivery must be at_least_once or at_most_once") from None
+        values["delivery"] = _parse_delivery(v)
     if (v := _given(obj, "ack_deadline_ms")) is not _MISSING:
         values["ack_deadline_ms"] = _int_in(v, "ack_deadline_ms", ACK_DEADLINE_MS)
     if (v := _given(obj, "max_in_flight")) is not _MISSING:
@@ -498,6 +498,73 @@ def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[
     if (v := _given(obj, "push")) is not _MISSING:
         values["push"] = _parse_push(v)
     return SubscriptionConfig(**values), frozenset(values)
+
+
+_PATCH_FIELDS = frozenset(PATCHABLE_FIELDS) | frozenset(FIXED_FIELDS)
+
+
+def parse_subscription_patch(body: Any) -> SubscriptionPatch:
+    """PROTOCOL §8 `PATCH /v1/subscriptions/{name}`: a JSON Merge Patch of the fields
+    PATCHABLE_FIELDS (null: back to the default); FIXED_FIELDS only with their current
+    value (checked by SubscriptionPatch.apply: 409). Every value is checked here, so a
+    refused patch changes nothing."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, _PATCH_FIELDS, "the subscription patch")
+    default = SubscriptionConfig(topic="-")
+    fixed: dict[str, Any] = {}
+    if (v := _given(obj, "topic")) is not _MISSING:
+        fixed["topic"] = check_name(_as_str(v, "topic"), "topic")
+    if (v := _given(obj, "start")) is not _MISSING:
+        fixed["start"] = parse_start(v)
+    if (v := _given(obj, "delivery")) is not _MISSING:
+        fixed["delivery"] = _parse_delivery(v)
+    if (v := _given(obj, "ordered_by_key")) is not _MISSING:
+        fixed["ordered_by_key"] = _as_bool(v, "ordered_by_key")
+    changes: dict[str, Any] = {}
+    ints = {
+        "ack_deadline_ms": ACK_DEADLINE_MS,
+        "max_in_flight": MAX_IN_FLIGHT,
+        "max_deliveries": MAX_DELIVERIES,
+    }
+    for name, allowed in ints.items():
+        if name in obj:
+            value = obj[name]
+            changes[name] = (
+                getattr(default, name) if value is None else _int_in(value, name, allowed)
+            )
+    backoff: dict[str, int | None] | None = None
+    if "retry_backoff" in obj:
+        if obj["retry_backoff"] is None:
+            changes["retry_backoff"] = Backoff()
+        else:
+            given = _as_object(obj["retry_backoff"], "retry_backoff")
+            _check_fields(given, _BACKOFF_FIELDS, "retry_backoff")
+            backoff = {
+                member: None
+                if value is None
+                else _int_in(value, f"retry_backoff.{member}", BACKOFF_MS)
+                for member, value in given.items()
+            }
+    if "dead_letter_topic" in obj:
+        value = obj["dead_letter_topic"]
+        changes["dead_letter_topic"] = (
+            None
+            if value is None
+            else check_name(_as_str(value, "dead_letter_topic"), "dead_letter_topic")
+        )
+    keeps_secret = False
+    if "push" in obj:
+        value = obj["push"]
+        keeps_secret = isinstance(value, dict) and value.get("secret") is None
+        changes["push"] = None if value is None else _parse_push(value, secret_required=False)
+    return SubscriptionPatch(fixed, changes, backoff, keeps_secret)
+
+
+def _parse_delivery(value: Any) -> DeliveryMode:
+    try:
+        return DeliveryMode(_as_str(value, "delivery"))
+    except ValueError:
+        raise BadRequest("delivery must be at_least_once or at_most_once") from None
 
 
 def parse_start(value: Any) -> StartAt:
@@ -529,15 +596,17 @@ def _parse_backoff(value: Any) -> Backoff:
     return Backoff(min_ms, max_ms)
 
 
-def _parse_push(value: Any) -> PushConfig:
+def _parse_push(value: Any, *, secret_required: bool = True) -> PushConfig:
+    """A push config; without ``secret_required`` (PATCH) a missing secret is left empty
+    for SubscriptionPatch.apply to fill with the current one."""
     obj = _as_object(value, "push")
     _check_fields(obj, _PUSH_FIELDS, "push")
     url = _given(obj, "url")
     secret = _given(obj, "secret")
-    if url is _MISSING or secret is _MISSING:
+    if url is _MISSING or (secret is _MISSING and secret_required):
         raise BadRequest("push needs url and secret")
     url = _parse_push_url(url)
-    secret = _parse_secret(secret, "push.secret")
+    secret = "" if secret is _MISSING else _parse_secret(secret, "push.secret")
     values: dict[str, Any] = {"url": url, "secret": secret}
     if (v := _given(obj, "previous_secrets")) is not _MISSING:
         values["previous_secrets"] = _parse_previous_secrets(v)

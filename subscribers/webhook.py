@@ -277,6 +277,17 @@ async def _drain(response: httpx.Response) -> None:
             break
 
 
+def _same_endpoint(old: PushConfig, new: PushConfig) -> bool:
+    """Whether a running dispatcher can take ``new`` without a restart: it differs from
+    ``old`` only in its secrets (its HTTP client and policy are built from the rest)."""
+    return (old.url, old.max_in_flight, old.timeout_ms, old.breaker) == (
+        new.url,
+        new.max_in_flight,
+        new.timeout_ms,
+        new.breaker,
+    )
+
+
 def _signing_keys(push: PushConfig) -> list[tuple[bytes, int | None]]:
     """(HMAC key, expires_at or None), the current secret first (PROTOCOL §4)."""
     return [(secret_key(push.secret), None)] + [
@@ -336,6 +347,36 @@ class WebhookDispatchers:
         if dispatcher is not None and not dispatcher.closed:
             dispatcher.use_config(config)
         return config
+
+    async def reconfigured(
+        self, name: str, old: SubscriptionConfig, new: SubscriptionConfig
+    ) -> None:
+        """PROTOCOL §8 change in place, after the engine applied it: push given starts
+        pushing; push set to null stops (the records out to the endpoint go back at once,
+        for the subscription's other consumers); a new url or new limits restart the
+        dispatcher with them; only new secrets, or no push change, keep it running."""
+        if old.push == new.push:
+            return
+        dispatcher = self._dispatchers.get(name)
+        if (
+            dispatcher is not None
+            and not dispatcher.closed
+            and old.push is not None
+            and new.push is not None
+            and _same_endpoint(old.push, new.push)
+        ):
+            dispatcher.use_config(new)
+            return
+        await self.stop_one(name)
+        self.ensure(name)
+
+    async def stop_one(self, name: str) -> None:
+        """Stop the dispatcher of ``name``, if any; its unfinished records go back."""
+        task = self._tasks.pop(name, None)
+        self._dispatchers.pop(name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
 
     def stats(self, name: str) -> dict[str, Any] | None:
         dispatcher = self._dispatchers.get(name)

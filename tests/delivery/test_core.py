@@ -619,3 +619,32 @@ def test_stats_follow_protocol_section_5():
         "expired_total": 0,
         "partitions": [{"partition": 0, "ack_floor": 1}, {"partition": 1, "ack_floor": 0}],
     }
+
+
+# -- change in place (PROTOCOL §8) ------------------------------------------------------
+
+
+def test_shorter_deadline_applies_to_new_sends_and_in_flight_keep_theirs():
+    h = Harness(config(ack_deadline_ms=10_000, retry_backoff=Backoff(10_000, 10_000)))
+    h.publish(n=1)
+    h.attach("c1", credit=10)
+    h.core.reconfigure(config(ack_deadline_ms=1000, retry_backoff=Backoff(10_000, 10_000)))
+    h.publish(n=1)
+    h.step()
+    assert h.attempts("c1") == [("0-0", 1), ("0-1", 1)]
+    assert h.core.next_wakeup() == h.now + 1.0
+    h.advance(1.0)  # the new send expires though it was sent after the old one
+    assert h.core.in_flight == 1
+    assert h.ack("0-0") == (["0-0"], [])
+    h.advance(9.0)
+    assert h.core.in_flight == 0
+
+
+def test_raising_max_in_flight_makes_room_at_once():
+    h = Harness(config(max_in_flight=1))
+    h.publish(n=3)
+    h.attach("c1", credit=10)
+    assert len(h.received["c1"]) == 1
+    h.core.reconfigure(config(max_in_flight=3))
+    h.step()
+    assert [d.record.id for d in h.received["c1"]] == ["0-0", "0-1", "0-2"]

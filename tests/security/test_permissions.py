@@ -32,6 +32,8 @@ HTTP_MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("PUT", "/v1/subscriptions/s-made", {"topic": "orders.a"}, {"admin"}),
     ("DELETE", "/v1/subscriptions/s-never", None, {"admin"}),
     ("POST", "/v1/subscriptions/s-orders/seek", {"to": "latest"}, {"admin", "subscriber"}),
+    # PROTOCOL §8: changing a subscription in place is an operator's act.
+    ("PATCH", "/v1/subscriptions/s-orders", {"max_in_flight": 1000}, {"admin"}),
     # Routes no rule names (console redrive, webhook attempts, future ones) need admin.
     ("POST", "/v1/subscriptions/s-orders/redrive", {}, {"admin"}),
     ("GET", "/v1/subscriptions/s-orders/attempts", None, {"admin"}),
