@@ -123,6 +123,12 @@ class SubscriptionCore:
         for entry in given_back:
             self._give_back(entry, now, 0.0, DISCONNECT)
 
+    def release(self, consumer: str) -> None:
+        """The consumer leaves but its in-flight records stay in flight, to be acked,
+        nacked or expired like any other (PROTOCOL §8 pull: the records a response
+        carried)."""
+        self.consumers.detach(consumer)
+
     def grant_credit(self, consumer: str, n: int) -> None:
         # PROTOCOL §3: credit adds up, capped at 1,000,000 outstanding.
         self.consumers.grant(consumer, n)

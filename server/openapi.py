@@ -23,6 +23,7 @@ import orjson
 
 from delivery import redrive
 from delivery.config import MAX_PREVIOUS_SECRETS, DeliveryMode, PushConfig, SubscriptionConfig
+from delivery.dead_letter import MAX_NACK_REASON
 from server import validation as v
 from storage.config import TopicConfig
 
@@ -288,6 +289,59 @@ def _subscription_patch() -> dict[str, Any]:
         description="a field left out is unchanged; null sets it back to its default "
         "(push: null stops pushing); records in flight keep their deadline",
     )
+
+
+def _pull_schemas() -> dict[str, Any]:
+    """PROTOCOL §8 pull, ack and nack."""
+    ids = {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "message ids; strings that are not in flight are unknown",
+    }
+    delivered = {
+        "allOf": [
+            _ref("Record"),
+            _object(
+                {"subscription": _NAME, "attempt": _int(v.IntRange(1))},
+                ("subscription", "attempt"),
+                closed=False,
+            ),
+        ]
+    }
+    return {
+        "PullRequest": _object(
+            {
+                "max_messages": _nullable(
+                    _int(v.PULL_MAX_MESSAGES, default=v.DEFAULT_PULL_MAX_MESSAGES)
+                ),
+                "wait_ms": _nullable(
+                    _int(v.WAIT_MS, default=0, description="long-poll while nothing is there")
+                ),
+            },
+            description="optional: no body is all defaults",
+        ),
+        "PullResponse": _object(
+            {"messages": {"type": "array", "items": delivered}}, ("messages",), closed=False
+        ),
+        "AckRequest": _object({"ids": ids}, ("ids",)),
+        "AckResponse": _object({"ok": ids, "unknown": ids}, ("ok", "unknown"), closed=False),
+        "NackRequest": _object(
+            {
+                "ids": ids,
+                "delay_ms": _nullable(
+                    _int(v.NACK_DELAY_MS, description="else the subscription's backoff")
+                ),
+                "reason": _nullable(
+                    {
+                        "type": "string",
+                        "maxLength": MAX_NACK_REASON,
+                        "description": "the dead letter's herald-source-last-error",
+                    }
+                ),
+            },
+            ("ids",),
+        ),
+    }
 
 
 def _seek() -> dict[str, Any]:
@@ -577,6 +631,7 @@ def _schemas() -> dict[str, Any]:
         "PushConfig": _push_config(),
         **_subscription_view(),
         "Seek": _seek(),
+        **_pull_schemas(),
         "RedriveRequest": _redrive_request(),
         "SecretRotation": _rotation_request(),
     }
@@ -789,6 +844,46 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("Subscription"), "the subscription after the seek"),
                     "400": _BAD,
                     "404": _problem("subscription_not_found or partition_not_found"),
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/v1/subscriptions/{name}/pull": {
+            "parameters": [_SUBSCRIPTION],
+            "post": {
+                "summary": "Take records from the subscription's cursor (same deadlines, "
+                "attempts and dead-lettering as its other consumers)",
+                "requestBody": _body("PullRequest", required=False),
+                "responses": {
+                    "200": _json(_ref("PullResponse"), "the records, maybe none"),
+                    "400": _BAD,
+                    "404": _SUB_404,
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/v1/subscriptions/{name}/ack": {
+            "parameters": [_SUBSCRIPTION],
+            "post": {
+                "summary": "Ack in-flight records of the subscription",
+                "requestBody": _body("AckRequest"),
+                "responses": {
+                    "200": _json(_ref("AckResponse"), "which ids were acked, which unknown"),
+                    "400": _BAD,
+                    "404": _SUB_404,
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/v1/subscriptions/{name}/nack": {
+            "parameters": [_SUBSCRIPTION],
+            "post": {
+                "summary": "Give in-flight records back for redelivery; unknown ids are ignored",
+                "requestBody": _body("NackRequest"),
+                "responses": {
+                    "204": {"description": "done"},
+                    "400": _BAD,
+                    "404": _SUB_404,
                     "413": _TOO_LARGE,
                 },
             },

@@ -39,6 +39,7 @@ from delivery.config import (
     SubscriptionConfig,
     SubscriptionPatch,
 )
+from delivery.dead_letter import MAX_NACK_REASON
 from delivery.start import StartAt
 from storage.config import TopicConfig
 from storage.errors import (
@@ -741,6 +742,73 @@ def parse_redrive(body: Any) -> RedriveRequest:
     if (v := _given(obj, "max_records")) is not _MISSING:
         values["max_records"] = _int_in(v, "max_records", REDRIVE_MAX_RECORDS)
     return RedriveRequest(**values)
+
+
+# ---------------------------------------------------------------- pull (PROTOCOL §8)
+
+PULL_MAX_MESSAGES = IntRange(1, 1000)
+DEFAULT_PULL_MAX_MESSAGES = 100
+NACK_DELAY_MS = IntRange(0, 600_000)  # as a WebSocket nack's delay_ms (PROTOCOL §3)
+
+
+@dataclass(frozen=True, slots=True)
+class PullRequest:
+    max_messages: int = DEFAULT_PULL_MAX_MESSAGES
+    wait_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NackRequest:
+    ids: tuple[str, ...]
+    delay_ms: int | None = None
+    reason: str | None = None
+
+
+def parse_pull(body: Any) -> PullRequest:
+    """`POST /v1/subscriptions/{name}/pull` `{"max_messages": 1..1000, "wait_ms": 0..30000}`;
+    no body is all defaults."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"max_messages", "wait_ms"}), "the pull request")
+    values: dict[str, int] = {}
+    if (v := _given(obj, "max_messages")) is not _MISSING:
+        values["max_messages"] = _int_in(v, "max_messages", PULL_MAX_MESSAGES)
+    if (v := _given(obj, "wait_ms")) is not _MISSING:
+        values["wait_ms"] = _int_in(v, "wait_ms", WAIT_MS)
+    return PullRequest(**values)
+
+
+def parse_ack(body: Any) -> tuple[str, ...]:
+    """`POST /v1/subscriptions/{name}/ack` `{"ids": [...]}`."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"ids"}), "the ack request")
+    return _message_ids(obj)
+
+
+def parse_nack(body: Any) -> NackRequest:
+    """`POST /v1/subscriptions/{name}/nack` `{"ids": [...], "delay_ms"?, "reason"?}`."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"ids", "delay_ms", "reason"}), "the nack request")
+    ids = _message_ids(obj)
+    delay = _given(obj, "delay_ms")
+    reason = _given(obj, "reason")
+    if reason is not _MISSING:
+        reason = _as_str(reason, "reason")
+        if len(reason) > MAX_NACK_REASON:
+            raise ValidationError(f"reason is over {MAX_NACK_REASON} characters")
+    return NackRequest(
+        ids,
+        None if delay is _MISSING else _int_in(delay, "delay_ms", NACK_DELAY_MS),
+        None if reason is _MISSING else reason,
+    )
+
+
+def _message_ids(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    ids = obj.get("ids")
+    if ids is None:
+        raise BadRequest("ids is required")
+    if not isinstance(ids, list) or not all(isinstance(item, str) for item in ids):
+        raise BadRequest("ids must be an array of message id strings")
+    return tuple(ids)
 
 
 # ---------------------------------------------------------------- seek
