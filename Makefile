@@ -10,11 +10,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# The SDK (herald-client, package `herald`) first: the application depends on it and it
+# is not on PyPI. Both editable, so the checkout is what runs.
+$(VENV)/.installed: pyproject.toml client/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ./client
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml client/pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ./client
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@ $(VENV)/.installed
 
@@ -46,7 +50,7 @@ lint: $(VENV)/.installed-test
 ## Benchmarks print figures (they are not tests): storage engine, then end to end.
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/storage.py
-	$(BIN)/herald bench
+	$(BIN)/python bench/herald_bench.py
 
 ## Herald beside Redis Streams, NATS JetStream and RabbitMQ (their servers from apt-get).
 compare: $(VENV)/.installed

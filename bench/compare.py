@@ -1,12 +1,21 @@
 """Herald beside Redis Streams, NATS JetStream and RabbitMQ: one workload, one sitting.
 
-The workload of ``herald bench`` (issue #3), run against each system with its usual
-Python asyncio client, on this machine, in rounds that alternate the systems so that
+One workload run against each system through its usual Python asyncio client — for
+Herald, its own SDK (``herald.Producer`` and ``herald.Consumer`` with default settings
+but the consumer's window) — doing the same work per record: each record built and
+sent through the client, each delivery decoded by the client (a ``herald.Message``)
+and acked through it. On this machine, in rounds that alternate the systems so that
 the host's noise falls on all of them alike:
 
 - end to end: one producer publishes N records of 1 KiB (4 concurrent batches of 500
   in flight), one consumer with 1,000 records outstanding acks every record;
 - latency: one record per publish at a fixed rate, publish-to-deliver time.
+
+Also the CPU time per record of the client (this process: producer and consumer) and
+of the server process, in each phase. Herald's records are 1 KiB JSON strings (the
+peers' are 1 KiB of bytes, which they carry as is; Herald would carry bytes base64'd).
+The server's own capacity, with a client that costs nothing, is
+``python bench/herald_bench.py``'s figure, not this one.
 
 Durability as each is usually run: Herald acks=1 and acks=all; Redis with AOF fsync
 every second, and with fsync before every answer (``always``, the peer of acks=all);
@@ -39,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from client import bench as herald_bench
+import herald_bench  # bench/herald_bench.py, beside this script
 
 RECORD = b"x" * 1024
 BATCH = 500
@@ -53,10 +62,15 @@ class Figures:
     p50_ms: float
     p99_ms: float
     p999_ms: float
+    e2e_client_us: float  # CPU µs per record, end to end: this process
+    e2e_server_us: float  # and the server's process
+    lat_client_us: float  # the same at the fixed rate
+    lat_server_us: float
 
 
 class System(Protocol):
     name: str
+    pid: int | None  # the server's process, for its CPU time
 
     async def end_to_end(self, records: int) -> float:
         """Seconds from the first publish to the last record delivered and acked."""
@@ -91,8 +105,9 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, limit: fl
 @contextlib.contextmanager
 def server_process(
     what: str, cmd: list[str], port: int, env: dict[str, str] | None = None, limit: float = 30
-) -> Iterator[Path]:
-    """Run a server in its own process group and temp dir until the block ends."""
+) -> Iterator[int]:
+    """Run a server in its own process group and temp dir until the block ends; yields
+    its pid."""
     data = Path(tempfile.mkdtemp(prefix=f"bench-{what}-"))
     full = [part.replace("{data}", str(data)) for part in cmd]
     env = {k: v.replace("{data}", str(data)) for k, v in (env or {}).items()}
@@ -102,7 +117,7 @@ def server_process(
     )
     try:
         wait_for_port(port, proc, what, limit)
-        yield data
+        yield proc.pid
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -137,7 +152,7 @@ class Counter:
         self.got = 0
         self.done = asyncio.Event()
 
-    def delivered(self, _: bytes) -> None:
+    def delivered(self, _: Any) -> None:
         self.got += 1
         if self.got >= self.total:
             self.done.set()
@@ -156,7 +171,7 @@ class Clock:
         self.sent[seq] = time.perf_counter_ns()
         return b"%d" % seq
 
-    def delivered(self, payload: bytes) -> None:
+    def delivered(self, payload: Any) -> None:
         self.latencies.append((time.perf_counter_ns() - self.sent[int(payload)]) / 1e6)
         if len(self.latencies) >= self.total:
             self.done.set()
@@ -196,28 +211,77 @@ async def timed_latencies(
 
 # --- Herald -----------------------------------------------------------------------
 
+HERALD_RECORD = "x" * 1024  # a 1 KiB JSON value (a string)
+
 
 class Herald:
-    def __init__(self, url: str, acks: str) -> None:
-        self.url, self.acks = url, acks
-        self.name = f"Herald acks={acks}"
+    """Herald through its SDK, default settings but the consumer's window (WINDOW, as
+    the peers' consumers have)."""
+
+    def __init__(self, url: str, acks: str, pid: int | None) -> None:
+        self.url, self.acks, self.pid = url, acks, pid
+        self.name = f"Herald SDK acks={acks}"
+
+    @contextlib.asynccontextmanager
+    async def _subscription(self) -> AsyncIterator[tuple[Any, Any, str]]:
+        from herald import Admin, Consumer, Producer
+
+        topic, name = f"t-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
+        async with Admin(self.url) as admin:
+            await admin.create_topic(topic)
+            await admin.create_subscription(name, topic, start="earliest")
+            producer = Producer(self.url, acks=self.acks)
+            consumer = Consumer(self.url, name, credit=WINDOW)
+            try:
+                yield producer, consumer, topic
+            finally:
+                await producer.close()
+                await consumer.close()
+                await admin.delete_subscription(name)
+                await admin.delete_topic(topic)
+
+    @staticmethod
+    async def _consume(consumer: Any, on_record: Callable[[Any], None]) -> None:
+        while batch := await consumer.take_batch(WINDOW):  # [] once closed
+            for message in batch:
+                on_record(message.value)
+                await message.ack()
 
     async def end_to_end(self, records: int) -> float:
-        result = await herald_bench.throughput(
-            self.url, None, self.acks, records, BATCH, CONCURRENCY, show=False
-        )
-        return result.end_to_end_seconds
+        async with self._subscription() as (producer, consumer, topic):
+            counter = Counter(records)
+
+            async def publish_batch(n: int) -> None:
+                await asyncio.gather(*[producer.send(topic, HERALD_RECORD) for _ in range(n)])
+
+            reading = asyncio.create_task(self._consume(consumer, counter.delivered))
+            try:
+                return await timed_end_to_end(records, publish_batch, counter)
+            finally:
+                await consumer.close()
+                await reading
 
     async def latency(self, rate: int, seconds: float) -> list[float]:
-        return await herald_bench.latencies(self.url, self.acks, rate, seconds, show=False)
+        async with self._subscription() as (producer, consumer, topic):
+            clock = Clock(int(rate * seconds))
+
+            async def send(seq: int) -> None:
+                await producer.send(topic, clock.send(seq).decode())
+
+            reading = asyncio.create_task(self._consume(consumer, clock.delivered))
+            try:
+                return await timed_latencies(rate, seconds, send, clock)
+            finally:
+                await consumer.close()
+                await reading
 
 
 # --- Redis Streams ----------------------------------------------------------------
 
 
 class RedisStreams:
-    def __init__(self, port: int, fsync: str) -> None:
-        self.port = port
+    def __init__(self, port: int, fsync: str, pid: int) -> None:
+        self.port, self.pid = port, pid
         self.name = f"Redis Streams (AOF {fsync})"
 
     @contextlib.asynccontextmanager
@@ -225,7 +289,12 @@ class RedisStreams:
         import redis.asyncio as redis
 
         # The consumer has a connection of its own, as a separate process would.
-        producer, consumer = redis.Redis(port=self.port), redis.Redis(port=self.port)
+        # redis-py 8 caps a pool at 100 connections and raises past them (redis-py 5 had
+        # no cap, and a busy host then made thousands of connections time out): sends
+        # beyond 100 out wait for a connection instead.
+        pool = redis.BlockingConnectionPool(port=self.port, max_connections=100, timeout=None)
+        producer = redis.Redis(connection_pool=pool)
+        consumer = redis.Redis(port=self.port)
         stream = f"s-{uuid.uuid4().hex[:8]}"
         await producer.xgroup_create(stream, "g", id="$", mkstream=True)
         try:
@@ -233,6 +302,7 @@ class RedisStreams:
         finally:
             await producer.delete(stream)
             await producer.aclose()
+            await pool.disconnect()  # a pool it was given is not the client's to close
             await consumer.aclose()
 
     @staticmethod
@@ -290,8 +360,8 @@ def redis_server(fsync: str) -> Iterator[RedisStreams]:
     port = free_port()
     cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", "{data}"]
     cmd += ["--appendonly", "yes", "--appendfsync", fsync, "--save", ""]
-    with server_process("redis", cmd, port):
-        yield RedisStreams(port, fsync)
+    with server_process("redis", cmd, port) as pid:
+        yield RedisStreams(port, fsync, pid)
 
 
 # --- NATS JetStream ---------------------------------------------------------------
@@ -300,8 +370,8 @@ def redis_server(fsync: str) -> Iterator[RedisStreams]:
 class JetStream:
     name = "NATS JetStream (file)"
 
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self, port: int, pid: int) -> None:
+        self.port, self.pid = port, pid
 
     @contextlib.asynccontextmanager
     async def _stream(self) -> AsyncIterator[tuple[Any, str]]:
@@ -361,8 +431,8 @@ class JetStream:
 def nats_server() -> Iterator[JetStream]:
     port = free_port()
     cmd = ["nats-server", "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", "{data}"]
-    with server_process("nats", cmd, port):
-        yield JetStream(port)
+    with server_process("nats", cmd, port) as pid:
+        yield JetStream(port, pid)
 
 
 # --- RabbitMQ ---------------------------------------------------------------------
@@ -371,8 +441,8 @@ def nats_server() -> Iterator[JetStream]:
 class RabbitMQ:
     name = "RabbitMQ (durable, confirms)"
 
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self, port: int, pid: int) -> None:
+        self.port, self.pid = port, pid  # the script's pid: its Erlang VM is a child
 
     @contextlib.asynccontextmanager
     async def _queue(self) -> AsyncIterator[tuple[Any, Any, str]]:
@@ -453,8 +523,8 @@ def rabbitmq_server() -> Iterator[RabbitMQ]:
     }
     # Debian's /usr/sbin wrapper switches to the rabbitmq user; the real script does not.
     script = "/usr/lib/rabbitmq/bin/rabbitmq-server"
-    with server_process("rabbitmq", [script], port, env, limit=90):
-        yield RabbitMQ(port)
+    with server_process("rabbitmq", [script], port, env, limit=90) as pid:
+        yield RabbitMQ(port, pid)
 
 
 # --- the run ----------------------------------------------------------------------
@@ -471,14 +541,37 @@ def percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class CpuMeter:
+    """CPU seconds of this process and of the server's over a phase."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.client = time.process_time()
+        self.server = herald_bench.cpu_seconds(pid)
+
+    def per_record_us(self, records: int) -> tuple[float, float]:
+        client = time.process_time() - self.client
+        now = herald_bench.cpu_seconds(self.pid)
+        server = now - self.server if now is not None and self.server is not None else 0.0
+        return client / records * 1e6, server / records * 1e6
+
+
 async def measure(system: System, records: int, rate: int, seconds: float) -> Figures:
+    meter = CpuMeter(system.pid)
     elapsed = await system.end_to_end(records)
+    e2e_client, e2e_server = meter.per_record_us(records)
+    meter = CpuMeter(system.pid)
     ordered = sorted(await system.latency(rate, seconds))
+    lat_client, lat_server = meter.per_record_us(len(ordered))
     return Figures(
         records / elapsed,
         percentile(ordered, 0.50),
         percentile(ordered, 0.99),
         percentile(ordered, 0.999),
+        e2e_client,
+        e2e_server,
+        lat_client,
+        lat_server,
     )
 
 
@@ -498,15 +591,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds; figures are medians")
     parser.add_argument("--rate", type=int, default=2000, help="msg/s of the latency run")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency run")
-    parser.add_argument("--systems", nargs="+", choices=sorted(SERVERS), default=sorted(SERVERS))
+    parser.add_argument("--systems", nargs="*", choices=sorted(SERVERS), default=sorted(SERVERS))
     args = parser.parse_args()
     # Killed (timeout, CI), still stop the servers started below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     runner = getattr(__import__("uvloop"), "run", asyncio.run)
 
     with contextlib.ExitStack() as stack:
-        url, _ = stack.enter_context(herald_bench.embedded_server())
-        systems: list[System] = [Herald(url, "1"), Herald(url, "all")]
+        url, pid = stack.enter_context(herald_bench.embedded_server())
+        systems: list[System] = [Herald(url, "1", pid), Herald(url, "all", pid)]
         for name in args.systems:
             binary, start = SERVERS[name]
             if shutil.which(binary) is None:
@@ -528,14 +621,21 @@ def main() -> int:
         f"{BATCH}, consumer window {WINDOW} acking every record); latency at {args.rate} msg/s, "
         f"one record per publish, {args.seconds:g} s; medians of {args.rounds} rounds"
     )
-    print(f"{'system':<30} {'e2e msg/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'p999 ms':>8}")
+    print("CPU µs per record: client = this process (producer and consumer), server = its process")
+    print(
+        f"{'system':<30} {'e2e msg/s':>10} {'p50 ms':>7} {'p99 ms':>7} {'p999 ms':>8} "
+        f"{'bulk cli':>8} {'bulk srv':>8} {'2k cli':>7} {'2k srv':>7}"
+    )
     for system in systems:
         runs = [r[system.name] for r in rounds]
+
+        def med(field: str, runs: list[Figures] = runs) -> float:
+            return statistics.median(getattr(r, field) for r in runs)
+
         print(
-            f"{system.name:<30} {statistics.median(r.e2e_rate for r in runs):>10,.0f} "
-            f"{statistics.median(r.p50_ms for r in runs):>8.2f} "
-            f"{statistics.median(r.p99_ms for r in runs):>8.2f} "
-            f"{statistics.median(r.p999_ms for r in runs):>8.2f}"
+            f"{system.name:<30} {med('e2e_rate'):>10,.0f} {med('p50_ms'):>7.2f} "
+            f"{med('p99_ms'):>7.2f} {med('p999_ms'):>8.2f} {med('e2e_client_us'):>8.1f} "
+            f"{med('e2e_server_us'):>8.1f} {med('lat_client_us'):>7.1f} {med('lat_server_us'):>7.1f}"
         )
     if host_start is not None and host_end is not None and host_end.total > host_start.total:
         steal = (host_end.steal - host_start.steal) / (host_end.total - host_start.total)

@@ -2,7 +2,7 @@
 
 Starts ``herald serve`` with stamps (CLOCK_MONOTONIC, shared by every process of
 the machine) at each stage a record passes, publishes one record per request at a
-fixed rate as ``herald bench`` does, and prints each stage's percentiles:
+fixed rate as ``bench/herald_bench.py`` does, and prints each stage's percentiles:
 
     client send → server reads the request → headers parsed → request task runs →
     endpoint → Topic.publish → Partition.append → writer thread → written →
@@ -258,7 +258,7 @@ def main() -> int:
     if args.serve_traced:  # the server half, started by the client half below
         return serve_traced(rest, Path(args.serve_traced))
 
-    from client.bench import embedded_server, timed_deliveries
+    from bench.herald_bench import embedded_server, timed_deliveries
 
     work = Path(tempfile.mkdtemp(prefix="herald-trace-"))
     out = work / "stamps.json"  # written by the traced server as it stops

@@ -191,7 +191,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    import spark_bridge
+    import herald.spark
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -204,7 +204,7 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark_bridge.register(spark)
+    herald.spark.register(spark)
     run = str(int(time.time()))
     try:
         print(f"1 KiB records, processingTime='1 second', {args.seconds:.0f} s per rate")

@@ -183,9 +183,16 @@ class EtcdClient:
         self.attempt_timeout = attempt_timeout
         self.clock = clock
         self._current = 0  # the endpoint that answered last: tried first
+        headers = {"Content-Type": "application/json"}
+        # Requests and watch streams in two pools: a watch holds its connection for
+        # hours, and no number of watches may starve the calls (keepalives above all).
         self._http = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-            headers={"Content-Type": "application/json"},
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
+            headers=headers,
+        )
+        self._streams = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
+            headers=headers,
         )
 
     async def __aenter__(self) -> EtcdClient:
@@ -201,6 +208,7 @@ class EtcdClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        await self._streams.aclose()
 
     # ------------------------------------------------------------------ key-value
 
@@ -325,8 +333,9 @@ class EtcdClient:
     # ----------------------------------------------------------------- transport
 
     @property
-    def http(self) -> httpx.AsyncClient:
-        return self._http
+    def streams(self) -> httpx.AsyncClient:
+        """The HTTP client watch streams are opened with (a pool of their own)."""
+        return self._streams
 
     async def probe(self, endpoint: str, key: bytes = b"\0") -> bool:
         """Whether ``endpoint`` serves a linearizable read (a live member with a leader)."""

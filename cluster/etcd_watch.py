@@ -177,7 +177,7 @@ class Watch:
             create["range_end"] = b64(self._range_end)
         if self._resume:
             create["start_revision"] = str(self._resume)
-        http = self._client.http
+        http = self._client.streams
         request = http.build_request(
             "POST",
             endpoint + "/v3/watch",

@@ -258,7 +258,8 @@ class Membership:
                     async for event in watch:
                         await self._apply(event.type, event.kv)
                         self._watch_from = watch.next_revision
-            except WatchCompacted:
+            except WatchCompacted as compacted:
+                log.info("membership history compacted (%s): reading it afresh", compacted)
                 await self._reload_when_possible()
             except EtcdUnavailable as error:
                 log.info("membership watch interrupted: %s", error)

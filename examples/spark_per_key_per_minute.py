@@ -57,7 +57,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    import spark_bridge
+    import herald.spark
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -69,7 +69,7 @@ def main() -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark_bridge.register(spark)
+    herald.spark.register(spark)
     out = Path(args.out_dir)
 
     def per_minute(subscription: str):  # type: ignore[no-untyped-def]

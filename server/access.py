@@ -29,6 +29,7 @@ from server import audit
 from server.auth import Credentials, Principal
 from server.errors import herald_error_response
 from server.limits import PublishLimiter
+from server.runtime import app_services
 from server.tasks import cancel_and_wait
 from storage.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
 
@@ -366,7 +367,7 @@ class OpenSocket:
 
 
 def _topic_of(scope: Scope, subscription: str) -> str:
-    topic: str = scope["app"].state.engine.get(subscription).topic
+    topic: str = app_services(scope["app"]).engine.get(subscription).topic
     return topic
 
 

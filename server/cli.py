@@ -1,15 +1,6 @@
-"""The ``herald`` command: ``herald serve`` here, client subcommands registered from client/.
-
-Adding subcommands (for the client/ engineers): define in ``client/cli.py``
-
-    def add_commands(subparsers: argparse._SubParsersAction) -> None:
-        parser = subparsers.add_parser("publish", help=...)
-        ...
-        parser.set_defaults(func=run_publish)   # run_publish(args) -> int (exit status)
-
-``build_parser`` calls it when that module exists. Until it does, ``herald bench``
-is registered straight from client/bench.py (``add_command``); once client/cli.py
-exists it is expected to register bench itself.
+"""The ``herald`` command: ``herald serve`` and ``herald token`` here; the client
+subcommands (topics, subscriptions, publish, consume, tail) come from the SDK's
+``herald.cli.add_commands`` (client/herald/cli.py).
 """
 
 from __future__ import annotations
@@ -18,17 +9,19 @@ import argparse
 import asyncio
 import errno
 import gc
-import importlib
+import importlib.metadata
 import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
 import uvicorn
 
+from herald.cli import add_commands as add_client_commands
+from herald.cli import add_global_options as add_client_options
 from server.config import LOG_FORMATS, LOG_LEVELS, ConfigError, ServerConfig
 from server.security_cli import (
     SECURITY_FIELDS,
@@ -100,7 +93,7 @@ class HeraldServer(uvicorn.Server):
         app = _starlette_app(self.config.loaded_app)
         runtime = getattr(app.state, "runtime", None) if app is not None else None
         if runtime is not None and not self.force_exit:
-            await runtime.drain(app.state)
+            await runtime.drain()
             await self._wait_for_websockets(seconds=2.0)
         await super().shutdown(sockets)
 
@@ -325,26 +318,25 @@ def listen(host: str, port: int) -> socket.socket:
 # ------------------------------------------------------------------ parser
 
 
-def _client_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
-    """client/cli.py's add_commands if present, else client/bench.py's add_command."""
-    for module_name, function in (("client.cli", "add_commands"), ("client.bench", "add_command")):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        return [getattr(module, function)]
-    return []
+def _version() -> str:
+    """The installed application's version and the SDK's (they ship apart)."""
+    import herald
+
+    try:
+        server = importlib.metadata.version("herald")
+    except importlib.metadata.PackageNotFoundError:
+        server = "unknown (not installed)"
+    return f"{server} (herald-client {herald.__version__})"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="herald", description="Herald push-delivery pub/sub")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    add_client_options(parser)  # --url, --token before the subcommand
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_serve_command(subparsers)
     add_token_command(subparsers)
-    for register in _client_registrars():
-        register(subparsers)
+    add_client_commands(subparsers)
     return parser
 
 

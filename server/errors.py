@@ -24,10 +24,6 @@ PROBLEM_TYPE = "application/problem+json"
 log = logging.getLogger("herald.server")
 
 
-class MethodNotAllowed(HeraldError):
-    code, status, title = "method_not_allowed", 405, "Method Not Allowed"
-
-
 class ServiceStopping(HeraldError):
     """The server is shutting down and no longer serves this request."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import Request
@@ -25,6 +25,9 @@ from starlette.responses import Response
 
 from storage.errors import BadRequest, PayloadTooLarge
 from storage.topic import Topic
+
+if TYPE_CHECKING:
+    from subscribers.webhook import WebhookDispatchers
 
 JSON = "application/json"
 
@@ -127,11 +130,9 @@ def topic_body(topic: Topic) -> dict[str, Any]:
     }
 
 
-def push_stats(state: Any, name: str) -> dict[str, Any]:
+def push_stats(webhooks: WebhookDispatchers, name: str) -> dict[str, Any]:
     """endpoint_state, last_status, last_error… of a push subscription; {} for others."""
-    webhooks = getattr(state, "webhooks", None)
-    stats = None if webhooks is None else webhooks.stats(name)
-    return stats or {}
+    return webhooks.stats(name) or {}
 
 
 def subscription_body(engine: Any, name: str, webhooks: Any = None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from delivery.config import MAX_PREVIOUS_SECRETS, DeliveryMode, PushConfig, Subs
 from delivery.dead_letter import MAX_NACK_REASON
 from server import validation as v
 from storage.config import TopicConfig
+from storage.record import Acks
 
 _REF = "#/components/schemas/"
 
@@ -178,7 +179,7 @@ def _start() -> dict[str, Any]:
     return _nullable(
         {
             "oneOf": [
-                {"enum": ["earliest", "latest"]},
+                {"enum": list(v.POSITIONS)},
                 _object({"timestamp": _int(v.TIMESTAMP)}, ("timestamp",)),
             ],
             "default": _SUB_DEFAULTS["start"],
@@ -347,13 +348,13 @@ def _pull_schemas() -> dict[str, Any]:
 def _seek() -> dict[str, Any]:
     """Exactly one form; the other two may be given as null (absent)."""
     forms = {
-        "to": {"enum": ["earliest", "latest"]},
+        "to": {"enum": list(v.POSITIONS)},
         "timestamp": _int(v.TIMESTAMP),
         "offsets": {
             "type": "object",
             "description": "partition number -> offset; a partition the topic does not "
             "have -> 404 partition_not_found; past the end means the end",
-            "propertyNames": {"pattern": "^-?[0-9]+$"},
+            "propertyNames": {"pattern": _pattern(v.INT_TEXT_RE.pattern)},
             "additionalProperties": _int(v.OFFSET),
         },
     }
@@ -493,7 +494,7 @@ def _subscription_view() -> dict[str, Any]:
             "topic": _NAME,
             "start": {
                 "oneOf": [
-                    {"enum": ["earliest", "latest"]},
+                    {"enum": list(v.POSITIONS)},
                     _object({"timestamp": _int(v.TIMESTAMP)}, ("timestamp",)),
                 ]
             },
@@ -750,7 +751,11 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "summary": "Publish a batch (all-or-nothing)",
                 "parameters": [
-                    _param("acks", "query", {"enum": ["0", "1", "all"], "default": "all"})
+                    _param(
+                        "acks",
+                        "query",
+                        {"enum": [a.value for a in Acks], "default": Acks.ALL.value},
+                    )
                 ],
                 "requestBody": _body("PublishRequest"),
                 "responses": {

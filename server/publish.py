@@ -18,17 +18,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.config import ServerConfig
 from server.errors import herald_error_response, log_server_error
 from server.http import parse_json_body, parse_json_exact, read_body
 from server.limits import charge_publish
+from server.runtime import Services, app_services, services
 from server.validation import (
     InexactIntegers,
     PublishBatch,
@@ -48,21 +47,22 @@ _RESULT = b'{"partition":%d,"offset":%d,"duplicate":%s}'
 _JSON_HEADERS = (b"content-type", b"application/json")
 
 
-async def ensure_topic(state: Any, name: str, max_partition: int = -1, index: int = -1) -> Topic:
+async def ensure_topic(
+    running: Services, name: str, max_partition: int = -1, index: int = -1
+) -> Topic:
     """The topic, auto-created with defaults when allowed (PROTOCOL §1 Auto-create).
 
     ``max_partition`` is checked against the partition count *before* creating,
     so a publish that is going to be refused leaves no topic behind.
     """
-    topic: Topic | None = state.storage.topic(name)
+    topic = running.storage.topic(name)
     if topic is None:
-        config: ServerConfig = state.config
-        if not config.auto_create:
+        if not running.config.auto_create:
             raise TopicNotFound(f"topic {name!r} does not exist")
         defaults = TopicConfig()
         _check_partition(name, defaults.partitions, max_partition, index)
         # Race-free in Storage: two first publishes end up with one topic.
-        topic, _ = await state.storage.ensure_topic(name, defaults)
+        topic, _ = await running.storage.ensure_topic(name, defaults)
     _check_partition(name, len(topic.partitions), max_partition, index)
     return topic
 
@@ -106,7 +106,7 @@ def results_body(results: list[PublishResult]) -> bytes:
 
 
 async def publish_records(
-    state: Any,
+    running: Services,
     scope: Scope,
     topic_name: str,
     acks_param: str | None,
@@ -115,24 +115,24 @@ async def publish_records(
 ) -> tuple[int, bytes]:
     """Publish one request's batch -> (status, body); raises HeraldError for 4xx/5xx."""
     started = time.perf_counter()
-    config: ServerConfig = state.config
+    config = running.config
     name = check_name(topic_name)
     acks = parse_acks(acks_param)
     raw = await read_body(chunks, content_length, config.max_request_bytes)
-    existing: Topic | None = state.storage.topic(name)
+    existing = running.storage.topic(name)
     partitions = len(existing.partitions) if existing is not None else TopicConfig().partitions
     batch = _parse_batch(raw, config.max_message_bytes, partitions)
     charge_publish(scope, len(batch.items), len(raw))  # PROTOCOL §6 rate limits
-    topic = await ensure_topic(state, name, batch.max_partition, batch.max_partition_index)
+    topic = await ensure_topic(running, name, batch.max_partition, batch.max_partition_index)
     if acks is Acks.NONE:
         # PROTOCOL §2: acks=0 is answered at once; the append runs under the
         # lifespan's supervisor, which SIGTERM waits for.
-        await state.background.submit(topic.publish(batch.items, Acks.NONE))
-        state.publish_duration.observe(time.perf_counter() - started)
+        await running.background.submit(topic.publish(batch.items, Acks.NONE))
+        running.publish_duration.observe(time.perf_counter() - started)
         return 202, b""
     results = await topic.publish(batch.items, acks)
     body = results_body(results)
-    state.publish_duration.observe(time.perf_counter() - started)
+    running.publish_duration.observe(time.perf_counter() - started)
     return 200, body
 
 
@@ -140,7 +140,7 @@ async def publish_route(request: Request) -> Response:
     """The router's handler of the same path (reached only when PublishEndpoint is not
     in front, e.g. an app assembled without it)."""
     status, body = await publish_records(
-        request.app.state,
+        services(request),
         request.scope,
         request.path_params["topic"],
         request.query_params.get("acks"),
@@ -167,7 +167,7 @@ class PublishEndpoint:
     async def _publish(self, scope: Scope, receive: Receive, send: Send, topic: str) -> None:
         try:
             status, body = await publish_records(
-                scope["app"].state,
+                app_services(scope["app"]),
                 scope,
                 topic,
                 _last_query_value(scope["query_string"], "acks"),

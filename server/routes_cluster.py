@@ -11,10 +11,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server.routing import method_route
+from server.runtime import services
 
 
 async def get_cluster(request: Request) -> Response:
-    state = request.app.state
+    state = services(request)
     node = state.config.node_id
     leads = sum(len(topic.partitions) for topic in state.storage.topics())
     url = str(request.base_url).rstrip("/")

@@ -27,6 +27,7 @@ from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
 from server.http import json_body, json_response, push_stats, topic_body
 from server.routing import method_route
+from server.runtime import Services, services
 from server.validation import check_name, parse_redrive
 from storage.errors import SubscriptionNotFound
 from storage.topic import Topic, wall_clock_ms
@@ -62,7 +63,7 @@ async def oldest_unacked_age_ms(
     return None if oldest is None else max(0, now_ms - oldest)
 
 
-async def subscription_snapshot(state: Any, name: str, now_ms: int) -> dict[str, Any]:
+async def subscription_snapshot(state: Services, name: str, now_ms: int) -> dict[str, Any]:
     engine = state.engine
     config: SubscriptionConfig = engine.get(name)
     stats = engine.stats(name)
@@ -70,7 +71,7 @@ async def subscription_snapshot(state: Any, name: str, now_ms: int) -> dict[str,
     age = None
     if topic is not None and stats["backlog"] > 0:
         age = await oldest_unacked_age_ms(topic, stats["partitions"], now_ms)
-    push = push_stats(state, name)
+    push = push_stats(state.webhooks, name)
     pause = engine.pause_reason(name)
     if push.get("endpoint_state") == "open":  # PROTOCOL §4: the breaker grants no credit
         pause = "circuit_open"
@@ -85,7 +86,7 @@ async def subscription_snapshot(state: Any, name: str, now_ms: int) -> dict[str,
     }
 
 
-async def snapshot(state: Any) -> dict[str, Any]:
+async def snapshot(state: Services) -> dict[str, Any]:
     now_ms = wall_clock_ms()
     topics = sorted(state.storage.topics(), key=lambda t: t.name)
     subscriptions = []
@@ -124,12 +125,12 @@ async def snapshot(state: Any) -> dict[str, Any]:
 
 
 async def get_stats(request: Request) -> Response:
-    return json_response(await snapshot(request.app.state))
+    return json_response(await snapshot(services(request)))
 
 
 async def stats_socket(websocket: WebSocket) -> None:
     """Push `{"type":"stats", ...snapshot}` every second until the client leaves or SIGTERM."""
-    state = websocket.app.state
+    state = services(websocket)
     await websocket.accept()
     stopping: asyncio.Event = state.stopping
     receiver = asyncio.ensure_future(_drain_client(websocket))
@@ -171,7 +172,7 @@ async def redrive(request: Request) -> Response:
     """`POST /v1/subscriptions/{name}/redrive`: delivery/redrive.py does the work."""
     name = check_name(request.path_params["name"], "subscription")
     wanted = parse_redrive(await json_body(request, optional=True))
-    state = request.app.state
+    state = services(request)
     result = await state.redrives.run(
         name, wanted.rate, wanted.max_records, stopping=state.stopping.is_set
     )

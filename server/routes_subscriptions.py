@@ -9,6 +9,7 @@ from starlette.responses import Response
 from server.http import json_body, json_response, subscription_body
 from server.publish import ensure_topic
 from server.routing import method_route
+from server.runtime import services
 from server.validation import (
     check_name,
     parse_ack,
@@ -25,7 +26,7 @@ from subscribers.wire import json_array, record_json
 async def put_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     config, given = parse_subscription_config(await json_body(request))
-    state = request.app.state
+    state = services(request)
     engine = state.engine
     # Decided before any topic is auto-created: a refused PUT changes nothing (409 raised).
     if engine.existing(name, config, given) is not None:
@@ -42,7 +43,7 @@ async def put_subscription(request: Request) -> Response:
 
 
 async def list_subscriptions(request: Request) -> Response:
-    engine = request.app.state.engine
+    engine = services(request).engine
     return json_response(
         {
             "subscriptions": [
@@ -55,7 +56,7 @@ async def list_subscriptions(request: Request) -> Response:
 
 async def get_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
-    state = request.app.state
+    state = services(request)
     return json_response(subscription_body(state.engine, name, state.webhooks))
 
 
@@ -73,7 +74,7 @@ async def patch_subscription(request: Request) -> Response:
 
 async def delete_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
-    state = request.app.state
+    state = services(request)
     async with state.admin_lock:
         await state.engine.delete_subscription(name)
     return Response(status_code=204)
@@ -82,7 +83,7 @@ async def delete_subscription(request: Request) -> Response:
 async def seek(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     target = parse_seek(await json_body(request))
-    state = request.app.state
+    state = services(request)
     await state.engine.seek(name, target)
     return json_response(subscription_body(state.engine, name, state.webhooks))
 

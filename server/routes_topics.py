@@ -13,6 +13,7 @@ from server.errors import ServiceStopping
 from server.http import JSON, json_body, json_response, topic_body
 from server.publish import publish_route
 from server.routing import method_route
+from server.runtime import services
 from server.validation import (
     check_name,
     parse_read_query,
@@ -32,7 +33,7 @@ from subscribers.wire import json_array, record_json
 
 
 def get_topic(request: Request, name: str) -> Topic:
-    topic: Topic | None = request.app.state.storage.topic(name)
+    topic: Topic | None = services(request).storage.topic(name)
     if topic is None:
         raise TopicNotFound(f"topic {name!r} does not exist")
     return topic
@@ -45,7 +46,7 @@ async def put_topic(request: Request) -> Response:
     name = check_name(request.path_params["topic"])
     # PROTOCOL §2: the body is optional (an empty one is all defaults); JSON null is not.
     config, given = parse_topic_config(await json_body(request, optional=True))
-    topic, created = await request.app.state.storage.ensure_topic(name, config)
+    topic, created = await services(request).storage.ensure_topic(name, config)
     if created:
         return json_response(topic_body(topic), 201)
     # PROTOCOL §2: 200 only if every field *given* equals the existing config.
@@ -62,7 +63,7 @@ async def get_topic_route(request: Request) -> Response:
 
 
 async def list_topics(request: Request) -> Response:
-    topics = sorted(request.app.state.storage.topics(), key=lambda t: t.name)
+    topics = sorted(services(request).storage.topics(), key=lambda t: t.name)
     return json_response(
         {"topics": [{"name": t.name, "config": t.config.to_dict()} for t in topics]}
     )
@@ -70,15 +71,13 @@ async def list_topics(request: Request) -> Response:
 
 async def delete_topic(request: Request) -> Response:
     name = check_name(request.path_params["topic"])
-    state = request.app.state
+    state = services(request)
     async with state.admin_lock:
         get_topic(request, name)
         # PROTOCOL §2/§3: its subscriptions go first, so their consumers (and the
         # topic's tails) get 4410 before the log they read from disappears.
         await state.engine.topic_deleted(name)
-        tails = getattr(state, "tails", None)  # subscribers.tail.TailRegistry, if any tail ran
-        if tails is not None:
-            tails.topic_deleted(name)
+        state.sockets.tails.topic_deleted(name)
         await state.storage.delete_topic(name)
     return Response(status_code=204)
 
@@ -87,7 +86,7 @@ async def delete_topic(request: Request) -> Response:
 
 
 async def read_messages(request: Request) -> Response:
-    state = request.app.state
+    state = services(request)
     name = check_name(request.path_params["topic"])
     query = parse_read_query(request.query_params)
     topic = get_topic(request, name)

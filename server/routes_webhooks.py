@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from server.http import json_body, json_response, subscription_body
 from server.routing import method_route
+from server.runtime import services
 from server.validation import check_name, parse_secret_rotation
 from storage.topic import wall_clock_ms
 
@@ -16,7 +17,7 @@ async def get_attempts(request: Request) -> Response:
     """`GET /v1/subscriptions/{name}/attempts`: the last attempts, oldest first; a
     subscription that is not (or not yet) pushed has none."""
     name = check_name(request.path_params["name"], "subscription")
-    state = request.app.state
+    state = services(request)
     state.engine.get(name)  # SubscriptionNotFound -> 404 problem JSON
     dispatcher = state.webhooks.get(name)
     attempts = [] if dispatcher is None else [a.as_dict() for a in dispatcher.attempts.recent()]
@@ -29,7 +30,7 @@ async def rotate_secret(request: Request) -> Response:
     for `previous_ttl_ms`. Cursor, in-flight records, attempts and stats are untouched."""
     name = check_name(request.path_params["name"], "subscription")
     rotation = parse_secret_rotation(await json_body(request))
-    state = request.app.state
+    state = services(request)
     now_ms = wall_clock_ms()
     await state.webhooks.update_push(
         name, lambda push: push.rotated(rotation.secret, now_ms + rotation.previous_ttl_ms, now_ms)

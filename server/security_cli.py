@@ -101,7 +101,9 @@ def add_token_command(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("token", help="manage credentials of the auth file")
     commands = p.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     create = commands.add_parser(
-        "create", help="print a new token and the auth-file lines (its hash) to add"
+        "create",
+        help="make a new token: the token goes to stderr, the auth-file lines (its hash) "
+        "to stdout, so `herald token create … >> auth.toml` writes only the lines",
     )
     create.add_argument(
         "--role",
@@ -129,7 +131,15 @@ def run_token_create(args: argparse.Namespace) -> int:
         print("herald token create: publish/subscribe need --topics", file=sys.stderr)
         return 2
     token_id, token = new_token()
-    print(f"token: {token}")
-    print("# add to the auth file (the server reloads it on change or SIGHUP):")
+    # The secret and the file's lines go apart: `… >> auth.toml` must never put the
+    # plaintext token into the auth file (it would not parse, and it is the secret).
+    print(f"token: {token}", file=sys.stderr)
+    print(
+        "# shown once, on stderr: hand it to the service through your secret store.\n"
+        "# stdout has only the auth-file lines (its hash): append them to the auth file,\n"
+        "# e.g. `herald token create … >> auth.toml`; the server reloads it on change.",
+        file=sys.stderr,
+    )
+    sys.stderr.flush()
     print(toml_entry(token_id, token, roles, topics), end="")
     return 0

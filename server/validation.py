@@ -49,9 +49,11 @@ from storage.errors import (
     ValidationError,
 )
 from storage.record import Acks, NewRecord, ValueKind, message_size, new_record
+from storage.topic import PublishItem
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
-_INT_TEXT_RE = re.compile(r"-?[0-9]+")
+INT_TEXT_RE = re.compile(r"-?[0-9]+")  # an integer in a path, query or offsets key
+POSITIONS = ("earliest", "latest")  # `start` and seek `to` (PROTOCOL §2)
 MAX_INT64 = 2**63 - 1
 
 MAX_PARTITIONS = 1024
@@ -205,20 +207,33 @@ def query_int(raw: str | None, field: str, allowed: IntRange, default: int | Non
     """An integer query parameter: ``abc``/``1.5`` -> bad_request, out of range -> validation_error."""
     if raw is None:
         return default
-    if _INT_TEXT_RE.fullmatch(raw) is None:
+    if INT_TEXT_RE.fullmatch(raw) is None:
         raise BadRequest(f"query parameter {field} must be an integer, not {raw!r}")
-    number = int(raw)
+    number = int_text(raw)
     if not allowed.low <= number <= allowed.high:
         raise ValidationError(
-            f"query parameter {field} must be in {allowed.low}..{allowed.high}, not {number}"
+            f"query parameter {field} must be in {allowed.low}..{allowed.high}, not {_shown(raw)}"
         )
     return number
 
 
 def path_int(raw: str, field: str) -> int:
-    if _INT_TEXT_RE.fullmatch(raw) is None:
-        raise BadRequest(f"{field} must be an integer, not {raw!r}")
-    return int(raw)
+    if INT_TEXT_RE.fullmatch(raw) is None:
+        raise BadRequest(f"{field} must be an integer, not {_shown(raw)!r}")
+    return int_text(raw)
+
+
+def int_text(raw: str) -> int:
+    """The integer of ``-?[0-9]+`` text. Beyond 25 digits it is outside 64 bits whatever
+    it is: ±2**64 says so (Python refuses to convert over 4300 digits, a 500 otherwise)."""
+    if len(raw) <= 25:
+        return int(raw)
+    return -(2**64) if raw.startswith("-") else 2**64
+
+
+def _shown(raw: str) -> str:
+    """Client text in a problem's detail, cut to a readable length."""
+    return raw if len(raw) <= 40 else f"{raw[:20]}…({len(raw)} characters)"
 
 
 # ---------------------------------------------------------------- topics
@@ -258,7 +273,7 @@ def topic_config_matches(existing: TopicConfig, wanted: TopicConfig, given: froz
 
 @dataclass(frozen=True, slots=True)
 class PublishBatch:
-    items: list[Any]  # list[storage.topic.PublishItem]; typed loosely until storage lands
+    items: list[PublishItem]
     max_partition: int  # highest explicit partition asked for, -1 if none
     max_partition_index: int  # position of the first message asking for it
     total_bytes: int
@@ -825,7 +840,7 @@ def parse_seek(body: Any) -> StartAt:
     form = forms[0]
     if form == "to":
         to = obj["to"]
-        if to not in ("earliest", "latest"):
+        if to not in POSITIONS:
             raise BadRequest('to must be "earliest" or "latest"')
         return parse_start(to)
     if form == "timestamp":
@@ -833,7 +848,7 @@ def parse_seek(body: Any) -> StartAt:
     offsets = _as_object(obj["offsets"], "offsets")
     parsed: dict[int, int] = {}
     for key, offset in offsets.items():
-        if _INT_TEXT_RE.fullmatch(key) is None:
-            raise BadRequest(f"offsets keys are partition numbers, not {key!r}")
-        parsed[int(key)] = _int_in(offset, f"offsets.{key}", OFFSET)
+        if INT_TEXT_RE.fullmatch(key) is None:
+            raise BadRequest(f"offsets keys are partition numbers, not {_shown(key)!r}")
+        parsed[int_text(key)] = _int_in(offset, f"offsets.{_shown(key)}", OFFSET)
     return StartAt.at_offsets(parsed)

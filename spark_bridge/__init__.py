@@ -1,7 +1,7 @@
 """Herald ↔ Spark Structured Streaming: a Python Data Source named `herald`.
 
-    import spark_bridge
-    spark_bridge.register(spark)
+    import herald.spark
+    herald.spark.register(spark)
     df = (spark.readStream.format("herald")
           .option("url", "http://127.0.0.1:8080").option("topic", "orders")
           .option("subscription", "orders-spark").load())
@@ -55,12 +55,12 @@ class HeraldDataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from spark_bridge.source import HeraldStreamReader
+        from .source import HeraldStreamReader
 
         return HeraldStreamReader(dict(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from spark_bridge.sink import HeraldStreamWriter
+        from .sink import HeraldStreamWriter
 
         return HeraldStreamWriter(dict(self.options))
 

@@ -16,8 +16,9 @@ import orjson
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from client.consumer import Message
-from spark_bridge import SCHEMA
+from herald.consumer import Message
+
+from . import SCHEMA
 
 # The Arrow form of spark_bridge.SCHEMA, exactly as Spark checks what `read` returns.
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")

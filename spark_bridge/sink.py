@@ -18,10 +18,11 @@ from pyspark import TaskContext
 from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 
-from client.producer import Producer
+from herald.producer import Producer, SendResult
 
 BATCH_ID_KEY = "streaming.sql.batchId"
 QUERY_ID_KEY = "sql.streaming.queryId"
+SEND_CHUNK = 20_000
 
 
 @dataclass
@@ -69,19 +70,23 @@ class HeraldStreamWriter(DataSourceStreamWriter):
     async def _publish(self, prefix: str, rows: list[dict[str, Any]]) -> tuple[int, int]:
         if not rows:
             return 0, 0
+        results: list[SendResult | None] = []
         async with Producer(self.url, self.token, max_batch=5000, linger_ms=2) as producer:
-            sends = [
-                producer.send(
-                    self.topic,
-                    _value(row),
-                    key=row.get("key"),
-                    headers={str(k): str(v) for k, v in (row.get("headers") or {}).items()},
-                    partition=row.get("partition"),
-                    id=f"{prefix}:{index}",
-                )
-                for index, row in enumerate(rows)
-            ]
-            results = await asyncio.gather(*sends)
+            # send() queues without waiting and refuses past max_pending: a chunk at a
+            # time keeps a big partition's records within it.
+            for start in range(0, len(rows), SEND_CHUNK):
+                sends = [
+                    producer.send(
+                        self.topic,
+                        _value(row),
+                        key=row.get("key"),
+                        headers={str(k): str(v) for k, v in (row.get("headers") or {}).items()},
+                        partition=row.get("partition"),
+                        id=f"{prefix}:{index}",
+                    )
+                    for index, row in enumerate(rows[start : start + SEND_CHUNK], start)
+                ]
+                results.extend(await asyncio.gather(*sends))
         duplicates = sum(1 for r in results if r is not None and r.duplicate)
         return len(results) - duplicates, duplicates
 

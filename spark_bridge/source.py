@@ -27,10 +27,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from client.admin import Admin
-from client.consumer import Consumer, Message
-from client.errors import HeraldClientError
-from spark_bridge.arrow import Encoded, encode, schema_batch, shipped_batch
+from herald.admin import Admin
+from herald.consumer import Consumer, Message
+from herald.errors import HeraldClientError
+
+from .arrow import Encoded, encode, schema_batch, shipped_batch
 
 log = logging.getLogger(__name__)
 

@@ -3,10 +3,9 @@
     WebSocketRoute("/v1/subscriptions/{name}/ws", subscription_socket)
     WebSocketRoute("/v1/topics/{topic}/ws", topic_tail_socket)
 
-They read `app.state.engine` (DeliveryEngine) and `app.state.storage` (Storage),
-and optionally `app.state.tails` (TailRegistry; created on first use) and
-`app.state.consumer_settings` (ConnectionSettings). PROTOCOL §3: the server
-accepts the upgrade, then speaks; every refusal is a close code.
+What they use comes from the server as one typed :class:`SocketServices`
+(``app.state.runtime.services.sockets``). PROTOCOL §3: the server accepts the upgrade,
+then speaks; every refusal is a close code.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
@@ -33,6 +33,21 @@ log = logging.getLogger(__name__)
 
 _CLIENT_GONE = (WebSocketDisconnect, WebSocketDisconnected, OSError)
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SocketServices:
+    """What the WebSocket endpoints need from the running server."""
+
+    engine: DeliveryEngine
+    storage: Storage
+    tails: TailRegistry  # every open tail, closed on SIGTERM
+    settings: ConnectionSettings = field(default_factory=ConnectionSettings)
+
+
+def socket_services(websocket: WebSocket) -> SocketServices:
+    sockets: SocketServices = websocket.app.state.runtime.services.sockets
+    return sockets
 
 
 class Refused(Exception):
@@ -56,7 +71,8 @@ async def topic_tail_socket(websocket: WebSocket) -> None:
 
 
 async def _consume_subscription(websocket: WebSocket) -> None:
-    engine: DeliveryEngine = websocket.app.state.engine
+    sockets = socket_services(websocket)
+    engine = sockets.engine
     name = websocket.path_params["name"]
     credit = _query(websocket, "credit", parse_credit_param)
     gone = Refused(CloseCode.NOT_FOUND, f"subscription {name!r} does not exist")
@@ -66,7 +82,7 @@ async def _consume_subscription(websocket: WebSocket) -> None:
         raise gone from None
     if config.push is not None:
         raise Refused(CloseCode.PUSH_SUBSCRIPTION, f"subscription {name!r} is a push subscription")
-    session = ConsumerSession(engine, name, ConsumerConnection(websocket, _settings(websocket)))
+    session = ConsumerSession(engine, name, ConsumerConnection(websocket, sockets.settings))
     try:
         await session.run(credit)
     except SubscriptionNotFound:  # deleted between the lookup and attach
@@ -74,15 +90,16 @@ async def _consume_subscription(websocket: WebSocket) -> None:
 
 
 async def _tail_topic(websocket: WebSocket) -> None:
-    storage: Storage = websocket.app.state.storage
+    sockets = socket_services(websocket)
+    storage = sockets.storage
     name = websocket.path_params["topic"]
     credit = _query(websocket, "credit", parse_credit_param)
     start = _query(websocket, "from", parse_from_param)
     topic = storage.topic(name)
     if topic is None:  # PROTOCOL §3: tails never auto-create
         raise Refused(CloseCode.NOT_FOUND, f"topic {name!r} does not exist")
-    connection = ConsumerConnection(websocket, _settings(websocket))
-    tail = TailSession(storage, topic, connection, tail_registry(websocket.app.state))
+    connection = ConsumerConnection(websocket, sockets.settings)
+    tail = TailSession(storage, topic, connection, sockets.tails)
     await tail.run(start, credit)
 
 
@@ -103,19 +120,6 @@ async def _serve(websocket: WebSocket, consume: Callable[[WebSocket], Awaitable[
         await _refuse(websocket, refused.code, refused.reason)
     except Exception as exc:
         await _failed(websocket, exc)
-
-
-def tail_registry(state: Any) -> TailRegistry:
-    """The app's TailRegistry (`app.state.tails`), created on first use."""
-    registry = getattr(state, "tails", None)
-    if registry is None:
-        registry = state.tails = TailRegistry()
-    return registry
-
-
-def _settings(websocket: WebSocket) -> ConnectionSettings:
-    settings = getattr(websocket.app.state, "consumer_settings", None)
-    return settings if isinstance(settings, ConnectionSettings) else ConnectionSettings()
 
 
 async def _refuse(websocket: WebSocket, code: int, reason: str) -> None:

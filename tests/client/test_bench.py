@@ -1,4 +1,4 @@
-"""`herald bench` as a user runs it: its own server, every table, the host line."""
+"""`python bench/herald_bench.py` as a user runs it: its own server, every table, the host line."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from client.bench import HostSample, host_line
+from bench.herald_bench import HostSample, host_line
 from tests.conftest import PROJECT_ROOT
 
 BENCH_ARGS = ["--records", "2000", "--runs", "1", "--rate", "500", "--seconds", "1", "--quiet"]
@@ -14,7 +14,7 @@ BENCH_ARGS = ["--records", "2000", "--runs", "1", "--rate", "500", "--seconds", 
 
 def test_bench_runs_end_to_end_and_prints_every_figure() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "server.cli", "bench", *BENCH_ARGS],
+        [sys.executable, "bench/herald_bench.py", *BENCH_ARGS],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

@@ -1,16 +1,30 @@
-"""The Python SDK (client/) against a real server: producer, consumer, admin."""
+"""The Python SDK (herald, built from client/) against a real server: producer, consumer, admin."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
 
-from client import Admin, Consumer, ConsumerClosedError, HeraldClientError, Message, Producer
-from tests.conftest import HeraldProcess
+from herald import (
+    Admin,
+    Consumer,
+    ConsumerClosedError,
+    HeraldClientError,
+    HeraldConnectionError,
+    Message,
+    Producer,
+    ProducerBufferFullError,
+)
+from tests.conftest import HeraldProcess, free_port
 from tests.helpers import wait_until
 
 
@@ -268,3 +282,146 @@ async def test_consumer_reconnects_after_a_server_restart(
         assert consumer.connections >= 2
     finally:
         await consumer.close()
+
+
+# -- a dead or wrong server: the SDK's own error, in bounded time (#20.5) ------------------
+
+
+@contextlib.contextmanager
+def wrong_http_server(tmp: Path) -> Iterator[str]:
+    """A real HTTP server that is not Herald (it serves files: every API path is 404)."""
+    class Files(SimpleHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+    handler = functools.partial(Files, directory=str(tmp))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@contextlib.asynccontextmanager
+async def silent_server() -> AsyncIterator[str]:
+    """Accepts connections and never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        for writer in held:
+            writer.close()
+        await server.wait_closed()
+
+
+async def test_consumer_of_a_dead_server_raises_at_once() -> None:
+    consumer = Consumer(f"http://127.0.0.1:{free_port()}", "anything")
+    with pytest.raises(HeraldConnectionError, match="cannot reach") as caught:
+        await take(consumer, 1, within=10)  # before: retried forever, no output
+    assert caught.value.code == "unreachable"
+    await consumer.close()
+
+
+async def test_consumer_of_a_wrong_server_raises_its_answer(tmp_path: Path) -> None:
+    with wrong_http_server(tmp_path) as url:
+        consumer = Consumer(url, "anything")
+        with pytest.raises(HeraldClientError) as caught:
+            await take(consumer, 1, within=10)
+        assert caught.value.status == 404
+        await consumer.close()
+
+
+async def test_consumer_of_a_server_that_never_answers_times_out() -> None:
+    async with silent_server() as url:
+        consumer = Consumer(url, "anything", open_timeout=1.0)
+        with pytest.raises(HeraldConnectionError):
+            await take(consumer, 1, within=10)
+        await consumer.close()
+
+
+async def test_producer_and_admin_of_a_dead_server_raise_the_sdk_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    async with Producer(url) as producer:
+        with pytest.raises(HeraldConnectionError):  # before: httpx.ConnectError, retried
+            await asyncio.wait_for(producer.send_and_wait("t", 1), 5)
+    async with Admin(url) as admin:
+        with pytest.raises(HeraldConnectionError):
+            await asyncio.wait_for(admin.list_topics(), 5)
+
+
+async def test_producer_of_a_server_that_never_answers_times_out() -> None:
+    async with silent_server() as url, Producer(url, timeout=1.0) as producer:
+        with pytest.raises(HeraldConnectionError):
+            await asyncio.wait_for(producer.send("t", 1), 10)
+
+
+async def test_producer_of_a_wrong_server_raises_its_answer(tmp_path: Path) -> None:
+    with wrong_http_server(tmp_path) as url:
+        async with Producer(url) as producer:
+            with pytest.raises(HeraldClientError) as caught:
+                await asyncio.wait_for(producer.send("t", 1), 10)
+    assert caught.value.status in (404, 501)  # http.server answers POST with 501
+
+
+async def test_consumer_reconnects_only_after_a_first_connection_and_logs_it(
+    herald_server: HeraldProcess, unique: Callable[[str], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    topic, name = unique("rl"), unique("rls")
+    async with Admin(herald_server.url) as admin:
+        await admin.create_subscription(name, topic, start="earliest")
+    consumer = Consumer(herald_server.url, name, credit=5, max_backoff=0.5)
+    try:
+        reader = asyncio.ensure_future(take(consumer, 1, within=60))
+        await wait_until(lambda: consumer.connections > 0, what="consumer ready")
+        await asyncio.to_thread(herald_server.terminate)
+        await wait_until(lambda: "reconnecting in" in caplog.text, what="a reconnect logged")
+        assert not reader.done()  # down, not failed: it was connected once
+        await asyncio.to_thread(herald_server.restart)
+        async with Producer(herald_server.url) as producer:
+            await producer.send_and_wait(topic, "after")
+        [after] = await reader
+        assert after.value == "after"
+    finally:
+        await consumer.close()
+    assert any(
+        r.levelname == "WARNING" and "lost its connection" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+# -- send() returns a future, send_and_wait() waits (#20.5) --------------------------------
+
+
+async def test_send_returns_a_future_without_waiting_and_send_and_wait_waits(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic = unique("fut")
+    async with Producer(shared_herald.url) as producer:
+        futures = [producer.send(topic, {"n": i}) for i in range(50)]
+        assert all(isinstance(f, asyncio.Future) and not f.done() for f in futures)
+        results = await asyncio.gather(*futures)  # sent together as one batch
+        assert sorted(r.offset for r in results if r is not None) == list(range(50))
+        waited = await producer.send_and_wait(topic, "last")
+        assert waited is not None and waited.offset == 50
+
+
+async def test_send_refuses_past_max_pending_and_send_and_wait_waits_for_room(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic = unique("room")
+    async with Producer(shared_herald.url, max_pending=2) as producer:
+        first, second = producer.send(topic, 1), producer.send(topic, 2)
+        with pytest.raises(ProducerBufferFullError):
+            producer.send(topic, 3)
+        third = await asyncio.wait_for(producer.send_and_wait(topic, 3), 15)
+        assert first.done() and second.done()
+        assert third is not None and third.offset == 2

@@ -200,3 +200,65 @@ async def eventually(check: Callable[[], Awaitable[bool]], within_s: float, what
         if time.monotonic() - started > within_s:
             raise AssertionError(f"not within {within_s} s: {what}")
         await asyncio.sleep(0.05)
+
+
+class TcpGate:
+    """A loopback TCP forwarder to one etcd URL that a test can cut and restore: a
+    network partition between one client and etcd, while other clients go on."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def open(self) -> None:
+        self._server = await asyncio.start_server(self._forward, "127.0.0.1", self.port)
+
+    async def cut(self) -> None:
+        """Refuse new connections and break every open one."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._pipes):
+            writer.transport.abort()
+        self._pipes.clear()
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._pipes |= {writer, up_writer}
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._pipe(reader, up_writer))
+                tg.create_task(self._pipe(up_reader, writer))
+        except* (ConnectionError, OSError):
+            pass  # the gate was cut, or a side hung up
+        finally:
+            for side in (writer, up_writer):
+                self._pipes.discard(side)
+                side.transport.abort()
+
+    @staticmethod
+    async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+        sink.transport.abort()  # one side ended: end the other (etcd streams are one-shot)
+
+
+@pytest.fixture
+async def etcd_gate(etcd_server: EtcdProcess) -> AsyncIterator[TcpGate]:
+    gate = TcpGate(etcd_server.client_ports[0])
+    await gate.open()
+    try:
+        yield gate
+    finally:
+        await gate.cut()

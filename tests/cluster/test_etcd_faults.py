@@ -16,7 +16,7 @@ from tests.conftest import free_port
 
 # The call's budget, plus one attempt that may have started just before its end, plus
 # scheduling slack on a loaded 2-core machine.
-LATEST_S = CLIENT_TIMEOUT_S + ATTEMPT_TIMEOUT_S + 1.5
+LATEST_S = CLIENT_TIMEOUT_S + ATTEMPT_TIMEOUT_S + 3.0
 
 
 @pytest.fixture
@@ -60,7 +60,6 @@ async def test_a_frozen_etcd_gives_unavailable_within_the_timeout_then_recovers(
 ) -> None:
     await etcd.put("/f/k", "before")
     async with short_timeouts(etcd_server.urls) as impatient:
-        await impatient.get("/f/k")  # its connections are open before the freeze
         etcd_server.pause()
         try:
             read, read_s = await timed_failure(impatient.get("/f/k"))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 
 import pytest
 
@@ -119,3 +121,15 @@ async def test_events_carry_their_type_and_revisions(etcd: EtcdClient) -> None:
         (event,) = await take(watch, 1)
     assert event.type is EventType.PUT
     assert event.kv.create_revision == event.kv.mod_revision == created
+
+
+async def test_many_open_watches_do_not_starve_calls(etcd: EtcdClient) -> None:
+    # Each watch holds an HTTP connection for as long as it is open: more of them than
+    # any one connection pool holds.
+    async with contextlib.AsyncExitStack() as stack:
+        watches = [await stack.enter_async_context(etcd.watch(f"/many/{i}")) for i in range(70)]
+        started = time.monotonic()
+        revision = await etcd.put("/many/7", "x")
+        assert time.monotonic() - started < WAIT_S
+        (event,) = await take(watches[7], 1)
+        assert event.revision == revision

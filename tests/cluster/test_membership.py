@@ -12,7 +12,7 @@ import pytest
 from cluster.etcd import EtcdClient
 from cluster.lease import LeaseKeeper
 from cluster.membership import Member, Membership, NodeIdInUse, node_key
-from tests.cluster.conftest import EtcdProcess, eventually
+from tests.cluster.conftest import EtcdProcess, TcpGate, eventually
 
 WAIT_S = 15.0
 
@@ -123,3 +123,22 @@ async def test_a_node_that_lost_its_lease_to_a_frozen_etcd_registers_again(
         async with asyncio.timeout(WAIT_S):
             await n1.wait_until(lambda m: "n1" in m and m["n1"].lease != first_lease)
         assert n1.error is None
+
+
+async def test_the_member_set_is_reloaded_when_its_history_was_compacted_meanwhile(
+    etcd: EtcdClient, etcd_gate: TcpGate
+) -> None:
+    cut_off = EtcdClient([etcd_gate.url], timeout=WAIT_S, attempt_timeout=2.0)
+    async with cut_off, node(cut_off, "n1", ttl_s=10) as n1:
+        await etcd.put(node_key("c", "n2"), b'{"id": "n2", "url": "http://n2"}')
+        async with asyncio.timeout(WAIT_S):
+            await n1.wait_until(lambda m: "n2" in m)
+        await etcd_gate.cut()
+        # While n1 cannot see etcd: n2 leaves, n3 joins, and etcd forgets that history.
+        await etcd.delete(node_key("c", "n2"))
+        latest = await etcd.put(node_key("c", "n3"), b'{"id": "n3", "url": "http://n3"}')
+        await etcd.compact(latest)
+        await etcd_gate.open()
+        async with asyncio.timeout(WAIT_S):
+            await n1.wait_until(lambda m: set(m) == {"n1", "n3"})
+        assert n1.revision >= latest and n1.error is None

@@ -81,3 +81,56 @@ def test_a_deep_link_opens_the_topic_or_subscription_it_names(herald_url: str, p
     other.goto(f"{herald_url}/console/#/topics/missing.topic")
     expect(other.locator("#topic-missing")).to_contain_text("No topic named missing.topic")
     screenshot(other, "missing-topic")
+
+
+def test_a_slow_click_on_a_row_survives_the_refresh(herald_url: str, page: Any) -> None:
+    """A click is a mousedown and a mouseup on the same element: the once-a-second
+    refresh must not replace the row in between (a person's press can take that long)."""
+    publish(herald_url, "slow", [{"value": 0}])
+    subscribe(herald_url, "patient", "slow")
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    row = page.locator("tr[data-subscription=patient]")
+    expect(row.locator("td").nth(2)).to_have_text("1")
+    box = row.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    publish(herald_url, "slow", [{"value": 1}])
+    expect(row.locator("td").nth(2)).to_have_text("2")  # refreshed under the pressed button
+    page.mouse.up()
+    expect_subscription_shown(page, "patient")
+    assert page.console_errors == []
+
+
+def test_on_a_phone_the_tables_fit_and_keep_the_delivery_state(herald_url: str, page: Any) -> None:
+    publish(herald_url, "small.screen", [{"value": 1}])
+    subscribe(herald_url, "pocket", "small.screen")
+    page.set_viewport_size({"width": 390, "height": 800})
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    badge = page.locator("tr[data-subscription=pocket] .badge")
+    expect(badge).to_have_text("no consumers")
+    box = badge.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box
+    table = page.locator("#subs-table table").bounding_box()
+    assert table is not None and table["x"] + table["width"] <= 390, table
+    screenshot(page, "subscriptions-phone")
+    page.goto(f"{herald_url}/console/#/topics")
+    table = page.locator("#topics-table table")
+    expect(table).to_contain_text("small.screen")
+    box = table.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box
+    assert page.console_errors == []
+
+
+def test_selecting_a_row_far_down_brings_its_detail_into_view(herald_url: str, page: Any) -> None:
+    publish(herald_url, "many", [{"value": 1}])
+    for n in range(14):
+        subscribe(herald_url, f"sub-{n:02d}", "many")
+    page.set_viewport_size({"width": 390, "height": 700})
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    page.click("tr[data-subscription=sub-00]")  # at the top: the detail is below all 14
+    title = page.locator("#sub-detail h2").first
+    expect(title).to_have_text("sub-00")
+    expect(title).to_be_in_viewport()
+    box = title.bounding_box()
+    assert box is not None and box["y"] >= page.locator("header").bounding_box()["height"], box
+    assert page.console_errors == []

@@ -84,9 +84,12 @@ def test_token_create_prints_a_token_and_only_its_hash_for_the_file(tmp_path: Pa
          "--topics", "orders.*"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
-    token = done.stdout.splitlines()[0].removeprefix("token: ")
-    entry = done.stdout.split("\n", 2)[2]
+    # `herald token create … >> auth.toml`: stdout is only the file's lines; the token
+    # goes to stderr, which says so.
+    token = done.stderr.splitlines()[0].removeprefix("token: ")
+    entry = done.stdout
     assert token.startswith("hrd_") and token not in entry
+    assert "stderr" in done.stderr and ">> auth.toml" in done.stderr
     assert 'roles = ["publish"]' in entry and 'topics = ["orders.*"]' in entry
     from server.auth import Credentials
 

@@ -13,6 +13,7 @@ import pytest
 import websockets
 
 from tests.conftest import HeraldProcess
+from tests.server import assert_problem
 
 
 def nested(depth: int) -> str:
@@ -66,3 +67,60 @@ async def test_an_ack_req_too_deep_to_read_is_a_bad_frame_and_the_socket_stays_o
         await ws.send('{"type":"ack","ids":[],"req":1}')
         answer = json.loads(await asyncio.wait_for(ws.recv(), 10))
         assert answer == {"type": "acked", "ok": [], "unknown": [], "req": 1}
+
+
+def test_integers_of_thousands_of_digits_in_paths_queries_and_seeks_are_4xx(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    """Python converts at most 4300 digits at once; past that the text is out of range,
+    never a 500."""
+    huge = "9" * 5000
+    topic, name = unique("t"), unique("s")
+    with httpx.Client(base_url=shared_herald.url, timeout=30) as http:
+        assert http.put(f"/v1/subscriptions/{name}", json={"topic": topic}).status_code == 201
+        read = f"/v1/topics/{topic}/partitions"
+        for response, status, code in (
+            (http.get(f"{read}/{huge}/messages"), 404, "partition_not_found"),
+            (http.get(f"{read}/-{huge}/messages"), 404, "partition_not_found"),
+            (http.get(f"{read}/0/messages?offset={huge}"), 400, "validation_error"),
+            (http.get(f"{read}/0/messages?limit=-{huge}"), 400, "validation_error"),
+            (
+                http.post(f"/v1/subscriptions/{name}/seek", json={"offsets": {huge: 1}}),
+                404,
+                "partition_not_found",
+            ),
+            (
+                http.post(
+                    f"/v1/subscriptions/{name}/seek",
+                    content='{"offsets": {"0": ' + "9" * 300 + "}}",
+                ),
+                400,
+                "validation_error",
+            ),
+        ):
+            problem = assert_problem(response, status, code)
+            assert len(problem["detail"]) < 400
+
+
+def test_any_string_in_key_headers_and_id_is_stored_and_read_back_exactly(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    """Keys, header names and values and producer ids are re-encoded by the server (record
+    files, the dedup index, read and deliver frames): control characters, U+2028 and
+    astral characters come back as sent."""
+    topic = unique("strings")
+    odd = ["\u0000\n", "a\u2028b\u2029", "😀" * 128, "\\", '"', "\x7f\x1b[0m"]
+    messages = [
+        {"value": i, "id": text, "key": text, "headers": {text: text, "x": text}}
+        for i, text in enumerate(odd)
+    ]
+    with httpx.Client(base_url=shared_herald.url, timeout=30) as http:
+        first = http.post(f"/v1/topics/{topic}/messages", json={"messages": messages})
+        assert first.status_code == 200, first.text
+        again = http.post(f"/v1/topics/{topic}/messages", json={"messages": messages})
+        assert all(r["duplicate"] for r in again.json()["results"])
+        read = http.get(f"/v1/topics/{topic}/partitions/0/messages")
+        records = json.loads(read.text)["messages"]
+    assert [(r["key"], r["headers"]) for r in records] == [
+        (text, {text: text, "x": text}) for text in odd
+    ]

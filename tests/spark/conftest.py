@@ -28,7 +28,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    import spark_bridge
+    import herald.spark
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -42,7 +42,7 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    spark_bridge.register(session)
+    herald.spark.register(session)
     yield session
     session.stop()
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from client.consumer import Message
-from spark_bridge.arrow import ARROW_SCHEMA, SHIPPED_SCHEMA, encode, schema_batch, shipped_batch
+from herald.consumer import Message
+from herald.spark.arrow import ARROW_SCHEMA, SHIPPED_SCHEMA, encode, schema_batch, shipped_batch
 
 
 def _record(offset: int, **fields: Any) -> Message:

@@ -1,20 +1,28 @@
-"""client.webhooks.verify against what the dispatcher signs (and what standardwebhooks signs)."""
+"""herald.webhooks.verify against what the dispatcher signs (and what standardwebhooks signs)."""
 
 from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
+import httpx
 import pytest
 from standardwebhooks import Webhook
 
-from client.webhooks import WebhookVerificationError, verify
+from herald import Message
+from herald.webhooks import WebhookVerificationError, verify
 from subscribers.signing import secret_key, webhook_headers
+from tests.conftest import HeraldProcess
+from tests.webhooks.receiver import Receiver
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 OTHER = "whsec_" + base64.b64encode(b"fedcba9876543210fedcba9876543210").decode()
-BODY = b'{"topic":"t","id":"0-1","attempt":1,"value":{"a":1}}'
+BODY = (
+    b'{"topic":"t","id":"0-1","partition":0,"offset":1,"timestamp":1700000000000,'
+    b'"key":null,"headers":{},"subscription":"sub","attempt":1,"value":{"a":1}}'
+)
 
 
 def signed(secrets: list[str], body: bytes = BODY, at: int | None = None) -> dict[str, str]:
@@ -23,7 +31,36 @@ def signed(secrets: list[str], body: bytes = BODY, at: int | None = None) -> dic
 
 
 def test_a_good_request_verifies_and_returns_the_record() -> None:
-    assert verify(BODY, signed([SECRET]), SECRET)["value"] == {"a": 1}
+    record = verify(BODY, signed([SECRET]), SECRET)
+    assert isinstance(record, Message)  # the shape a Consumer yields
+    assert (record.value, record.id, record.offset, record.is_bytes) == ({"a": 1}, "0-1", 1, False)
+
+
+def test_a_bytes_record_verifies_with_its_value_decoded(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    # Through a real server's push: the README's receiver reads record.value for a record
+    # published as bytes (value_b64 on the wire), as it would from a Consumer.
+    topic, name = unique("vb"), unique("vbs")
+    with Receiver([SECRET]) as receiver:
+        body = {"topic": topic, "start": "earliest", "push": {"url": receiver.url, "secret": SECRET}}
+        created = httpx.put(f"{shared_herald.url}/v1/subscriptions/{name}", json=body)
+        assert created.status_code == 201, created.text
+        published = httpx.post(
+            f"{shared_herald.url}/v1/topics/{topic}/messages",
+            json={"messages": [{"value_b64": base64.b64encode(b"\x00\xffraw").decode()}]},
+        )
+        assert published.status_code == 200, published.text
+        receiver.wait_for(lambda: len(receiver.snapshot()) >= 1)
+        request = receiver.snapshot()[0]
+    record = verify(request.body, request.headers, SECRET)
+    assert (record.value, record.is_bytes, record.topic) == (b"\x00\xffraw", True, topic)
+
+
+def test_a_body_that_is_not_a_record_is_rejected() -> None:
+    body = b'{"hello":"world"}'
+    with pytest.raises(WebhookVerificationError, match="not a Herald record"):
+        verify(body, signed([SECRET], body), SECRET)
 
 
 def test_standardwebhooks_verifies_what_herald_signs() -> None:
@@ -38,7 +75,7 @@ def test_verify_accepts_what_standardwebhooks_signs() -> None:
         "Webhook-Timestamp": str(int(now.timestamp())),
         "Webhook-Signature": signature,
     }
-    assert verify(BODY, headers, SECRET)["id"] == "0-1"
+    assert verify(BODY, headers, SECRET).id == "0-1"
 
 
 def test_a_tampered_body_is_rejected() -> None:

@@ -35,6 +35,11 @@ export function duration(ms) {
 
 export const num = (n) => (n == null ? "—" : Number(n).toLocaleString("en-US"));
 
+// A detail drawn below a long table is off-screen: bring its top into view.
+export function reveal(el) {
+  if (el.getBoundingClientRect().top > window.innerHeight - 120) el.scrollIntoView({ block: "start" });
+}
+
 export function toast(text, bad = false) {
   const el = document.getElementById("toast");
   el.textContent = text;
@@ -57,3 +62,39 @@ export function confirmDialog(title, text, okLabel = "Confirm") {
 }
 
 export const plural = (n, one, many = `${one}s`) => `${num(n)} ${n === 1 ? one : many}`;
+
+// The page refreshes every second. Rebuilding a table then would lose a click (a click is
+// a mousedown and a mouseup on the same element: a row replaced in between gets neither),
+// a text selection and the hover. So fresh content is patched into what is on screen:
+// nodes are kept where they match (same tag, same data-key), and only text and
+// attributes that differ are written. Listeners stay those of the kept nodes, so a
+// keyed row must act the same for the same key.
+export function patchChildren(parent, fresh) {
+  const next = fresh.flat().filter((c) => c !== null && c !== undefined && c !== false)
+    .map((c) => (c instanceof Node ? c : document.createTextNode(String(c))));
+  next.forEach((node, i) => {
+    const old = parent.childNodes[i];
+    if (!old) parent.append(node);
+    else if (sameKind(old, node)) patchNode(old, node);
+    else old.replaceWith(node);
+  });
+  while (parent.childNodes.length > next.length) parent.lastChild.remove();
+}
+
+function sameKind(a, b) {
+  if (a.nodeType !== b.nodeType || a.nodeName !== b.nodeName) return false;
+  return a.nodeType !== Node.ELEMENT_NODE || a.getAttribute("data-key") === b.getAttribute("data-key");
+}
+
+function patchNode(old, fresh) {
+  if (old.nodeType === Node.TEXT_NODE) {
+    if (old.data !== fresh.data) old.data = fresh.data;
+    return;
+  }
+  if (old.nodeType !== Node.ELEMENT_NODE) { old.replaceWith(fresh); return; }
+  for (const { name, value } of [...fresh.attributes]) {
+    if (old.getAttribute(name) !== value) old.setAttribute(name, value);
+  }
+  for (const { name } of [...old.attributes]) if (!fresh.hasAttribute(name)) old.removeAttribute(name);
+  patchChildren(old, [...fresh.childNodes]);
+}

@@ -1,6 +1,6 @@
 import { attachChart, store } from "./app.js";
 import { compact } from "./chart.js";
-import { bytes, duration, h, num } from "./dom.js";
+import { bytes, duration, h, num, patchChildren } from "./dom.js";
 
 const HEALTH = { undefined: "Connecting…", live: "OK", polling: "OK", forbidden: "OK (no stats right)",
   unauthorized: "Token refused", error: "Error" };
@@ -42,7 +42,7 @@ export function overviewPage(main) {
         if (sub.config.dead_letter_topic) kept += sub.stats.dead_lettered_total;
         else dropped += sub.stats.dead_lettered_total;
       }
-      cards.replaceChildren(
+      patchChildren(cards, [
         card("Health", HEALTH[store.state] || "Unreachable", "stat-health", null, null,
           ![undefined, "live", "polling", "forbidden"].includes(store.state)),
         card("Uptime", duration(s.server.uptime_ms), "stat-uptime"),
@@ -59,7 +59,7 @@ export function overviewPage(main) {
         card("Topics", num(t.topics), "stat-topics"),
         card("Subscriptions", num(t.subscriptions), "stat-subscriptions"),
         card("Storage", bytes(t.storage_bytes), "stat-storage"),
-      );
+      ]);
       document.getElementById("rate-published").textContent = `${compact(store.rates.published)}/s`;
       document.getElementById("rate-delivered").textContent = `${compact(store.rates.delivered)}/s`;
       document.title = `Herald ${s.server.version}`;

@@ -1,7 +1,7 @@
 import { adminAction, itemHash, selectItem, store } from "./app.js";
 import { api, ApiError } from "./api.js";
 import { compact } from "./chart.js";
-import { confirmDialog, duration, h, num, plural, toast } from "./dom.js";
+import { confirmDialog, duration, h, num, patchChildren, plural, reveal, toast } from "./dom.js";
 
 const PAUSE = {
   none: ["delivering", "ok"],
@@ -81,6 +81,7 @@ export function subscriptionsPage(main) {
   function show(sub) {
     rendered = sub.name;
     render(sub);
+    reveal(detail);
   }
 
   return {
@@ -97,7 +98,7 @@ export function subscriptionsPage(main) {
       const rows = s.subscriptions.map((sub) => {
         const r = store.rates.subs[sub.name] || {};
         return h("tr.selectable" + (sub.name === selected ? ".selected" : ""), {
-          dataset: { subscription: sub.name },
+          dataset: { subscription: sub.name, key: sub.name },
           onclick: () => selectItem("subscriptions", sub.name),
         },
           h("td", {}, h("a", { href: itemHash("subscriptions", sub.name) }, sub.name)),
@@ -111,14 +112,14 @@ export function subscriptionsPage(main) {
           h("td.num", {}, duration(sub.oldest_unacked_age_ms)),
           h("td", {}, pause(sub)));
       });
-      table.replaceChildren(h("table", {},
+      patchChildren(table, [h("table", {},
         h("thead", {}, h("tr", {}, ...["Subscription", "Topic"].map((x) => h("th", {}, x)),
           ...["Backlog", "In flight", "Consumers", "Delivered", "Acked", "Redelivered"].map((x) => h("th.num", {}, x)),
           h("th.num", { title: "Records that reached max_deliveries: published to the dead_letter_topic, or dropped when none is set" }, "Dead letters"),
           h("th.num", {}, "Oldest unacked"), h("th", {}, "Delivery"))),
         h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted.wrap", { colspan: 11, id: "subs-empty" }, "No subscriptions yet. Create one with ",
           h("code", {}, "herald subscriptions create NAME --topic TOPIC --start earliest"), " or ",
-          h("code", {}, "PUT /v1/subscriptions/NAME"), " (README, docs/protocol.md).")))));
+          h("code", {}, "PUT /v1/subscriptions/NAME"), " (README, docs/protocol.md)."))))]);
       const sub = s.subscriptions.find((x) => x.name === selected);
       if (selected && !sub) {
         rendered = null;
@@ -127,14 +128,16 @@ export function subscriptionsPage(main) {
         return;
       }
       if (sub && rendered !== sub.name) { show(sub); return; }
-      if (sub) document.getElementById("sub-stats")?.replaceChildren(...statRows(sub));
+      const stats = document.getElementById("sub-stats");
+      if (sub && stats) patchChildren(stats, statRows(sub));
       const size = document.getElementById("dlq-size");
       if (sub && size) size.textContent = dlqSize(sub.config.dead_letter_topic);
       if (sub?.config.dead_letter_topic) showRedrivable(sub.config.dead_letter_topic);
       const drops = document.getElementById("dropped-count");
       if (sub && drops) drops.textContent = plural(sub.stats.dead_lettered_total, "record");
       if (sub?.config.push) {
-        document.getElementById("push-stats")?.replaceChildren(...pushRows(sub));
+        const pushStats = document.getElementById("push-stats");
+        if (pushStats) patchChildren(pushStats, pushRows(sub));
         const box = document.getElementById("attempts");
         if (box && ++ticks % 3 === 0) loadAttempts(encodeURIComponent(sub.name), box);
       }
@@ -274,14 +277,14 @@ async function loadAttempts(n, box) {
   try {
     const data = await api("GET", `/v1/subscriptions/${n}/attempts`);
     const attempts = data.attempts || [];
-    box.replaceChildren(
+    patchChildren(box, [
       h("h2", {}, "Attempt log"),
       attempts.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["Time", "Record", "Attempt", "Status", "Latency", "Error"].map((x) => h("th", {}, x)))),
         h("tbody", {}, attempts.slice(-50).reverse().map((a) => h("tr", {},
           h("td", {}, a.time ? new Date(a.time).toLocaleTimeString() : "—"),
           h("td", {}, a.id ?? "—"), h("td", {}, a.attempt ?? "—"), h("td", {}, a.status ?? "—"),
           h("td", {}, a.latency_ms != null ? `${Number(a.latency_ms).toFixed(1)} ms` : "—"), h("td", {}, a.error ?? ""))))) :
-        h("p.muted", {}, "No attempts yet."));
+        h("p.muted", {}, "No attempts yet.")]);
   } catch (error) {
     box.replaceChildren(h("p.muted", {}, error instanceof ApiError && (error.status === 404 || error.status === 405)
       ? "This server has no attempt log." : `Attempt log unavailable: ${error.message}`));

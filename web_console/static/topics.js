@@ -1,6 +1,6 @@
 import { adminAction, itemHash, selectItem } from "./app.js";
 import { api, socketUrl } from "./api.js";
-import { bytes, duration, h, num, toast } from "./dom.js";
+import { bytes, duration, h, num, patchChildren, reveal, toast } from "./dom.js";
 
 const PAGE = 20;
 
@@ -41,7 +41,7 @@ export function topicsPage(main) {
     },
     update(s) {
       const rows = s.topics.map((t) => h("tr.selectable" + (t.name === selected ? ".selected" : ""), {
-        onclick: () => selectItem("topics", t.name), dataset: { topic: t.name },
+        onclick: () => selectItem("topics", t.name), dataset: { topic: t.name, key: t.name },
       },
         h("td", {}, h("a", { href: itemHash("topics", t.name) }, t.name)),
         h("td.num", {}, t.partitions.length),
@@ -50,13 +50,13 @@ export function topicsPage(main) {
         h("td", {}, t.config.retention_ms == null ? "unlimited" : duration(t.config.retention_ms)),
         h("td", {}, t.config.retention_bytes == null ? "unlimited" : bytes(t.config.retention_bytes)),
       ));
-      table.replaceChildren(h("table", {},
+      patchChildren(table, [h("table", {},
         h("thead", {}, h("tr", {}, h("th", {}, "Topic"), h("th.num", {}, "Partitions"),
           h("th.num", {}, "Published"), h("th.num", {}, "Bytes"), h("th", {}, "Retention"),
           h("th", {}, "Retention bytes/partition"))),
         h("tbody", {}, rows.length ? rows : h("tr", {}, h("td.muted.wrap", { colspan: 6, id: "topics-empty" },
           "No topics yet. Create one above, or publish to a new name: it is created on first publish ",
-          "unless the server runs with --no-auto-create.")))));
+          "unless the server runs with --no-auto-create."))))]);
       const topic = s.topics.find((t) => t.name === selected);
       if (selected && !topic) {
         detail.firstChild?.stop?.();
@@ -68,10 +68,11 @@ export function topicsPage(main) {
       if (topic && rendered !== topic.name) {
         rendered = topic.name;
         detail.replaceChildren(topicDetail(topic));
+        reveal(detail);
         return;
       }
       const parts = document.getElementById("partitions-body");
-      if (topic && parts) parts.replaceChildren(...partitionRows(topic));
+      if (topic && parts) patchChildren(parts, partitionRows(topic));
     },
     leave() { detail.firstChild?.stop?.(); },
   };

@@ -1,8 +1,9 @@
 """Verify Herald's webhook requests (PROTOCOL §4, Standard Webhooks) in one call.
 
-    from client.webhooks import verify
+    from herald.webhooks import verify
 
     message = verify(body_bytes, request.headers, "whsec_…")  # raises on a bad request
+    message.value  # a herald.Message, as a Consumer yields: bytes records decoded
 
 ``secret`` may be a list during a rotation: the request is good if any secret signed it.
 """
@@ -16,7 +17,8 @@ import hmac
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+
+from herald.consumer import Message
 
 SECRET_PREFIX = "whsec_"
 
@@ -32,9 +34,10 @@ def verify(
     tolerance_s: float = 300,
     *,
     now: float | None = None,
-) -> dict[str, Any]:
-    """The record (the JSON of M, PROTOCOL §3) if the request is genuine, else
-    WebhookVerificationError. ``tolerance_s`` bounds how far `webhook-timestamp` may be
+) -> Message:
+    """The record as a Message (the shape a Consumer yields: `value` is the JSON value
+    or, for a record published as bytes, the decoded bytes) if the request is genuine,
+    else WebhookVerificationError. It has no consumer: the answer's status acks it. ``tolerance_s`` bounds how far `webhook-timestamp` may be
     from now, against replays."""
     lowered = {k.lower(): v for k, v in headers.items()}
     msg_id = lowered.get("webhook-id")
@@ -71,7 +74,10 @@ def verify(
                 raise WebhookVerificationError("the body is not JSON") from None
             if not isinstance(message, dict):
                 raise WebhookVerificationError("the body is not a JSON object")
-            return message
+            try:
+                return Message.from_json(message)
+            except (KeyError, TypeError, ValueError):
+                raise WebhookVerificationError("the body is not a Herald record") from None
     raise WebhookVerificationError("no signature matches the secret")
 
 
@@ -82,4 +88,4 @@ def _key(secret: str) -> bytes:
         raise ValueError("a webhook secret is 'whsec_' followed by base64") from None
 
 
-verify_webhook = verify  # the name client/__init__.py exports
+verify_webhook = verify  # the name herald/__init__.py exports

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from client._http import DEFAULT_URL, make_http, request_json
+from herald._http import DEFAULT_URL, Reachability, make_http, request_json
 
 _UNSET: Any = object()  # `retention_ms=None` means unlimited, so "not given" needs its own value
 
@@ -23,6 +23,7 @@ class Admin:
         retries: int = 5,
     ) -> None:
         self._http = make_http(url, token, timeout)
+        self._reach = Reachability(url)
         self.retries = retries
 
     async def __aenter__(self) -> Admin:
@@ -35,7 +36,9 @@ class Admin:
         await self._http.aclose()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        return await request_json(self._http, method, path, attempts=self.retries, **kwargs)
+        return await request_json(
+            self._http, self._reach, method, path, attempts=self.retries, **kwargs
+        )
 
     # -- topics ------------------------------------------------------------------------
 
@@ -140,6 +143,22 @@ class Admin:
         else:
             body = {"offsets": {str(p): o for p, o in (offsets or {}).items()}}
         result: dict[str, Any] = await self._call("POST", f"{_subscription(name)}/seek", body=body)
+        return result
+
+
+    async def redrive(
+        self, name: str, *, rate: int | None = None, max_records: int | None = None
+    ) -> dict[str, Any]:
+        """Republish the subscription's dead-letter topic to its topic (docs/protocol.md):
+        `{"scanned", "republished", "duplicates", "skipped", …}`."""
+        body = {
+            field: value
+            for field, value in (("rate", rate), ("max_records", max_records))
+            if value is not None
+        }
+        result: dict[str, Any] = await self._call(
+            "POST", f"{_subscription(name)}/redrive", body=body
+        )
         return result
 
 

@@ -1,27 +1,34 @@
-"""The producer: `await producer.send(topic, value)` with concurrent sends batched
-into one publish request per topic (PROTOCOL §2 Publish)."""
+"""The producer: `producer.send(topic, value)` returns a future at once, and sends
+that come together are batched into one publish request per topic (PROTOCOL §2
+Publish); `await producer.send_and_wait(topic, value)` is the one-call form."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import functools
+import ssl
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import quote
 
 import orjson
 
-from client._http import DEFAULT_URL, make_http, with_retries
-from client.errors import HeraldClientError
+from herald._http import DEFAULT_URL, Reachability, with_retries
+from herald._transport import ConnectionPool, TransportError
+from herald.errors import HeraldClientError, HeraldConnectionError, ProducerBufferFullError
 
 MAX_BATCH = 10_000  # PROTOCOL §2: 1 to 10000 messages per publish
 ACKS = ("0", "1", "all")
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
-    """Where a record landed; `duplicate` when its `id` was already published."""
+class SendResult(NamedTuple):
+    """Where a record landed; `duplicate` when its `id` was already published.
+
+    A NamedTuple, immutable and slotted like a frozen dataclass but built in a third of
+    the time (one per record published: 0.4 against 1.3 µs)."""
 
     partition: int
     offset: int
@@ -45,10 +52,17 @@ class Producer:
     trip, and many concurrent senders make big batches without a timer.
     `linger_ms` > 0 also waits that long for company first.
 
-    `send` resolves with the record's SendResult (None with acks="0", which the
-    server answers before writing). Retries 429 and 503 (honouring Retry-After)
-    and connection failures; give records an `id` to make those retries
-    idempotent (PROTOCOL §2 dedup).
+    `send` returns an asyncio future at once (aiokafka's split): it resolves with
+    the record's SendResult (None with acks="0", which the server answers before
+    writing), so `await producer.send(...)` waits for one record and a loop of
+    sends followed by `gather` batches without any other help. `send_and_wait`
+    waits for the answer, and first for room when `max_pending` records are out
+    (where `send` raises ProducerBufferFullError).
+
+    Retries 429 and 503 (honouring Retry-After), and connection failures once the
+    server has answered this producer (a server that was never reached fails the
+    sends at once with HeraldConnectionError); give records an `id` to make those
+    retries idempotent (PROTOCOL §2 dedup).
     """
 
     def __init__(
@@ -65,6 +79,7 @@ class Producer:
         retries: int = 8,
         max_retry_wait: float = 10.0,
         timeout: float = 60.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be one of {ACKS}, got {acks!r}")
@@ -81,13 +96,19 @@ class Producer:
         self.max_in_flight = max_in_flight
         self.retries = retries
         self.max_retry_wait = max_retry_wait
-        self._http = make_http(url, token, timeout)
+        # Publishing is one POST on a warm keep-alive connection (herald/_transport.py).
+        self._pool = ConnectionPool(url, token=token, timeout=timeout, ssl_context=ssl_context)
+        self._reach = Reachability(url)
+        self._query = f"/messages?acks={acks}"
         self._batches: dict[str, _Batch] = {}
         self._lingering: dict[str, asyncio.Handle] = {}  # a dispatch is scheduled
         self._in_flight: dict[str, int] = {}  # publish requests out, by topic
         self._requests: set[asyncio.Task[None]] = set()
-        # STYLE 3: records waiting for an answer are bounded; send() waits for room.
-        self._room = asyncio.Semaphore(max_pending)
+        # STYLE 3: records waiting for an answer are bounded: send() refuses past
+        # max_pending, send_and_wait() waits for room.
+        self.max_pending = max_pending
+        self._pending = 0
+        self._room_waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
 
     async def __aenter__(self) -> Producer:
@@ -96,7 +117,43 @@ class Producer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def send(
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        *,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        partition: int | None = None,
+        id: str | None = None,
+    ) -> asyncio.Future[SendResult | None]:
+        """Queue one record and return the future of its result, without waiting.
+        `bytes` go as `value_b64`; anything else as a JSON `value`."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        if self._pending >= self.max_pending:
+            raise ProducerBufferFullError(self.max_pending)
+        message = _encode(value, key, headers, partition, id)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[SendResult | None] = loop.create_future()
+        self._pending += 1  # given back when its request is answered (_publish)
+        batch = self._batches.get(topic)
+        if batch is None:
+            batch = self._batches[topic] = _Batch()
+        batch.messages.append(message)
+        batch.futures.append(future)
+        batch.size += len(message) + 1
+        if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
+            self._dispatch(topic, force=True)
+        elif topic not in self._lingering:
+            self._lingering[topic] = (
+                loop.call_later(self.linger, self._dispatch, topic)
+                if self.linger
+                else loop.call_soon(self._dispatch, topic)  # after this turn's other sends
+            )
+        return future
+
+    async def send_and_wait(
         self,
         topic: str,
         value: Any,
@@ -106,27 +163,29 @@ class Producer:
         partition: int | None = None,
         id: str | None = None,
     ) -> SendResult | None:
-        """Publish one record. `bytes` go as `value_b64`; anything else as a JSON `value`."""
-        if self._closed:
-            raise RuntimeError("producer is closed")
-        message = _encode(value, key, headers, partition, id)
-        await self._room.acquire()
-        future: asyncio.Future[SendResult | None] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda _: self._room.release())
-        batch = self._batches.setdefault(topic, _Batch())
-        batch.messages.append(message)
-        batch.futures.append(future)
-        batch.size += len(message) + 1
-        if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
-            self._dispatch(topic, force=True)
-        elif topic not in self._lingering:
-            loop = asyncio.get_running_loop()
-            self._lingering[topic] = (
-                loop.call_later(self.linger, self._dispatch, topic)
-                if self.linger
-                else loop.call_soon(self._dispatch, topic)  # after this turn's other sends
-            )
-        return await future
+        """Publish one record and wait for its result (for room first, if need be)."""
+        while self._pending >= self.max_pending:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._room_waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if not waiter.done():
+                    waiter.cancel()  # ours was cancelled: pass the turn on
+                    self._wake_one()
+        return await self.send(topic, value, key=key, headers=headers, partition=partition, id=id)
+
+    def _release(self, n: int) -> None:
+        self._pending -= n
+        for _ in range(min(n, len(self._room_waiters))):
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._room_waiters:
+            waiter = self._room_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     async def flush(self) -> None:
         """Send every waiting record now and wait for all answers."""
@@ -143,7 +202,7 @@ class Producer:
         try:
             await self.flush()
         finally:
-            await self._http.aclose()
+            await self._pool.close()
 
     def _dispatch(self, topic: str, *, force: bool = False) -> None:
         """Send the topic's batch, unless `max_in_flight` requests are out (then the
@@ -173,6 +232,7 @@ class Producer:
 
     async def _publish(self, topic: str, batch: _Batch) -> None:
         messages, futures = batch.messages, batch.futures
+        count = len(futures)
         try:
             while messages:
                 try:
@@ -180,6 +240,7 @@ class Producer:
                         functools.partial(self._post, topic, messages),
                         self.retries,
                         self.max_retry_wait,
+                        self._reach,
                     )
                 except HeraldClientError as exc:
                     bad = exc.index
@@ -192,29 +253,38 @@ class Producer:
                     messages = messages[:bad] + messages[bad + 1 :]
                     continue
                 for future, result in zip(futures, results, strict=True):
-                    _settle(future, result)
+                    if not future.done():  # cancelled by its sender: nothing to tell
+                        future.set_result(result)
                 return
         except Exception as exc:
             for future in futures:
                 _settle(future, exc)
+        finally:
+            self._release(count)
 
     async def _post(self, topic: str, messages: list[bytes]) -> list[SendResult | None]:
         body = b'{"messages":[' + b",".join(messages) + b"]}"
-        response = await self._http.post(
-            f"/v1/topics/{topic}/messages",
-            params={"acks": self.acks},
-            content=body,
-            headers={"content-type": "application/json"},
-        )
-        if response.status_code >= 400:
-            raise HeraldClientError.from_response(response)
-        if response.status_code == 202 or not response.content:
+        try:
+            response = await self._pool.request(
+                "POST",
+                f"/v1/topics/{quote(topic, safe='')}{self._query}",
+                body,
+                "application/json",
+            )
+        except TransportError as exc:
+            raise self._reach.unreachable(exc) from exc
+        self._reach.answered = True
+        if response.status >= 400:
+            raise HeraldClientError.from_answer(
+                response.status, response.body, response.headers.get("retry-after")
+            )
+        if response.status == 202 or not response.body:
             return [None] * len(messages)  # acks=0: answered before the write
-        results = orjson.loads(response.content)["results"]
-        return [
-            SendResult(r["partition"], r["offset"], bool(r.get("duplicate", False)))
-            for r in results
-        ]
+        try:
+            results = orjson.loads(response.body)["results"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            raise HeraldConnectionError(self._reach.url, "the answer is not Herald's") from None
+        return [SendResult(r["partition"], r["offset"], r.get("duplicate") is True) for r in results]
 
 
 def _encode(
@@ -224,8 +294,12 @@ def _encode(
     partition: int | None,
     id: str | None,
 ) -> bytes:
+    bytes_value = isinstance(value, bytes | bytearray | memoryview)
+    if key is None and not headers and partition is None and id is None and not bytes_value:
+        # The common record, without a dict: a new bytes object of its own size.
+        return b'{"value":' + orjson.dumps(value) + b"}"
     message: dict[str, Any] = {}
-    if isinstance(value, bytes | bytearray | memoryview):
+    if bytes_value:
         message["value_b64"] = base64.b64encode(bytes(value)).decode("ascii")
     else:
         message["value"] = value

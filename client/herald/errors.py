@@ -38,8 +38,17 @@ class HeraldClientError(Exception):
 
     @classmethod
     def from_response(cls, response: httpx.Response) -> HeraldClientError:
+        return cls.from_answer(
+            response.status_code, response.content, response.headers.get("retry-after")
+        )
+
+    @classmethod
+    def from_answer(
+        cls, status: int, content: bytes, retry_after: str | None = None
+    ) -> HeraldClientError:
+        """The error of an HTTP answer >= 400: its problem JSON if it has one."""
         try:
-            problem = orjson.loads(response.content)
+            problem = orjson.loads(content)
         except orjson.JSONDecodeError:
             problem = None
         if not isinstance(problem, dict):
@@ -47,12 +56,33 @@ class HeraldClientError(Exception):
         code = problem.get("code")
         detail = problem.get("detail")
         return cls(
-            code if isinstance(code, str) else f"http_{response.status_code}",
-            response.status_code,
-            detail if isinstance(detail, str) else response.text[:200],
+            code if isinstance(code, str) else f"http_{status}",
+            status,
+            detail if isinstance(detail, str) else content[:200].decode("utf-8", "replace"),
             title=problem.get("title") if isinstance(problem.get("title"), str) else None,
             problem=problem,
-            retry_after=_retry_after(response.headers.get("retry-after")),
+            retry_after=_retry_after(retry_after),
+        )
+
+
+class HeraldConnectionError(HeraldClientError):
+    """The server could not be reached, or what answered is not a Herald server (no
+    connection, a refused or timed-out one, a handshake that is not Herald's). Raised at
+    once when no connection to the server has succeeded yet; after one has, the SDK
+    retries (the producer) or reconnects (the consumer) with backoff instead."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__("unreachable", 0, f"cannot reach {url}: {reason}")
+        self.url = url
+
+
+class ProducerBufferFullError(HeraldClientError):
+    """`Producer.send` found `max_pending` records already waiting for an answer:
+    await some of the futures first, or use `send_and_wait`, which waits for room."""
+
+    def __init__(self, max_pending: int) -> None:
+        super().__init__(
+            "buffer_full", 0, f"{max_pending} records are waiting for an answer (max_pending)"
         )
 
 

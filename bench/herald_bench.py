@@ -1,4 +1,8 @@
-"""`herald bench`: end-to-end throughput and latency through a real server.
+"""`python bench/herald_bench.py`: the server's capacity, end to end, through a real server.
+
+Its publisher is hand-built (one prebuilt body posted over and over on raw HTTP/1.1
+keep-alive connections) so that the client costs next to nothing and the figure is the
+server's: what users get through the SDK is bench/compare.py's.
 
 Speaks only the public protocol (PROTOCOL §2 publish, §3 WebSocket consumer).
 By default it starts its own server (``herald serve`` on a free loopback port and
@@ -209,7 +213,7 @@ async def _consumer(
 
 
 class CreditWindow:
-    """Gives credit back half the window at a time, as client.Consumer does."""
+    """Gives credit back half the window at a time, as herald.Consumer does."""
 
     def __init__(self, window: int) -> None:
         self.window = window
@@ -425,7 +429,7 @@ async def run(args: argparse.Namespace, url: str, pid: int | None) -> None:
     print(
         f"herald bench: {args.records} x {RECORD_BYTES} B records, batch {args.batch}, "
         f"{args.concurrency} concurrent publishers, consumer credit 1000 acking every record "
-        f"(credit given back half the window at a time, as client.Consumer does); "
+        f"(credit given back half the window at a time, as herald.Consumer does); "
         f"median of {args.runs} run(s)"
         + (f"; server pinned to CPUs {args.server_cpus}" if args.server_cpus else "")
     )
@@ -462,10 +466,9 @@ def _median_run(runs: list[ThroughputResult]) -> ThroughputResult:
     )
 
 
-def add_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "bench",
-        help="measure end-to-end throughput, latency and server CPU",
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench/herald_bench.py",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -486,10 +489,11 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         help="start the server pinned to these CPUs (its --cpus), e.g. 0",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.set_defaults(func=main)
+    return parser
 
 
-def main(args: argparse.Namespace) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     # The client's own collector pauses would count as delivery latency: freeze what
     # exists and make full collections rare, as the server does (server/cli.py).
     gc.freeze()
@@ -509,3 +513,7 @@ def _has_uvloop() -> bool:
     except ImportError:
         return False
     return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,9 @@
-"""Client subcommands of the `herald` CLI: topics, subscriptions, publish, consume, bench.
+"""Client subcommands of the `herald` CLI: topics, subscriptions, publish, consume, tail.
 
-`server/cli.py` calls `add_commands(subparsers)`; each subcommand sets `func`,
-which takes the parsed arguments and returns the exit status.
+`server/cli.py` calls `add_global_options(parser)` (`--url`, `--token` before the
+subcommand) and `add_commands(subparsers)`; each subcommand sets `func`, which takes
+the parsed arguments and returns the exit status. `--url`/`--token` are accepted
+after the subcommand too (there they win).
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ import httpx
 import orjson
 import websockets
 
-from client import bench
-from client._http import DEFAULT_URL
-from client.admin import Admin
-from client.consumer import Consumer
-from client.errors import HeraldClientError
-from client.producer import Producer
+from herald._http import DEFAULT_URL
+from herald.admin import Admin
+from herald.consumer import Consumer
+from herald.errors import HeraldClientError
+from herald.producer import Producer
+from herald.tail import Tail
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, Any]]
 PUBLISH_CHUNK = 10_000
@@ -35,20 +37,27 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     _subscriptions(subparsers)
     _publish(subparsers)
     _consume(subparsers)
-    bench.add_command(subparsers)  # server/cli.py registers only this module once it exists
+    _tail(subparsers)
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """`herald --url U --token T COMMAND …`: the top-level parser's own flags."""
+    _common(parser)
 
 
 # -- parsers ----------------------------------------------------------------------------
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand's parser leaves the value alone unless it is given there,
+    # so `herald --url U topics list` keeps U; the defaults are applied in _runner.
     parser.add_argument(
         "--url",
-        default=os.environ.get("HERALD_URL", DEFAULT_URL),
-        help="server URL (env HERALD_URL; default %(default)s)",
+        default=argparse.SUPPRESS,
+        help=f"server URL (env HERALD_URL; default {DEFAULT_URL})",
     )
     parser.add_argument(
-        "--token", default=os.environ.get("HERALD_TOKEN"), help="bearer token (env HERALD_TOKEN)"
+        "--token", default=argparse.SUPPRESS, help="bearer token (env HERALD_TOKEN)"
     )
 
 
@@ -98,6 +107,17 @@ def _subscriptions(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     create.add_argument("--max-deliveries", type=int, help="0 = never dead-letter")
     create.add_argument("--dead-letter-topic")
     create.add_argument("--ordered-by-key", action="store_true", default=None)
+    push = create.add_argument_group("push (a webhook endpoint, PROTOCOL §4)")
+    push.add_argument("--push-url", help="POST each record to this URL")
+    push.add_argument(
+        "--push-secret",
+        help="whsec_<base64 of 16..64 bytes>; or env HERALD_PUSH_SECRET, which ps does not show",
+    )
+    push.add_argument("--push-max-in-flight", type=int, help="concurrent requests (1..1000)")
+    push.add_argument("--push-timeout-ms", type=int, help="answer deadline (100..60000)")
+    push.add_argument(
+        "--push-breaker-failures", type=int, help="consecutive failures that open the breaker"
+    )
     create.add_argument(
         "--config", type=orjson.loads, help="more fields as a JSON object, e.g. retry_backoff"
     )
@@ -117,6 +137,15 @@ def _subscriptions(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
         type=_partition_offset,
         help="repeatable",
     )
+    redrive = _leaf(
+        actions,
+        "redrive",
+        "republish the records of a subscription's dead-letter topic to its topic",
+        _subs_redrive,
+    )
+    redrive.add_argument("subscription")
+    redrive.add_argument("--rate", type=int, help="records per second (1..10000)")
+    redrive.add_argument("--max-records", type=int, help="at most this many (1..1000000)")
 
 
 def _publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -150,9 +179,30 @@ def _consume(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         _run_consume,
     )
     consume.add_argument("subscription")
-    consume.add_argument("--count", type=int, help="stop after N records (default: never)")
+    consume.add_argument(
+        "--count", type=int, help="take N records (and no credit for more), then stop"
+    )
     consume.add_argument("--credit", type=int, default=100, help="records in flight to this client")
     consume.add_argument("--no-ack", action="store_true", help="print without acking")
+
+
+def _tail(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tail = _leaf(
+        subparsers,
+        "tail",
+        "print a topic's records as they are published, one JSON object per line: an "
+        "ephemeral tail, at most once, that leaves nothing on the server",
+        _run_tail,
+    )
+    tail.add_argument("topic")
+    tail.add_argument(
+        "--from",
+        dest="start",
+        default="latest",
+        help="latest (default), earliest, an offset (every partition) or ts:<ms>",
+    )
+    tail.add_argument("--count", type=int, help="stop after N records (default: never)")
+    tail.add_argument("--credit", type=int, default=1000, help="records in flight to this client")
 
 
 # -- handlers -----------------------------------------------------------------------------
@@ -208,8 +258,37 @@ async def _subs_create(args: argparse.Namespace) -> Any:
         value = getattr(args, name)
         if value is not None:
             config[name] = value
+    push = _push_config(args)
+    if push:
+        config["push"] = {**(config.get("push") or {}), **push}
     async with Admin(args.url, args.token) as admin:
         return await admin.create_subscription(args.subscription, args.topic, **config)
+
+
+def _push_config(args: argparse.Namespace) -> dict[str, Any]:
+    push: dict[str, Any] = {}
+    for flag, field in (
+        ("push_url", "url"),
+        ("push_max_in_flight", "max_in_flight"),
+        ("push_timeout_ms", "timeout_ms"),
+    ):
+        if getattr(args, flag) is not None:
+            push[field] = getattr(args, flag)
+    if args.push_breaker_failures is not None:
+        push["breaker"] = {"failures": args.push_breaker_failures}
+    if args.push_secret is not None and not push:
+        raise HeraldClientError("bad_request", 0, "--push-secret needs --push-url")
+    secret = args.push_secret or os.environ.get("HERALD_PUSH_SECRET")
+    if push and secret:
+        push["secret"] = secret
+    return push
+
+
+async def _subs_redrive(args: argparse.Namespace) -> Any:
+    async with Admin(args.url, args.token) as admin:
+        return await admin.redrive(
+            args.subscription, rate=args.rate, max_records=args.max_records
+        )
 
 
 async def _subs_get(args: argparse.Namespace) -> Any:
@@ -263,16 +342,32 @@ async def _run_publish(args: argparse.Namespace) -> None:
 async def _run_consume(args: argparse.Namespace) -> None:
     if args.count is not None and args.count <= 0:
         return
-    credit = max(1, min(args.credit, args.count or args.credit))
-    seen = 0
-    async with Consumer(args.url, args.subscription, args.token, credit=credit) as consumer:
+    # `limit`: exactly --count records are granted credit, none more that would be sent
+    # and then come back later as attempt 2.
+    async with Consumer(
+        args.url, args.subscription, args.token, credit=max(1, args.credit), limit=args.count
+    ) as consumer:
         async for message in consumer:
             _print(message.to_json())
             if not args.no_ack:
                 await message.ack()
-            seen += 1
-            if args.count is not None and seen >= args.count:
-                break
+
+
+async def _run_tail(args: argparse.Namespace) -> None:
+    if args.count is not None and args.count <= 0:
+        return
+    async with Tail(
+        args.url,
+        args.topic,
+        args.token,
+        start=args.start,
+        credit=max(1, args.credit),
+        limit=args.count,
+    ) as tail:
+        async for message in tail:
+            record = message.to_json()
+            del record["subscription"]  # PROTOCOL §3: a tail's records have none
+            _print(record)
 
 
 # -- plumbing -----------------------------------------------------------------------------
@@ -280,10 +375,15 @@ async def _run_consume(args: argparse.Namespace) -> None:
 
 def _runner(run: Handler) -> Callable[[argparse.Namespace], int]:
     def main(args: argparse.Namespace) -> int:
+        if getattr(args, "url", None) is None:
+            args.url = os.environ.get("HERALD_URL", DEFAULT_URL)
+        if getattr(args, "token", None) is None:
+            args.token = os.environ.get("HERALD_TOKEN")
         try:
             result = asyncio.run(run(args))
         except HeraldClientError as exc:
-            print(f"herald: {exc.code} ({exc.status}): {exc.detail}", file=sys.stderr)
+            status = f" ({exc.status})" if exc.status else ""
+            print(f"herald: {exc.code}{status}: {exc.detail}", file=sys.stderr)
             return 1
         except (OSError, httpx.HTTPError, websockets.WebSocketException) as exc:
             print(f"herald: cannot reach {args.url}: {exc}", file=sys.stderr)

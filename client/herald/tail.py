@@ -1,0 +1,144 @@
+"""An ephemeral tail of a topic (PROTOCOL §3): `async for msg in Tail(url, topic)`.
+
+At most once and nothing stored on the server: no subscription, no cursor, gone on
+disconnect. So it never reconnects either (a new tail would start again from its
+`start`): a lost connection ends the iteration with the SDK's error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from urllib.parse import quote, urlencode
+
+import orjson
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from herald._http import DEFAULT_URL
+from herald.consumer import MAX_CREDIT, TERMINAL_CLOSE_CODES, Message, as_client_error
+from herald.errors import ConsumerClosedError
+
+
+class Tail:
+    """Records of `topic` as they are published (`start`: "latest", "earliest", an
+    offset applied to every partition, or "ts:<ms>"), `credit` at a time; `limit`
+    ends it after that many records. Use it as `async with Tail(...) as tail:`."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        topic: str = "",
+        token: str | None = None,
+        *,
+        start: str | int = "latest",
+        credit: int = 1000,
+        limit: int | None = None,
+        open_timeout: float = 10.0,
+        compression: str | None = None,
+    ) -> None:
+        if not topic:
+            raise ValueError("topic is required")
+        if not 1 <= credit <= MAX_CREDIT:
+            raise ValueError(f"credit must be 1..{MAX_CREDIT}")
+        if limit is not None and limit < 1:
+            raise ValueError("limit must be at least 1")
+        if limit is not None:
+            credit = min(credit, limit)  # never sent records it will not take
+        query = {"from": str(start), "credit": str(credit)} | ({"token": token} if token else {})
+        base = url.rstrip("/").replace("http", "ws", 1)
+        self.ws_url = f"{base}/v1/topics/{quote(topic, safe='')}/ws?{urlencode(query)}"
+        self.url = url.rstrip("/")
+        self.topic = topic
+        self.credit = credit
+        self.limit = limit
+        self.open_timeout = open_timeout
+        self.compression = compression
+        self._headers = {"authorization": f"Bearer {token}"} if token else None
+        self._ws: ClientConnection | None = None
+        self._buffer: deque[Message] = deque()
+        self._taken = 0
+        self._granted = credit  # in all, so that `limit` is never exceeded
+        self._owed = 0
+        self._closed = False
+
+    async def __aenter__(self) -> Tail:
+        await self._connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __aiter__(self) -> Tail:
+        return self
+
+    async def close(self) -> None:
+        self._closed = True
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            with contextlib.suppress(websockets.WebSocketException, OSError):
+                await ws.close()
+
+    async def __anext__(self) -> Message:
+        if self._closed or (self.limit is not None and self._taken >= self.limit):
+            raise StopAsyncIteration
+        ws = self._ws or await self._connect()
+        while not self._buffer:
+            try:
+                raw = await ws.recv()
+            except websockets.ConnectionClosed as closed:
+                received = closed.rcvd
+                if received is not None and received.code in TERMINAL_CLOSE_CODES:
+                    raise ConsumerClosedError(received.code, received.reason) from closed
+                if received is not None and received.code in (1000, 1001):
+                    raise StopAsyncIteration from None  # the server went away cleanly
+                raise as_client_error(closed, self.url)  # noqa: B904 (its context is kept)
+            frame = orjson.loads(raw)
+            if frame.get("type") == "deliver":
+                self._buffer.extend(Message.from_json(m) for m in frame["messages"])
+        self._taken += 1
+        self._owed += 1
+        await self._give_credit(ws)
+        return self._buffer.popleft()
+
+    async def _give_credit(self, ws: ClientConnection) -> None:
+        # Half the window at a time, as the Consumer does; never past `limit`.
+        if self._owed < max(1, self.credit // 2):
+            return
+        n, self._owed = self._owed, 0
+        if self.limit is not None:
+            n = min(n, self.limit - self._granted)
+        if n > 0:
+            self._granted += n
+            await ws.send(orjson.dumps({"type": "credit", "n": n}).decode())
+
+    async def _connect(self) -> ClientConnection:
+        if self._ws is not None:
+            return self._ws
+        try:
+            ws = await websockets.connect(
+                self.ws_url,
+                additional_headers=self._headers,
+                max_size=None,
+                open_timeout=self.open_timeout,
+                compression=self.compression,
+            )
+        except Exception as exc:
+            raise as_client_error(exc, self.url)  # noqa: B904 (its context is kept)
+        try:
+            async with asyncio.timeout(self.open_timeout):
+                ready = orjson.loads(await ws.recv())
+            if not isinstance(ready, dict) or ready.get("type") != "ready":
+                raise ConnectionError("the server did not start with a ready frame")
+        except websockets.ConnectionClosed as closed:
+            await ws.close()
+            received = closed.rcvd
+            if received is not None and received.code in TERMINAL_CLOSE_CODES:
+                raise ConsumerClosedError(received.code, received.reason) from closed
+            raise as_client_error(closed, self.url)  # noqa: B904 (its context is kept)
+        except Exception as exc:
+            await ws.close()
+            raise as_client_error(exc, self.url)  # noqa: B904 (its context is kept)
+        self._ws = ws
+        return ws

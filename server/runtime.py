@@ -1,0 +1,204 @@
+"""The running server: its app-wide workers, their start and stop order, and the typed
+services the routes use.
+
+The lifespan (server/app.py) starts a :class:`Runtime`: it opens Storage (recovery),
+starts the DeliveryEngine and the webhook dispatchers, runs the retention and flush
+loops, and on SIGTERM drains in the order PROTOCOL §3 asks: pending appends finish,
+cursors are persisted and consumers closed with 1001, then Storage closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import HTTPConnection
+
+from delivery.engine import DeliveryEngine
+from delivery.redrive import Redrives
+from server.config import ServerConfig
+from server.errors import ServiceStopping
+from server.metrics import Histogram
+from server.tasks import cancel_and_wait
+from storage.engine import Storage
+from storage.lock import DataDirLock
+from subscribers.tail import TailRegistry
+from subscribers.webhook import WebhookDispatchers, webhook_verify
+from subscribers.websocket import SocketServices
+
+log = logging.getLogger("herald.server")
+
+
+class BackgroundAppends:
+    """Supervises the appends of acks=0 publishes, which are answered before they run.
+
+    Bounded (STYLE principle 3): when ``limit`` appends are pending, the next
+    acks=0 request waits for a slot before it is answered, which pushes back on
+    the producer instead of queueing without end. SIGTERM waits for all of them.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._slots = asyncio.Semaphore(limit)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    async def submit(self, append: Coroutine[Any, Any, Any]) -> None:
+        try:
+            if self._closed:
+                raise ServiceStopping("the server is shutting down")
+            await self._slots.acquire()
+        except BaseException:
+            append.close()  # never started: close it so it is not reported as never awaited
+            raise
+        task = asyncio.create_task(append)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # Nobody waits for an acks=0 answer; the log is the only place this can go.
+            log.error("acks=0 append failed: %s", exc, exc_info=exc)
+
+    async def drain(self) -> None:
+        self._closed = True
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Services:
+    """What the routes, middleware and sockets use, typed: built by the Runtime once
+    recovery is done, reached through :func:`services` (never through ``app.state``'s
+    untyped attributes)."""
+
+    config: ServerConfig
+    storage: Storage
+    engine: DeliveryEngine
+    webhooks: WebhookDispatchers  # PROTOCOL §4 push subscriptions
+    redrives: Redrives  # dead-letter redrive (delivery/redrive.py)
+    sockets: SocketServices  # what subscribers/websocket.py needs
+    background: BackgroundAppends  # acks=0 appends
+    stopping: asyncio.Event  # set on SIGTERM: wakes long-polls
+    admin_lock: asyncio.Lock  # serialises topic and subscription create/delete
+    publish_duration: Histogram  # herald_publish_duration_seconds
+    started_ms: int  # GET /v1/stats uptime
+
+
+def services(connection: HTTPConnection) -> Services:
+    """The running server's services, for a request or a WebSocket."""
+    return app_services(connection.app)
+
+
+def app_services(app: Any) -> Services:
+    """The same from the app (ASGI middleware has the scope's ``app``)."""
+    runtime: Runtime = app.state.runtime
+    return runtime.services
+
+
+async def _every(seconds: float, work: Callable[[], Awaitable[None]], what: str) -> None:
+    """Run ``work`` every ``seconds`` until cancelled; one failed run (a retention pass, an
+    fsync) is logged and tried again at the next tick, never the end of the loop."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await work()
+        except Exception:
+            log.exception("%s failed", what)
+
+
+class Runtime:
+    """The app-wide workers and their start/stop order; owns the Services."""
+
+    def __init__(self, config: ServerConfig, data_lock: DataDirLock | None = None) -> None:
+        self.config = config
+        self._data_lock = data_lock  # taken by `herald serve` before it bound its port
+        self.stopping = asyncio.Event()  # wakes long-polls on SIGTERM
+        self.background = BackgroundAppends(config.max_pending_unacked_publishes)
+        self.tails = TailRegistry()
+        self._storage: Storage | None = None
+        self._services: Services | None = None
+        self._retention: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._drained = False
+        self._closed = False
+
+    async def start(self) -> None:
+        lock = self._data_lock if self._data_lock is not None and self._data_lock.held else None
+        storage = self._storage = await Storage.open(
+            self.config.data_dir, segment_bytes=self.config.segment_bytes, lock=lock
+        )
+        try:
+            engine = DeliveryEngine(storage)
+            await engine.start()
+            verify = await asyncio.to_thread(webhook_verify, self.config.webhook_ca_file)
+            webhooks = WebhookDispatchers(engine, verify=verify)
+            await webhooks.start()
+        except BaseException:
+            await storage.close()
+            raise
+        self._services = Services(
+            config=self.config,
+            storage=storage,
+            engine=engine,
+            webhooks=webhooks,
+            redrives=Redrives(engine),
+            sockets=SocketServices(engine, storage, self.tails),
+            background=self.background,
+            stopping=self.stopping,
+            admin_lock=asyncio.Lock(),
+            publish_duration=Histogram(),
+            started_ms=time.time_ns() // 1_000_000,
+        )
+        self._retention = asyncio.create_task(
+            _every(self.config.retention_interval_s, storage.run_retention, "retention pass"),
+            name="herald-retention",
+        )
+        if self.config.flush_interval_s > 0:
+            # Bounds what power loss can take from acks=1 appends to about one interval.
+            self._flusher = asyncio.create_task(
+                _every(self.config.flush_interval_s, storage.flush, "periodic flush"),
+                name="herald-flush",
+            )
+
+    @property
+    def services(self) -> Services:
+        if self._services is None:
+            raise RuntimeError("the server has not started")
+        return self._services
+
+    async def drain(self) -> None:
+        """Stop serving consumers: wake long-polls, finish acks=0 appends, persist cursors,
+        close consumers with 1001. Idempotent; runs before uvicorn closes connections."""
+        if self._drained:
+            return
+        self._drained = True
+        self.stopping.set()
+        await self.background.drain()
+        if self._services is not None:
+            # The webhooks first: unfinished POSTs give their records back.
+            await self._services.webhooks.stop()
+            await self._services.engine.stop()
+        self.tails.close_all()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.drain()
+        finally:
+            try:
+                await cancel_and_wait(self._retention, self._flusher)
+            finally:
+                if self._storage is not None:
+                    await self._storage.close()
