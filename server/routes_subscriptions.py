@@ -64,7 +64,7 @@ async def patch_subscription(request: Request) -> Response:
     """PROTOCOL §8 change in place: applied at once, cursor and in-flight records kept."""
     name = check_name(request.path_params["name"], "subscription")
     patch = parse_subscription_patch(await json_body(request))
-    state = request.app.state
+    state = services(request)
     async with state.admin_lock:
         old, new = await state.engine.update_subscription(name, patch.apply)
         # push given starts pushing; push: null stops it (WebSocket and pull drain it).
@@ -93,7 +93,7 @@ async def pull(request: Request) -> Response:
     a long-poll (`wait_ms`) ends as soon as records come, and at once on SIGTERM."""
     name = check_name(request.path_params["name"], "subscription")
     wanted = parse_pull(await json_body(request, optional=True))
-    state = request.app.state
+    state = services(request)
     engine = state.engine
     topic = engine.get(name).topic
     deliveries = await engine.pull(name, wanted.max_messages, wanted.wait_ms / 1000, state.stopping)
@@ -105,7 +105,7 @@ async def ack(request: Request) -> Response:
     """PROTOCOL §8: `{"ok": [...], "unknown": [...]}`, for any in-flight record."""
     name = check_name(request.path_params["name"], "subscription")
     ids = parse_ack(await json_body(request))
-    ok, unknown = request.app.state.engine.ack_in(name, ids)
+    ok, unknown = services(request).engine.ack_in(name, ids)
     # Not a message id at all: certainly not in flight, listed after the well-formed ones.
     unknown = [
         *(i for i in unknown if is_message_id(i)),
@@ -119,7 +119,7 @@ async def nack(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     wanted = parse_nack(await json_body(request))
     ids = [i for i in wanted.ids if is_message_id(i)]
-    request.app.state.engine.nack_in(name, ids, wanted.delay_ms, wanted.reason)
+    services(request).engine.nack_in(name, ids, wanted.delay_ms, wanted.reason)
     return Response(status_code=204)
 
 
