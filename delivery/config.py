@@ -95,6 +95,7 @@ class SubscriptionConfig:
     dead_letter_topic: str | None = None
     ordered_by_key: bool = False
     push: PushConfig | None = None
+    filter: str | None = None  # PROTOCOL §8: checked by delivery/filter.py check_filter
 
     def public_dict(self) -> dict[str, Any]:
         """The config as GET shows it (PROTOCOL §2): all fields, defaults filled, no secret."""
@@ -112,6 +113,7 @@ class SubscriptionConfig:
             "dead_letter_topic": self.dead_letter_topic,
             "ordered_by_key": self.ordered_by_key,
             "push": self.push.public_dict() if self.push else None,
+            "filter": self.filter,
         }
 
     def to_storage(self) -> dict[str, Any]:
@@ -137,6 +139,7 @@ class SubscriptionConfig:
             retry_backoff=Backoff(**data["retry_backoff"]),
             dead_letter_topic=data["dead_letter_topic"],
             ordered_by_key=data["ordered_by_key"],
+            filter=data.get("filter"),
             push=None
             if push is None
             else PushConfig(
@@ -161,6 +164,7 @@ PATCHABLE_FIELDS = (
     "retry_backoff",
     "dead_letter_topic",
     "push",
+    "filter",
 )
 FIXED_FIELDS = ("topic", "start", "delivery", "ordered_by_key")
 

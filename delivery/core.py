@@ -34,6 +34,7 @@ from delivery.events import (
     RefetchRequest,
     SubscriptionStats,
 )
+from delivery.filter import Matcher, compile_filter, parse
 from delivery.inflight import InFlight, InFlightTable
 from delivery.ordering import KeyGate, Ref
 from delivery.redelivery import RedeliveryQueue, RedeliveryRef
@@ -91,6 +92,8 @@ class SubscriptionCore:
         self.acked_total = 0
         self.dead_lettered_total = 0
         self.expired_total = 0
+        self.filtered_total = 0
+        self._match = _matcher(config)
 
     def reconfigure(self, config: SubscriptionConfig) -> None:
         """PROTOCOL §8 change in place (the fields PATCH may change): from now on sends get
@@ -107,6 +110,7 @@ class SubscriptionCore:
         self._deadline_s = deadline_s
         self._max_in_flight = config.max_in_flight
         self._max_deliveries = config.max_deliveries
+        self._match = _matcher(config)  # compiled once per change, not per record
 
     # ------------------------------------------------------------------ consumers
 
@@ -326,8 +330,14 @@ class SubscriptionCore:
         picked: list[tuple[Record, int]] = []
         refetched = self._refetched
         max_deliveries = self._max_deliveries
+        match = self._match
         while refetched and len(picked) < room:
             record, prior, epoch = refetched.popleft()
+            if match is not None and not match(record):
+                # The filter changed (PATCH) since its first send: acked unsent now.
+                self._filter_out(record)
+                self._release_record_key(record)
+                continue
             if max_deliveries and prior >= max_deliveries:
                 self._dead_letter(record, prior, epoch)
                 continue
@@ -437,6 +447,7 @@ class SubscriptionCore:
             acked_total=self.acked_total,
             dead_lettered_total=self.dead_lettered_total,
             expired_total=self.expired_total,
+            filtered_total=self.filtered_total,
             partitions=tuple(PartitionStats(p, s.ack_floor) for p, s in self._parts.items()),
         )
 
@@ -494,6 +505,12 @@ class SubscriptionCore:
         self._dl_pending[(record.partition, record.offset, epoch)] = deliveries
         error = self._last_error.get((record.partition, record.offset), BEFORE_RESTART)
         self._dead_letters.append(DeadLetter(record, deliveries, epoch=epoch, last_error=error))
+
+    def _filter_out(self, record: Record) -> None:
+        self._parts[record.partition].mark_done(record.offset)
+        self._forget_error(record.partition, record.offset)
+        self.filtered_total += 1
+        self.dirty = True
 
     def _forget_error(self, partition: int, offset: int) -> None:
         if self._last_error:
@@ -575,6 +592,7 @@ class SubscriptionCore:
         gate = self._gate
         prior_of = self._prior
         max_deliveries = self._max_deliveries
+        match = self._match
         want = room - len(picked)
         consumed = 0
         while want > 0 and parts:
@@ -592,6 +610,12 @@ class SubscriptionCore:
                     offset = record.offset
                     if offset < state.ack_floor or (done and offset in done):
                         continue  # acked before a restart
+                    if match is not None and not match(record):
+                        # PROTOCOL §8: acked without being sent, never dead-lettered.
+                        self._filter_out(record)
+                        if prior_of:
+                            prior_of.pop((p, offset), None)
+                        continue
                     key = record.key
                     if gate is not None and key is not None and not gate.try_take(key, (p, offset)):
                         continue  # waits, as a ref, behind its key (PROTOCOL §2)
@@ -646,3 +670,8 @@ class SubscriptionCore:
         self.delivered_total += index
         self.redelivered_total += redelivered
         return out
+
+
+def _matcher(config: SubscriptionConfig) -> Matcher | None:
+    """The subscription's filter, compiled (PROTOCOL §8); None matches everything."""
+    return None if config.filter is None else compile_filter(parse(config.filter))

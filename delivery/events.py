@@ -91,6 +91,7 @@ class SubscriptionStats:
     dead_lettered_total: int
     expired_total: int
     partitions: tuple[PartitionStats, ...]
+    filtered_total: int = 0  # PROTOCOL §8: acked unsent, not matching the filter
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -102,6 +103,7 @@ class SubscriptionStats:
             "acked_total": self.acked_total,
             "dead_lettered_total": self.dead_lettered_total,
             "expired_total": self.expired_total,
+            "filtered_total": self.filtered_total,
             "partitions": [
                 {"partition": p.partition, "ack_floor": p.ack_floor} for p in self.partitions
             ],

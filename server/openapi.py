@@ -24,6 +24,7 @@ import orjson
 from delivery import redrive
 from delivery.config import MAX_PREVIOUS_SECRETS, DeliveryMode, PushConfig, SubscriptionConfig
 from delivery.dead_letter import MAX_NACK_REASON
+from delivery.filter import MAX_FILTER_CHARS
 from server import validation as v
 from storage.config import TopicConfig
 from storage.record import Acks
@@ -96,6 +97,16 @@ _SECRET = {
     "description": f"{v.SECRET_PREFIX} + strict base64 of "
     f"{v.SECRET_BYTES[0]}..{v.SECRET_BYTES[1]} bytes",
 }
+_FILTER = _nullable(
+    {
+        "type": "string",
+        "maxLength": MAX_FILTER_CHARS,
+        "default": None,
+        "description": 'PROTOCOL §8: key = "v", key != "v", hasPrefix(key, "p"), '
+        'headers.NAME = / != "v", hasPrefix(headers.NAME, "p"), headers:NAME, joined '
+        "with AND, OR, NOT and parentheses (malformed -> bad_request with the position)",
+    }
+)
 _BASE64 = {"type": "string", "pattern": _pattern(v.base64_pattern()), "contentEncoding": "base64"}
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _BAD = _problem("bad_request, validation_error or invalid_name")
@@ -256,6 +267,7 @@ def _subscription_config() -> dict[str, Any]:
             "dead_letter_topic": _nullable({**_NAME, "default": None}),
             "ordered_by_key": _nullable({"type": "boolean", "default": d["ordered_by_key"]}),
             "push": _nullable({**_ref("PushConfig"), "default": None}),
+            "filter": _FILTER,
         },
         ("topic",),
     )
@@ -286,6 +298,7 @@ def _subscription_patch() -> dict[str, Any]:
             },
             "dead_letter_topic": _nullable({**_NAME, "default": None}),
             "push": _nullable({**push, "default": None}),
+            "filter": _FILTER,
         },
         description="a field left out is unchanged; null sets it back to its default "
         "(push: null stops pushing); records in flight keep their deadline",
@@ -524,6 +537,7 @@ def _subscription_view() -> dict[str, Any]:
         "acked_total",
         "dead_lettered_total",
         "expired_total",
+        "filtered_total",
     )
     stats = _object(
         {

@@ -40,6 +40,7 @@ from delivery.config import (
     SubscriptionPatch,
 )
 from delivery.dead_letter import MAX_NACK_REASON
+from delivery.filter import check_filter
 from delivery.start import StartAt
 from storage.config import TopicConfig
 from storage.errors import (
@@ -470,6 +471,7 @@ _SUB_FIELDS = frozenset(
         "dead_letter_topic",
         "ordered_by_key",
         "push",
+        "filter",
     }
 )
 _PUSH_FIELDS = frozenset(
@@ -513,6 +515,8 @@ def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[
         values["ordered_by_key"] = _as_bool(v, "ordered_by_key")
     if (v := _given(obj, "push")) is not _MISSING:
         values["push"] = _parse_push(v)
+    if (v := _given(obj, "filter")) is not _MISSING:
+        values["filter"] = check_filter(_as_str(v, "filter"))
     return SubscriptionConfig(**values), frozenset(values)
 
 
@@ -568,6 +572,9 @@ def parse_subscription_patch(body: Any) -> SubscriptionPatch:
             if value is None
             else check_name(_as_str(value, "dead_letter_topic"), "dead_letter_topic")
         )
+    if "filter" in obj:
+        value = obj["filter"]
+        changes["filter"] = None if value is None else check_filter(_as_str(value, "filter"))
     keeps_secret = False
     if "push" in obj:
         value = obj["push"]

@@ -617,6 +617,7 @@ def test_stats_follow_protocol_section_5():
         "acked_total": 1,
         "dead_lettered_total": 0,
         "expired_total": 0,
+        "filtered_total": 0,
         "partitions": [{"partition": 0, "ack_floor": 1}, {"partition": 1, "ack_floor": 0}],
     }
 
@@ -648,3 +649,31 @@ def test_raising_max_in_flight_makes_room_at_once():
     h.core.reconfigure(config(max_in_flight=3))
     h.step()
     assert [d.record.id for d in h.received["c1"]] == ["0-0", "0-1", "0-2"]
+
+
+def test_records_not_matching_the_filter_are_acked_unsent_and_hold_no_key():
+    """PROTOCOL §8 Filter: acked without being sent, counted in filtered_total, not in
+    delivered_total, never dead-lettered; a filtered record never holds its key."""
+    h = Harness(config(filter='key = "a"', ordered_by_key=True, max_deliveries=1))
+    for key in ("b", "a", "b", "a"):
+        h.publish(key=key)
+    h.attach("c1", credit=10)
+    assert h.ids("c1") == ["0-1"], "one per key in flight: 0-3 waits for 0-1"
+    h.ack("0-1")
+    assert h.ids("c1") == ["0-1", "0-3"]
+    h.ack("0-3")
+    stats = h.core.stats()
+    assert (stats.filtered_total, stats.delivered_total, stats.acked_total) == (2, 2, 2)
+    assert (stats.backlog, h.core.ack_floor(0), h.dead) == (0, 4, [])
+
+
+def test_a_changed_filter_applies_to_waiting_redeliveries():
+    h = Harness(config(retry_backoff=Backoff(10, 10)))
+    h.publish(key="a")
+    h.publish(key="b")
+    h.attach("c1", credit=10)
+    h.nack("0-0", "0-1")
+    h.core.reconfigure(config(retry_backoff=Backoff(10, 10), filter='key = "b"'))
+    h.advance(0.01)
+    assert h.attempts("c1")[2:] == [("0-1", 2)]
+    assert h.core.stats().filtered_total == 1 and h.core.ack_floor(0) == 1
