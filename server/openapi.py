@@ -280,12 +280,14 @@ def _subscription_patch() -> dict[str, Any]:
     push = _push_config()
     push = {
         **push,
+        # Optional here: left out (or null, PROTOCOL §2) it keeps the current secret.
+        "properties": {**push["properties"], "secret": _nullable(_SECRET)},
         "required": ["url"],
         "description": "replaces the push config whole; without secret the old one is kept",
     }
     return _object(
         {
-            "topic": {**_NAME, "description": fixed},
+            "topic": _nullable({**_NAME, "description": fixed}),
             "start": {**_start(), "description": fixed},
             "delivery": _nullable({"enum": [m.value for m in DeliveryMode], "description": fixed}),
             "ordered_by_key": _nullable({"type": "boolean", "description": fixed}),
