@@ -277,7 +277,9 @@ class SubscriptionRuntime:
             if topic is None:
                 # PROTOCOL §1: dead-letter topics are always created when needed.
                 topic, _ = await self._storage.ensure_topic(target, TopicConfig())
-            items = [PublishItem(dead_letter_record(d, self.topic.name)) for d in dead_letters]
+            items = [
+                PublishItem(dead_letter_record(d, self.topic.name, self.name)) for d in dead_letters
+            ]
             await topic.publish(items, Acks.ALL)
         except Exception:
             log.exception("dead-lettering to %s failed; retrying", target)

@@ -197,7 +197,7 @@ class WebhookDispatcher:
             elif isinstance(action, Ack):
                 self.engine.ack(consumer, [action.id])
             else:
-                self.engine.nack(consumer, [action.id], action.delay_ms)
+                self.engine.nack(consumer, [action.id], action.delay_ms, action.reason)
         except SubscriptionNotFound:
             # Detached under us (shutdown, delete): its records are redelivered later.
             if isinstance(action, Grant):
@@ -234,7 +234,7 @@ class WebhookDispatcher:
         except (httpx.TimeoutException, TimeoutError):
             error = "timeout"
         except httpx.ConnectError as exc:
-            error = f"connect failed: {exc}" if str(exc) else "connect failed"
+            error = _connect_error(exc)
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"
         except httpx.InvalidURL as exc:
@@ -257,6 +257,22 @@ class WebhookDispatcher:
         return [key for key, expires in self._keys if expires is None or wall_ms < expires]
 
 
+def _connect_error(exc: httpx.ConnectError) -> str:
+    """PROTOCOL §8 names a refused connection "connection refused"; other connect
+    failures (DNS, TLS, unreachable) keep what went wrong."""
+    seen: list[BaseException] = [exc]
+    while seen and len(seen) < 64:  # bounded: a cause chain is short
+        cause = seen.pop()
+        if isinstance(cause, ConnectionRefusedError) or "refused" in str(cause).lower():
+            return "connection refused"
+        if isinstance(cause, BaseExceptionGroup):
+            seen.extend(cause.exceptions)
+        nested = cause.__cause__ or cause.__context__
+        if nested is not None:
+            seen.append(nested)
+    return f"connect failed: {exc}" if str(exc) else "connect failed"
+
+
 async def _drain(response: httpx.Response) -> None:
     """Read (and drop) a bounded part of the answer so the connection can be reused."""
     read = 0
@@ -264,6 +280,17 @@ async def _drain(response: httpx.Response) -> None:
         read += len(chunk)
         if read > MAX_RESPONSE_BYTES:
             break
+
+
+def _same_endpoint(old: PushConfig, new: PushConfig) -> bool:
+    """Whether a running dispatcher can take ``new`` without a restart: it differs from
+    ``old`` only in its secrets (its HTTP client and policy are built from the rest)."""
+    return (old.url, old.max_in_flight, old.timeout_ms, old.breaker) == (
+        new.url,
+        new.max_in_flight,
+        new.timeout_ms,
+        new.breaker,
+    )
 
 
 def _signing_keys(push: PushConfig) -> list[tuple[bytes, int | None]]:
@@ -325,6 +352,36 @@ class WebhookDispatchers:
         if dispatcher is not None and not dispatcher.closed:
             dispatcher.use_config(config)
         return config
+
+    async def reconfigured(
+        self, name: str, old: SubscriptionConfig, new: SubscriptionConfig
+    ) -> None:
+        """PROTOCOL §8 change in place, after the engine applied it: push given starts
+        pushing; push set to null stops (the records out to the endpoint go back at once,
+        for the subscription's other consumers); a new url or new limits restart the
+        dispatcher with them; only new secrets, or no push change, keep it running."""
+        if old.push == new.push:
+            return
+        dispatcher = self._dispatchers.get(name)
+        if (
+            dispatcher is not None
+            and not dispatcher.closed
+            and old.push is not None
+            and new.push is not None
+            and _same_endpoint(old.push, new.push)
+        ):
+            dispatcher.use_config(new)
+            return
+        await self.stop_one(name)
+        self.ensure(name)
+
+    async def stop_one(self, name: str) -> None:
+        """Stop the dispatcher of ``name``, if any; its unfinished records go back."""
+        task = self._tasks.pop(name, None)
+        self._dispatchers.pop(name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
 
     def stats(self, name: str) -> dict[str, Any] | None:
         dispatcher = self._dispatchers.get(name)

@@ -32,6 +32,12 @@ HTTP_MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("PUT", "/v1/subscriptions/s-made", {"topic": "orders.a"}, {"admin"}),
     ("DELETE", "/v1/subscriptions/s-never", None, {"admin"}),
     ("POST", "/v1/subscriptions/s-orders/seek", {"to": "latest"}, {"admin", "subscriber"}),
+    # PROTOCOL §8: changing a subscription in place is an operator's act.
+    ("PATCH", "/v1/subscriptions/s-orders", {"max_in_flight": 1000}, {"admin"}),
+    # PROTOCOL §8 pull: subscribe on the subscription's topic, like its WebSocket.
+    ("POST", "/v1/subscriptions/s-orders/pull", {"max_messages": 1}, {"admin", "subscriber"}),
+    ("POST", "/v1/subscriptions/s-orders/ack", {"ids": ["0-0"]}, {"admin", "subscriber"}),
+    ("POST", "/v1/subscriptions/s-orders/nack", {"ids": ["0-0"]}, {"admin", "subscriber"}),
     # Routes no rule names (console redrive, webhook attempts, future ones) need admin.
     ("POST", "/v1/subscriptions/s-orders/redrive", {}, {"admin"}),
     ("GET", "/v1/subscriptions/s-orders/attempts", None, {"admin"}),
