@@ -25,13 +25,14 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_none
 
+from delivery.close_codes import CloseCode
 from delivery.config import PushConfig, SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.events import Delivery
 from delivery.push import Ack, Action, Answer, Extend, Grant, Nack, Post, PushPolicy
 from storage.errors import SubscriptionNotFound
 from storage.writer import wall_clock_ms
-from subscribers.attempt_log import Attempt, AttemptLog
+from subscribers.attempt_log import FLUSH_INTERVAL_S, Attempt, AttemptLog
 from subscribers.signing import secret_key, webhook_headers
 from subscribers.wire import record_json
 
@@ -91,7 +92,10 @@ class WebhookDispatcher:
         self._verify = verify
         self._clock = clock
         self._wall_ms = wall_ms
-        self.attempts = AttemptLog()
+        # PROTOCOL §8: the delivery history survives restarts (subscription names are
+        # safe file names: PROTOCOL §1).
+        self.attempts = AttemptLog(engine.storage.data_dir / "attempts" / f"{name}.jsonl")
+        self._deleted = False
         self._keys = _signing_keys(self.push)
         self._running: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -112,6 +116,7 @@ class WebhookDispatcher:
     def close(self, code: int, reason: str) -> None:
         """The subscription was deleted (4410) or the server stops (1001)."""
         self.closed = True
+        self._deleted = code == CloseCode.DELETED
         self._consumer = None  # detached by the engine already
         self._wake.set()
 
@@ -134,6 +139,24 @@ class WebhookDispatcher:
     # ------------------------------------------------------------------ the worker
 
     async def run(self) -> None:
+        await self.attempts.load()
+        history = asyncio.create_task(self._keep_history(), name=f"herald-attempts-{self.name}")
+        try:
+            await self._deliver()
+        finally:
+            history.cancel()
+            await asyncio.wait([history])  # never swallows a cancellation of our own
+            if self._deleted:
+                await self.attempts.remove()
+            else:
+                await self.attempts.flush()
+
+    async def _keep_history(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            await self.attempts.flush()
+
+    async def _deliver(self) -> None:
         push = self.push
         limits = httpx.Limits(
             max_connections=push.max_in_flight, max_keepalive_connections=push.max_in_flight
