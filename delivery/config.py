@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from delivery.start import StartAt
+from storage.errors import BadRequest, SubscriptionConflict, ValidationError
 
 
 class DeliveryMode(enum.Enum):
@@ -61,7 +63,9 @@ class PushConfig:
             },
         }
         if self.previous_secrets:  # docs/protocol.md: shown only when given, without secrets
-            shown["previous_secrets"] = [{"expires_at": p.expires_at} for p in self.previous_secrets]
+            shown["previous_secrets"] = [
+                {"expires_at": p.expires_at} for p in self.previous_secrets
+            ]
         return shown
 
     def rotated(self, secret: str, previous_expires_at: int, now_ms: int) -> PushConfig:
@@ -91,6 +95,7 @@ class SubscriptionConfig:
     dead_letter_topic: str | None = None
     ordered_by_key: bool = False
     push: PushConfig | None = None
+    filter: str | None = None  # PROTOCOL §8: checked by delivery/filter.py check_filter
 
     def public_dict(self) -> dict[str, Any]:
         """The config as GET shows it (PROTOCOL §2): all fields, defaults filled, no secret."""
@@ -101,10 +106,14 @@ class SubscriptionConfig:
             "ack_deadline_ms": self.ack_deadline_ms,
             "max_in_flight": self.max_in_flight,
             "max_deliveries": self.max_deliveries,
-            "retry_backoff": {"min_ms": self.retry_backoff.min_ms, "max_ms": self.retry_backoff.max_ms},
+            "retry_backoff": {
+                "min_ms": self.retry_backoff.min_ms,
+                "max_ms": self.retry_backoff.max_ms,
+            },
             "dead_letter_topic": self.dead_letter_topic,
             "ordered_by_key": self.ordered_by_key,
             "push": self.push.public_dict() if self.push else None,
+            "filter": self.filter,
         }
 
     def to_storage(self) -> dict[str, Any]:
@@ -130,6 +139,7 @@ class SubscriptionConfig:
             retry_backoff=Backoff(**data["retry_backoff"]),
             dead_letter_topic=data["dead_letter_topic"],
             ordered_by_key=data["ordered_by_key"],
+            filter=data.get("filter"),
             push=None
             if push is None
             else PushConfig(
@@ -144,3 +154,73 @@ class SubscriptionConfig:
                 ),
             ),
         )
+
+
+# PROTOCOL §8 "Change in place": what PATCH may change, and what it may only repeat.
+PATCHABLE_FIELDS = (
+    "ack_deadline_ms",
+    "max_in_flight",
+    "max_deliveries",
+    "retry_backoff",
+    "dead_letter_topic",
+    "push",
+    "filter",
+)
+FIXED_FIELDS = ("topic", "start", "delivery", "ordered_by_key")
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionPatch:
+    """A validated `PATCH /v1/subscriptions/{name}` (JSON Merge Patch, RFC 7396), applied
+    to the current config under the engine's admin lock by ``apply``.
+
+    ``fixed``: fields that may only be given with their current value (else 409);
+    ``changes``: field -> new value, defaults already filled in for a null;
+    ``backoff``: the members of a `retry_backoff` object (merged into the current one,
+    a null member back to its default); ``push_keeps_secret``: a `push` object without
+    `secret` keeps the old secret (and the previous secrets of a rotation)."""
+
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    backoff: Mapping[str, int | None] | None = None
+    push_keeps_secret: bool = False
+
+    def apply(self, current: SubscriptionConfig) -> SubscriptionConfig:
+        for name, value in self.fixed.items():
+            if getattr(current, name) != value:
+                raise SubscriptionConflict(
+                    f"{name} cannot be changed in place (it is {_shown(getattr(current, name))})"
+                )
+        changes = dict(self.changes)
+        if self.backoff is not None:
+            min_ms = self._merged("min_ms", current.retry_backoff.min_ms, Backoff().min_ms)
+            max_ms = self._merged("max_ms", current.retry_backoff.max_ms, Backoff().max_ms)
+            if min_ms > max_ms:
+                raise ValidationError("retry_backoff.min_ms must not exceed retry_backoff.max_ms")
+            changes["retry_backoff"] = Backoff(min_ms, max_ms)
+        push = changes.get("push")
+        if push is not None and self.push_keeps_secret:
+            if current.push is None:
+                raise BadRequest("push needs a secret: the subscription has none to keep")
+            changes["push"] = replace(
+                push,
+                secret=current.push.secret,
+                previous_secrets=push.previous_secrets or current.push.previous_secrets,
+            )
+        return replace(current, **changes)
+
+    def _merged(self, member: str, current: int, default: int) -> int:
+        """RFC 7396 on one retry_backoff member: absent keeps it, null is the default."""
+        assert self.backoff is not None
+        if member not in self.backoff:
+            return current
+        given = self.backoff[member]
+        return default if given is None else given
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, StartAt):
+        return repr(value.to_json())
+    if isinstance(value, enum.Enum):
+        return repr(value.value)
+    return repr(value)

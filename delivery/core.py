@@ -24,6 +24,7 @@ from delivery.backoff import jittered_backoff_ms
 from delivery.config import DeliveryMode, SubscriptionConfig
 from delivery.credit import Consumers
 from delivery.cursor import PartitionState
+from delivery.dead_letter import ACK_DEADLINE, BEFORE_RESTART, DISCONNECT, NACKED
 from delivery.events import (
     DeadLetter,
     Delivery,
@@ -33,6 +34,7 @@ from delivery.events import (
     RefetchRequest,
     SubscriptionStats,
 )
+from delivery.filter import Matcher, compile_filter, parse
 from delivery.inflight import InFlight, InFlightTable
 from delivery.ordering import KeyGate, Ref
 from delivery.redelivery import RedeliveryQueue, RedeliveryRef
@@ -79,6 +81,9 @@ class SubscriptionCore:
         self._reading = 0  # records asked for by ReadRequests still out
         self._refetching = 0  # refs in RefetchRequests still out
         self._dead_letters: list[DeadLetter] = []
+        # PROTOCOL §8: what went wrong last with a record that left flight unacked, until
+        # it is acked, dead-lettered or dropped (as many entries as records waiting).
+        self._last_error: dict[Ref, str] = {}
         self._dl_pending: dict[tuple[int, int, int], int] = {}  # (p, o, epoch) -> deliveries
         self._part_rr = 0
         self.dirty = False  # cursor changed since the last snapshot
@@ -87,6 +92,25 @@ class SubscriptionCore:
         self.acked_total = 0
         self.dead_lettered_total = 0
         self.expired_total = 0
+        self.filtered_total = 0
+        self._match = _matcher(config)
+
+    def reconfigure(self, config: SubscriptionConfig) -> None:
+        """PROTOCOL §8 change in place (the fields PATCH may change): from now on sends get
+        the new deadline, room is the new max_in_flight, and give-backs use the new
+        max_deliveries and backoff. Records in flight keep the deadline they were sent with."""
+        assert config.delivery is self.config.delivery
+        assert config.ordered_by_key == self.config.ordered_by_key
+        deadline_s = config.ack_deadline_ms / 1000
+        if deadline_s < self._deadline_s:
+            # New sends would expire before older ones: the table's send order is no longer
+            # its deadline order.
+            self._in_flight.unorder()
+        self.config = config
+        self._deadline_s = deadline_s
+        self._max_in_flight = config.max_in_flight
+        self._max_deliveries = config.max_deliveries
+        self._match = _matcher(config)  # compiled once per change, not per record
 
     # ------------------------------------------------------------------ consumers
 
@@ -101,7 +125,13 @@ class SubscriptionCore:
         given_back = self._in_flight.remove_where(lambda e: e.consumer == consumer)
         given_back.sort(key=lambda e: (e.record.partition, e.record.offset))
         for entry in given_back:
-            self._give_back(entry, now, 0.0)
+            self._give_back(entry, now, 0.0, DISCONNECT)
+
+    def release(self, consumer: str) -> None:
+        """The consumer leaves but its in-flight records stay in flight, to be acked,
+        nacked or expired like any other (PROTOCOL §8 pull: the records a response
+        carried)."""
+        self.consumers.detach(consumer)
 
     def grant_credit(self, consumer: str, n: int) -> None:
         # PROTOCOL §3: credit adds up, capped at 1,000,000 outstanding.
@@ -125,6 +155,8 @@ class SubscriptionCore:
                 continue
             record = entry.record
             parts[record.partition].mark_done(record.offset)
+            if self._last_error:
+                self._last_error.pop((record.partition, record.offset), None)
             if gate is not None and record.key is not None:
                 self._release_key(record.key, (record.partition, record.offset))
             ok.append(id)
@@ -133,13 +165,17 @@ class SubscriptionCore:
             self.dirty = True
         return ok, unknown
 
-    def nack(self, ids: Iterable[str], delay_ms: int | None, now: float) -> None:
-        """Redeliver after ``delay_ms``, else after the backoff; unknown ids are ignored."""
+    def nack(
+        self, ids: Iterable[str], delay_ms: int | None, now: float, reason: str | None = None
+    ) -> None:
+        """Redeliver after ``delay_ms``, else after the backoff; unknown ids are ignored.
+        ``reason`` is what a dead letter of these records will say went wrong (PROTOCOL §8)."""
         delay = None if delay_ms is None else delay_ms / 1000
+        error = NACKED if reason is None else reason
         for id in ids:
             entry = self._in_flight.pop(id)
             if entry is not None:
-                self._give_back(entry, now, delay)
+                self._give_back(entry, now, delay, error)
 
     def extend(self, ids: Iterable[str], ms: int, now: float) -> None:
         """The ack deadline becomes now + ms (PROTOCOL §3 `extend`); unknown ids ignored."""
@@ -152,13 +188,14 @@ class SubscriptionCore:
     def tick(self, now: float) -> None:
         """Expire deadlines and release records whose backoff is over."""
         for entry in self._in_flight.pop_expired(now):
-            self._give_back(entry, now, None)
+            self._give_back(entry, now, None, ACK_DEADLINE)
         for ref in self._redelivery.pop_ready(now):
             state = self._parts.get(ref.partition)
             if state is None or state.epoch != ref.epoch:
                 continue  # a seek dropped it, and released its key then
             if state.is_done(ref.offset):
                 self._release_ref_key(ref)  # expired by retention meanwhile
+                self._forget_error(ref.partition, ref.offset)
                 continue
             self._refetch_wait.append(ref)
 
@@ -197,6 +234,12 @@ class SubscriptionCore:
 
         for entry in self._in_flight.remove_where(lambda e: gone(e.record)):
             self._release_record_key(entry.record)
+        if self._last_error:
+            self._last_error = {
+                ref: error
+                for ref, error in self._last_error.items()
+                if ref[0] != partition or ref[1] >= start_offset
+            }
         kept: deque[tuple[Record, int, int]] = deque()
         for item in self._refetched:
             if gone(item[0]):
@@ -267,6 +310,7 @@ class SubscriptionCore:
                     self.expired_total += 1
                     self.dirty = True
                 self._release_ref_key(ref)
+                self._forget_error(ref.partition, ref.offset)
                 continue
             self._refetched.append((record, ref.prior, ref.epoch))
 
@@ -286,8 +330,14 @@ class SubscriptionCore:
         picked: list[tuple[Record, int]] = []
         refetched = self._refetched
         max_deliveries = self._max_deliveries
+        match = self._match
         while refetched and len(picked) < room:
             record, prior, epoch = refetched.popleft()
+            if match is not None and not match(record):
+                # The filter changed (PATCH) since its first send: acked unsent now.
+                self._filter_out(record)
+                self._release_record_key(record)
+                continue
             if max_deliveries and prior >= max_deliveries:
                 self._dead_letter(record, prior, epoch)
                 continue
@@ -308,6 +358,7 @@ class SubscriptionCore:
         if self._dl_pending.pop((record.partition, record.offset, dead_letter.epoch), None) is None:
             return
         self.dead_lettered_total += 1
+        self._forget_error(record.partition, record.offset)
         state = self._parts.get(record.partition)
         if state is None or state.epoch != dead_letter.epoch:
             return
@@ -341,6 +392,7 @@ class SubscriptionCore:
         self._refetch_wait = deque(r for r in self._refetch_wait if r.partition not in targets)
         self._refetched = deque(i for i in self._refetched if i[0].partition not in targets)
         self._prior = {ref: n for ref, n in self._prior.items() if ref[0] not in targets}
+        self._last_error = {r: e for r, e in self._last_error.items() if r[0] not in targets}
         # Refs in the redelivery heap and pending dead letters carry the old epoch.
         if self._gate is not None:
             for key, ref in self._gate.drop_partitions(targets):
@@ -395,6 +447,7 @@ class SubscriptionCore:
             acked_total=self.acked_total,
             dead_lettered_total=self.dead_lettered_total,
             expired_total=self.expired_total,
+            filtered_total=self.filtered_total,
             partitions=tuple(PartitionStats(p, s.ack_floor) for p, s in self._parts.items()),
         )
 
@@ -428,11 +481,12 @@ class SubscriptionCore:
             return credit
         return min(credit, self._max_in_flight - len(self._in_flight))
 
-    def _give_back(self, entry: InFlight, now: float, delay_s: float | None) -> None:
-        """An in-flight record left flight unacked: dead-letter it if it had its
-        max_deliveries, else schedule its redelivery (PROTOCOL §2 retry_backoff)."""
+    def _give_back(self, entry: InFlight, now: float, delay_s: float | None, error: str) -> None:
+        """An in-flight record left flight unacked because of ``error``: dead-letter it if
+        it had its max_deliveries, else schedule its redelivery (PROTOCOL §2 retry_backoff)."""
         record = entry.record
         state = self._parts[record.partition]
+        self._last_error[(record.partition, record.offset)] = error
         if self._max_deliveries and entry.attempt >= self._max_deliveries:
             self._dead_letter(record, entry.attempt, state.epoch)
             return
@@ -451,7 +505,18 @@ class SubscriptionCore:
     def _dead_letter(self, record: Record, deliveries: int, epoch: int) -> None:
         # The key stays held until the dead letter is published: order is kept.
         self._dl_pending[(record.partition, record.offset, epoch)] = deliveries
-        self._dead_letters.append(DeadLetter(record, deliveries, epoch=epoch))
+        error = self._last_error.get((record.partition, record.offset), BEFORE_RESTART)
+        self._dead_letters.append(DeadLetter(record, deliveries, epoch=epoch, last_error=error))
+
+    def _filter_out(self, record: Record) -> None:
+        self._parts[record.partition].mark_done(record.offset)
+        self._forget_error(record.partition, record.offset)
+        self.filtered_total += 1
+        self.dirty = True
+
+    def _forget_error(self, partition: int, offset: int) -> None:
+        if self._last_error:
+            self._last_error.pop((partition, offset), None)
 
     def _release_key(self, key: str, ref: Ref) -> None:
         gate = self._gate
@@ -490,6 +555,7 @@ class SubscriptionCore:
                 continue
             if state.is_done(ref.offset):
                 self._release_ref_key(ref)
+                self._forget_error(ref.partition, ref.offset)
                 continue
             by_partition.setdefault(ref.partition, []).append(ref)
             taken += 1
@@ -528,6 +594,7 @@ class SubscriptionCore:
         gate = self._gate
         prior_of = self._prior
         max_deliveries = self._max_deliveries
+        match = self._match
         want = room - len(picked)
         consumed = 0
         while want > 0 and parts:
@@ -545,6 +612,12 @@ class SubscriptionCore:
                     offset = record.offset
                     if offset < state.ack_floor or (done and offset in done):
                         continue  # acked before a restart
+                    if match is not None and not match(record):
+                        # PROTOCOL §8: acked without being sent, never dead-lettered.
+                        self._filter_out(record)
+                        if prior_of:
+                            prior_of.pop((p, offset), None)
+                        continue
                     key = record.key
                     if gate is not None and key is not None and not gate.try_take(key, (p, offset)):
                         continue  # waits, as a ref, behind its key (PROTOCOL §2)
@@ -599,3 +672,8 @@ class SubscriptionCore:
         self.delivered_total += index
         self.redelivered_total += redelivered
         return out
+
+
+def _matcher(config: SubscriptionConfig) -> Matcher | None:
+    """The subscription's filter, compiled (PROTOCOL §8); None matches everything."""
+    return None if config.filter is None else compile_filter(parse(config.filter))

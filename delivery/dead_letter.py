@@ -13,9 +13,22 @@ SOURCE_PARTITION = "herald-source-partition"
 SOURCE_OFFSET = "herald-source-offset"
 SOURCE_DELIVERIES = "herald-source-deliveries"
 SOURCE_REASON = "herald-source-reason"
+# PROTOCOL §8 "Dead letters say why".
+SOURCE_SUBSCRIPTION = "herald-source-subscription"
+SOURCE_LAST_ERROR = "herald-source-last-error"
+
+# The last thing that went wrong with a record (SOURCE_LAST_ERROR), besides a webhook's
+# failure ("http 500", "timeout", "connection refused", …) and a nack's own `reason`.
+MAX_NACK_REASON = 256  # characters of a nack `reason` (PROTOCOL §8)
+NACKED = "nack"  # a nack without a reason
+ACK_DEADLINE = "ack deadline"  # unacked until its deadline
+DISCONNECT = "disconnect"  # the consumer holding it went away
+# Sends made before a restart are remembered, what went wrong with them is not
+# (docs/protocol.md "Dead letters say why").
+BEFORE_RESTART = "unknown (before a restart)"
 
 
-def dead_letter_record(dead: DeadLetter, source_topic: str) -> NewRecord:
+def dead_letter_record(dead: DeadLetter, source_topic: str, subscription: str) -> NewRecord:
     record = dead.record
     headers = dict(record.headers)
     headers[SOURCE_TOPIC] = source_topic
@@ -23,4 +36,6 @@ def dead_letter_record(dead: DeadLetter, source_topic: str) -> NewRecord:
     headers[SOURCE_OFFSET] = str(record.offset)
     headers[SOURCE_DELIVERIES] = str(dead.deliveries)
     headers[SOURCE_REASON] = dead.reason.value
+    headers[SOURCE_SUBSCRIPTION] = subscription
+    headers[SOURCE_LAST_ERROR] = dead.last_error
     return NewRecord(record.value, record.kind, record.key, headers)

@@ -23,6 +23,7 @@ from delivery.close_codes import CloseCode
 from delivery.config import PushConfig, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.events import Delivery
+from delivery.pull import SETTLE_S, PullSink, first_of
 from delivery.runtime import ConsumerSink, SubscriptionRuntime
 from delivery.start import StartAt
 from storage.cursors import CursorSnapshot, PartitionCursor
@@ -180,6 +181,27 @@ class DeliveryEngine:
             runtime.core.config = config
             return config
 
+    async def update_subscription(
+        self, name: str, change: Callable[[SubscriptionConfig], SubscriptionConfig]
+    ) -> tuple[SubscriptionConfig, SubscriptionConfig]:
+        """PROTOCOL §8 change in place: the config becomes ``change(config)`` — computed
+        under the admin lock, so it sees the current config and may refuse it (409, 400) —
+        persisted in meta.db, then applied at once. The cursor, in-flight records (with the
+        deadlines they were sent with), attempt counts and stats are kept. Returns (old,
+        new); starting or stopping webhook push is the caller's (WebhookDispatchers)."""
+        async with self._admin:
+            runtime = self._runtime(name)
+            old = runtime.config
+            new = change(old)
+            if new != old:
+                await asyncio.to_thread(
+                    self.storage.metadata.put_subscription, name, new.to_storage()
+                )
+                runtime.config = new
+                runtime.core.reconfigure(new)
+                runtime.wake()  # more room under max_in_flight, a shorter deadline...
+            return old, new
+
     def get(self, name: str) -> SubscriptionConfig:
         return self._runtime(name).config
 
@@ -262,15 +284,85 @@ class DeliveryEngine:
             runtime.wake()  # room under max_in_flight
         return result
 
-    def nack(self, consumer_id: str, ids: Sequence[str], delay_ms: int | None) -> None:
+    def nack(
+        self,
+        consumer_id: str,
+        ids: Sequence[str],
+        delay_ms: int | None,
+        reason: str | None = None,
+    ) -> None:
+        """``reason``: what a dead letter of these records says went wrong (PROTOCOL §8);
+        None for a nack without one."""
         runtime = self._consumer(consumer_id)
-        runtime.core.nack(ids, delay_ms, self._clock())
+        runtime.core.nack(ids, delay_ms, self._clock(), reason)
         runtime.wake()
 
     def extend(self, consumer_id: str, ids: Sequence[str], ms: int) -> None:
         runtime = self._consumer(consumer_id)
         runtime.core.extend(ids, ms, self._clock())
         runtime.wake()  # the timer may have to move
+
+    # ------------------------------------------------------------------ pull (PROTOCOL §8)
+
+    async def pull(
+        self,
+        name: str,
+        max_messages: int,
+        wait_s: float,
+        stopping: asyncio.Event | None = None,
+    ) -> list[Delivery]:
+        """Up to ``max_messages`` records from the subscription's cursor (delivery/pull.py).
+        Answers as soon as records came, else once ``wait_s`` has passed and the worker
+        has looked at the log; at once on ``stopping`` (SIGTERM), a delete or shutdown."""
+        runtime = self._runtime(name)
+        if self._stopped or (stopping is not None and stopping.is_set()):
+            return []
+        sink = PullSink()
+        consumer = f"{name}#pull{next(self._ids)}"
+        runtime.core.attach(consumer, max_messages)
+        runtime.sinks[consumer] = sink
+        self._consumers[consumer] = runtime
+        runtime.wake()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait_s
+        settle_by = end + SETTLE_S
+        stop_events = [sink.changed] if stopping is None else [sink.changed, stopping]
+        try:
+            while not sink.deliveries and not sink.closed:
+                if stopping is not None and stopping.is_set():
+                    break
+                now = loop.time()
+                if now < end:
+                    await first_of(stop_events, end - now)
+                    continue
+                # The wait is over: answer once the worker has looked at the log.
+                if runtime.idle.is_set() or now >= settle_by:
+                    break
+                await first_of([*stop_events, runtime.idle], settle_by - now)
+        except BaseException:
+            self.detach(consumer)  # the client went away: its records go back at once
+            raise
+        # Released, not detached: what the response carries stays in flight.
+        self._consumers.pop(consumer, None)
+        runtime.sinks.pop(consumer, None)
+        runtime.core.release(consumer)
+        return sink.deliveries
+
+    def ack_in(self, name: str, ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        """PROTOCOL §8 `/ack`: (ok, unknown) over any in-flight record of ``name``."""
+        runtime = self._runtime(name)
+        result = runtime.core.ack(ids)
+        if result[0]:
+            runtime.wake()
+        return result
+
+    def nack_in(
+        self, name: str, ids: Sequence[str], delay_ms: int | None, reason: str | None
+    ) -> None:
+        """PROTOCOL §8 `/nack`: as a consumer's nack; unknown ids are ignored."""
+        runtime = self._runtime(name)
+        runtime.core.nack(ids, delay_ms, self._clock(), reason)
+        runtime.wake()
 
     # ------------------------------------------------------------------ internals
 

@@ -35,6 +35,7 @@ class DeadLetter:
     deliveries: int
     reason: DeadLetterReason = DeadLetterReason.MAX_DELIVERIES
     epoch: int = 0  # the partition's seek epoch: a seek since makes the outcome moot
+    last_error: str = ""  # what went wrong last (PROTOCOL §8 herald-source-last-error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,7 @@ class SubscriptionStats:
     dead_lettered_total: int
     expired_total: int
     partitions: tuple[PartitionStats, ...]
+    filtered_total: int = 0  # PROTOCOL §8: acked unsent, not matching the filter
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +103,7 @@ class SubscriptionStats:
             "acked_total": self.acked_total,
             "dead_lettered_total": self.dead_lettered_total,
             "expired_total": self.expired_total,
+            "filtered_total": self.filtered_total,
             "partitions": [
                 {"partition": p.partition, "ack_floor": p.ack_floor} for p in self.partitions
             ],

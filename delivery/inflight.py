@@ -67,6 +67,15 @@ class InFlightTable:
             self._compact()
         return True
 
+    def unorder(self) -> None:
+        """The ack deadline got shorter (PROTOCOL §8 change in place): fresh sends would
+        now expire before earlier ones, so every entry so far moves to the heap, keeping
+        its deadline. O(n), once per such change."""
+        for entry in self._by_send.values():
+            self._extended[entry.id] = entry
+            heapq.heappush(self._heap, (entry.deadline, next(self._seq), entry))
+        self._by_send.clear()
+
     def pop_expired(self, now: float) -> list[InFlight]:
         """Remove and return entries whose deadline is ≤ now, earliest first per queue."""
         expired: list[InFlight] = []

@@ -72,6 +72,7 @@ class Ack:
 class Nack:
     id: str
     delay_ms: int | None  # None: the subscription's backoff
+    reason: str | None = None  # PROTOCOL §8: the dead letter's herald-source-last-error
 
 
 Action = Post | Extend | Grant | Ack | Nack
@@ -95,6 +96,14 @@ class Answer:
         if self.status is None:
             return "no answer"
         return None if 200 <= self.status < 300 else f"HTTP {self.status}"
+
+    @property
+    def failure(self) -> str:
+        """A failed POST as a dead letter says it (PROTOCOL §8): "http 500", "timeout",
+        "connection refused", …"""
+        if self.transport_error is not None:
+            return self.transport_error
+        return "no answer" if self.status is None else f"http {self.status}"
 
 
 # ---------------------------------------------------------------- the policy
@@ -177,7 +186,7 @@ class PushPolicy:
                 # Honoured, capped by the backoff maximum (PROTOCOL §4).
                 delay_ms = min(retry_after_ms, self.config.retry_backoff.max_ms)
                 self._not_before = max(self._not_before, now + delay_ms / 1000)
-        return Nack(record_id, delay_ms)
+        return Nack(record_id, delay_ms, answer.failure)
 
     # ------------------------------------------------------------------ time
 

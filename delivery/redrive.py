@@ -18,14 +18,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from delivery.dead_letter import SOURCE_HEADER_PREFIX, SOURCE_TOPIC
 from delivery.engine import DeliveryEngine
 from storage.errors import HeraldError, TopicNotFound
 from storage.record import Acks, NewRecord, Record
 from storage.topic import PublishItem, Topic
 
-# PROTOCOL §2 dead_letter_topic headers: the ones a dead letter gains.
-SOURCE_HEADER_PREFIX = "herald-source-"
-SOURCE_TOPIC_HEADER = "herald-source-topic"
 REDRIVE_HEADER = "herald-redriven-from"
 
 DEFAULT_RATE = 500  # records/s
@@ -122,7 +120,7 @@ class Redrives:
                     break
                 offset = records[-1].offset + 1
                 scanned += len(records)
-                mine = [r for r in records if r.headers.get(SOURCE_TOPIC_HEADER) == source.name]
+                mine = [r for r in records if r.headers.get(SOURCE_TOPIC) == source.name]
                 skipped += len(records) - len(mine)
                 if mine:
                     items = [PublishItem(redriven_record(r, dlq.name)) for r in mine]

@@ -86,7 +86,6 @@ class SubscriptionRuntime:
         # sleeping to see that nothing more comes).
         self.idle = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._unsubscribe: list[Callable[[], None]] = []
         self.save_lock = asyncio.Lock()  # one cursor save at a time; delete waits for it
@@ -153,7 +152,6 @@ class SubscriptionRuntime:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._timer_at = None
         self.wake()
 
     # ------------------------------------------------------------------ the worker
@@ -277,7 +275,9 @@ class SubscriptionRuntime:
             if topic is None:
                 # PROTOCOL §1: dead-letter topics are always created when needed.
                 topic, _ = await self._storage.ensure_topic(target, TopicConfig())
-            items = [PublishItem(dead_letter_record(d, self.topic.name)) for d in dead_letters]
+            items = [
+                PublishItem(dead_letter_record(d, self.topic.name, self.name)) for d in dead_letters
+            ]
             await topic.publish(items, Acks.ALL)
         except Exception:
             log.exception("dead-lettering to %s failed; retrying", target)
@@ -289,13 +289,16 @@ class SubscriptionRuntime:
             core.dead_letter_done(dead)
 
     def _arm_timer(self, when: float | None) -> None:
-        if when == self._timer_at and self._timer is not None:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = when
+        """Have the worker woken at ``when`` (the core's clock). A timer already due
+        earlier is kept rather than cancelled and made again for every record (a
+        deadline per delivery): its early wake is an extra step that finds little to
+        do, and that step arms the timer for what is due then."""
         if when is None or self.closed:
             return
-        delay = max(0.0, when - self._clock()) + TIMER_SLACK_S
-        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+        loop = asyncio.get_running_loop()
+        fires = loop.time() + max(0.0, when - self._clock()) + TIMER_SLACK_S
+        if self._timer is not None:
+            if self._timer.when() <= fires:
+                return
+            self._timer.cancel()
+        self._timer = loop.call_at(fires, self._on_timer)

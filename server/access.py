@@ -99,6 +99,16 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
         _path("/v1/subscriptions/{name}/seek"),
         Rule("subscribe", subscription="name"),
     ),
+    # PROTOCOL §8 pull: a consumer's rights, as the WebSocket below.
+    *(
+        (
+            "http",
+            frozenset({"POST"}),
+            _path(f"/v1/subscriptions/{{name}}/{verb}"),
+            Rule("subscribe", subscription="name"),
+        )
+        for verb in ("pull", "ack", "nack")
+    ),
     (
         "websocket",
         None,

@@ -55,8 +55,8 @@ def auth_failure(scope: Scope, exc: HeraldError) -> None:
 
 
 def request_done(scope: Scope, status: int) -> None:
-    """Audited admin actions (PROTOCOL §2 create/delete, seek, redrive, push secret
-    rotation) once answered."""
+    """Audited admin actions (PROTOCOL §2 create/delete, §8 change in place, seek,
+    redrive, push secret rotation) once answered."""
     action = audited_action(scope.get("method", ""), scope.get("path", ""))
     if action is not None:
         record(action, scope, status=status)
@@ -71,6 +71,8 @@ def audited_action(method: str, path: str) -> str | None:
     if parts[1] == "subscriptions":
         if len(parts) == 3 and method in ("PUT", "DELETE"):
             return "subscription_created" if method == "PUT" else "subscription_deleted"
+        if len(parts) == 3 and method == "PATCH":
+            return "subscription_updated"
         if len(parts) == 4 and method == "POST" and parts[3] in ("seek", "redrive"):
             return f"subscription_{parts[3]}"
         if len(parts) == 5 and method == "POST" and parts[3:] == ["push", "rotate-secret"]:

@@ -97,6 +97,7 @@ _SUBSCRIPTION_FAMILIES = (
     ("herald_redelivered_records_total", "redelivered_total", "counter", "Sends with attempt > 1."),
     ("herald_dead_lettered_records_total", "dead_lettered_total", "counter", "Records dead-lettered after max_deliveries."),
     ("herald_expired_records_total", "expired_total", "counter", "Records skipped because retention deleted them first."),
+    ("herald_filtered_records_total", "filtered_total", "counter", "Records acked unsent: not matching the subscription's filter."),
     ("herald_backlog_records", "backlog", "gauge", "Records not yet acked, in-flight included."),
     ("herald_in_flight_records", "in_flight", "gauge", "Records sent and not yet acked."),
     ("herald_consumers", "consumers", "gauge", "Consumers attached to the subscription."),

@@ -23,6 +23,8 @@ import orjson
 
 from delivery import redrive
 from delivery.config import MAX_PREVIOUS_SECRETS, DeliveryMode, PushConfig, SubscriptionConfig
+from delivery.dead_letter import MAX_NACK_REASON
+from delivery.filter import MAX_FILTER_CHARS
 from server import validation as v
 from server.auth import MAX_TTL_MS, MIN_TTL_MS
 from storage.config import TopicConfig
@@ -96,6 +98,16 @@ _SECRET = {
     "description": f"{v.SECRET_PREFIX} + strict base64 of "
     f"{v.SECRET_BYTES[0]}..{v.SECRET_BYTES[1]} bytes",
 }
+_FILTER = _nullable(
+    {
+        "type": "string",
+        "maxLength": MAX_FILTER_CHARS,
+        "default": None,
+        "description": 'PROTOCOL §8: key = "v", key != "v", hasPrefix(key, "p"), '
+        'headers.NAME = / != "v", hasPrefix(headers.NAME, "p"), headers:NAME, joined '
+        "with AND, OR, NOT and parentheses (malformed -> bad_request with the position)",
+    }
+)
 _BASE64 = {"type": "string", "pattern": _pattern(v.base64_pattern()), "contentEncoding": "base64"}
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _BAD = _problem("bad_request, validation_error or invalid_name")
@@ -256,9 +268,97 @@ def _subscription_config() -> dict[str, Any]:
             "dead_letter_topic": _nullable({**_NAME, "default": None}),
             "ordered_by_key": _nullable({"type": "boolean", "default": d["ordered_by_key"]}),
             "push": _nullable({**_ref("PushConfig"), "default": None}),
+            "filter": _FILTER,
         },
         ("topic",),
     )
+
+
+def _subscription_patch() -> dict[str, Any]:
+    """PROTOCOL §8 change in place: JSON Merge Patch; null -> back to the default."""
+    d = _SUB_DEFAULTS
+    fixed = "only with its current value (else 409 subscription_conflict)"
+    push = _push_config()
+    push = {
+        **push,
+        # Optional here: left out (or null, PROTOCOL §2) it keeps the current secret.
+        "properties": {**push["properties"], "secret": _nullable(_SECRET)},
+        "required": ["url"],
+        "description": "replaces the push config whole; without secret the old one is kept",
+    }
+    return _object(
+        {
+            "topic": _nullable({**_NAME, "description": fixed}),
+            "start": {**_start(), "description": fixed},
+            "delivery": _nullable({"enum": [m.value for m in DeliveryMode], "description": fixed}),
+            "ordered_by_key": _nullable({"type": "boolean", "description": fixed}),
+            "ack_deadline_ms": _nullable(_int(v.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])),
+            "max_in_flight": _nullable(_int(v.MAX_IN_FLIGHT, default=d["max_in_flight"])),
+            "max_deliveries": _nullable(_int(v.MAX_DELIVERIES, default=d["max_deliveries"])),
+            "retry_backoff": {
+                **_retry_backoff(),
+                "description": "merged into the current one (a null member: its default)",
+            },
+            "dead_letter_topic": _nullable({**_NAME, "default": None}),
+            "push": _nullable({**push, "default": None}),
+            "filter": _FILTER,
+        },
+        description="a field left out is unchanged; null sets it back to its default "
+        "(push: null stops pushing); records in flight keep their deadline",
+    )
+
+
+def _pull_schemas() -> dict[str, Any]:
+    """PROTOCOL §8 pull, ack and nack."""
+    ids = {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "message ids; strings that are not in flight are unknown",
+    }
+    delivered = {
+        "allOf": [
+            _ref("Record"),
+            _object(
+                {"subscription": _NAME, "attempt": _int(v.IntRange(1))},
+                ("subscription", "attempt"),
+                closed=False,
+            ),
+        ]
+    }
+    return {
+        "PullRequest": _object(
+            {
+                "max_messages": _nullable(
+                    _int(v.PULL_MAX_MESSAGES, default=v.DEFAULT_PULL_MAX_MESSAGES)
+                ),
+                "wait_ms": _nullable(
+                    _int(v.WAIT_MS, default=0, description="long-poll while nothing is there")
+                ),
+            },
+            description="optional: no body is all defaults",
+        ),
+        "PullResponse": _object(
+            {"messages": {"type": "array", "items": delivered}}, ("messages",), closed=False
+        ),
+        "AckRequest": _object({"ids": ids}, ("ids",)),
+        "AckResponse": _object({"ok": ids, "unknown": ids}, ("ok", "unknown"), closed=False),
+        "NackRequest": _object(
+            {
+                "ids": ids,
+                "delay_ms": _nullable(
+                    _int(v.NACK_DELAY_MS, description="else the subscription's backoff")
+                ),
+                "reason": _nullable(
+                    {
+                        "type": "string",
+                        "maxLength": MAX_NACK_REASON,
+                        "description": "the dead letter's herald-source-last-error",
+                    }
+                ),
+            },
+            ("ids",),
+        ),
+    }
 
 
 def _seek() -> dict[str, Any]:
@@ -440,6 +540,7 @@ def _subscription_view() -> dict[str, Any]:
         "acked_total",
         "dead_lettered_total",
         "expired_total",
+        "filtered_total",
     )
     stats = _object(
         {
@@ -544,9 +645,11 @@ def _schemas() -> dict[str, Any]:
             closed=False,
         ),
         "SubscriptionConfig": _subscription_config(),
+        "SubscriptionPatch": _subscription_patch(),
         "PushConfig": _push_config(),
         **_subscription_view(),
         "Seek": _seek(),
+        **_pull_schemas(),
         "RedriveRequest": _redrive_request(),
         "SecretRotation": _rotation_request(),
         "TokenRequest": _token_request(),
@@ -753,6 +856,21 @@ def _paths() -> dict[str, Any]:
                     "404": _SUB_404,
                 },
             },
+            "patch": {
+                "summary": "Change a subscription in place (admin): applied at once, the "
+                "cursor and in-flight records kept",
+                "requestBody": _body("SubscriptionPatch"),
+                "responses": {
+                    "200": _json(_ref("Subscription"), "the subscription after the change"),
+                    "400": _BAD,
+                    "404": _SUB_404,
+                    "409": _problem(
+                        "subscription_conflict: topic, start, delivery or "
+                        "ordered_by_key with another value"
+                    ),
+                    "413": _TOO_LARGE,
+                },
+            },
             "delete": {
                 "summary": "Delete a subscription; its consumers are closed with 4410",
                 "responses": {"204": {"description": "deleted"}, "400": _BAD, "404": _SUB_404},
@@ -767,6 +885,46 @@ def _paths() -> dict[str, Any]:
                     "200": _json(_ref("Subscription"), "the subscription after the seek"),
                     "400": _BAD,
                     "404": _problem("subscription_not_found or partition_not_found"),
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/v1/subscriptions/{name}/pull": {
+            "parameters": [_SUBSCRIPTION],
+            "post": {
+                "summary": "Take records from the subscription's cursor (same deadlines, "
+                "attempts and dead-lettering as its other consumers)",
+                "requestBody": _body("PullRequest", required=False),
+                "responses": {
+                    "200": _json(_ref("PullResponse"), "the records, maybe none"),
+                    "400": _BAD,
+                    "404": _SUB_404,
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/v1/subscriptions/{name}/ack": {
+            "parameters": [_SUBSCRIPTION],
+            "post": {
+                "summary": "Ack in-flight records of the subscription",
+                "requestBody": _body("AckRequest"),
+                "responses": {
+                    "200": _json(_ref("AckResponse"), "which ids were acked, which unknown"),
+                    "400": _BAD,
+                    "404": _SUB_404,
+                    "413": _TOO_LARGE,
+                },
+            },
+        },
+        "/v1/subscriptions/{name}/nack": {
+            "parameters": [_SUBSCRIPTION],
+            "post": {
+                "summary": "Give in-flight records back for redelivery; unknown ids are ignored",
+                "requestBody": _body("NackRequest"),
+                "responses": {
+                    "204": {"description": "done"},
+                    "400": _BAD,
+                    "404": _SUB_404,
                     "413": _TOO_LARGE,
                 },
             },

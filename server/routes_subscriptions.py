@@ -1,4 +1,5 @@
-"""Subscription routes of PROTOCOL §2: create/inspect/delete and seek."""
+"""Subscription routes of PROTOCOL §2 and §8: create/inspect/change/delete, seek, and
+pull with its ack and nack."""
 
 from __future__ import annotations
 
@@ -11,9 +12,15 @@ from server.routing import method_route
 from server.runtime import services
 from server.validation import (
     check_name,
+    parse_ack,
+    parse_nack,
+    parse_pull,
     parse_seek,
     parse_subscription_config,
+    parse_subscription_patch,
 )
+from subscribers.frames import is_message_id
+from subscribers.wire import json_array, record_json
 
 
 async def put_subscription(request: Request) -> Response:
@@ -53,6 +60,18 @@ async def get_subscription(request: Request) -> Response:
     return json_response(subscription_body(state.engine, name, state.webhooks))
 
 
+async def patch_subscription(request: Request) -> Response:
+    """PROTOCOL §8 change in place: applied at once, cursor and in-flight records kept."""
+    name = check_name(request.path_params["name"], "subscription")
+    patch = parse_subscription_patch(await json_body(request))
+    state = services(request)
+    async with state.admin_lock:
+        old, new = await state.engine.update_subscription(name, patch.apply)
+        # push given starts pushing; push: null stops it (WebSocket and pull drain it).
+        await state.webhooks.reconfigured(name, old, new)
+    return json_response(subscription_body(state.engine, name, state.webhooks))
+
+
 async def delete_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     state = services(request)
@@ -69,13 +88,52 @@ async def seek(request: Request) -> Response:
     return json_response(subscription_body(state.engine, name, state.webhooks))
 
 
+async def pull(request: Request) -> Response:
+    """PROTOCOL §8: records from the subscription's own cursor, as any consumer gets them;
+    a long-poll (`wait_ms`) ends as soon as records come, and at once on SIGTERM."""
+    name = check_name(request.path_params["name"], "subscription")
+    wanted = parse_pull(await json_body(request, optional=True))
+    state = services(request)
+    engine = state.engine
+    topic = engine.get(name).topic
+    deliveries = await engine.pull(name, wanted.max_messages, wanted.wait_ms / 1000, state.stopping)
+    messages = json_array(record_json(topic, d.record, name, d.attempt) for d in deliveries)
+    return Response(b'{"messages":' + messages + b"}", media_type="application/json")
+
+
+async def ack(request: Request) -> Response:
+    """PROTOCOL §8: `{"ok": [...], "unknown": [...]}`, for any in-flight record."""
+    name = check_name(request.path_params["name"], "subscription")
+    ids = parse_ack(await json_body(request))
+    ok, unknown = services(request).engine.ack_in(name, ids)
+    # Not a message id at all: certainly not in flight, listed after the well-formed ones.
+    unknown = [
+        *(i for i in unknown if is_message_id(i)),
+        *(i for i in unknown if not is_message_id(i)),
+    ]
+    return json_response({"ok": ok, "unknown": unknown})
+
+
+async def nack(request: Request) -> Response:
+    """PROTOCOL §8: redeliver after delay_ms or the backoff; unknown ids are ignored."""
+    name = check_name(request.path_params["name"], "subscription")
+    wanted = parse_nack(await json_body(request))
+    ids = [i for i in wanted.ids if is_message_id(i)]
+    services(request).engine.nack_in(name, ids, wanted.delay_ms, wanted.reason)
+    return Response(status_code=204)
+
+
 routes = [
     method_route("/v1/subscriptions", GET=list_subscriptions),
     method_route(
         "/v1/subscriptions/{name}",
         GET=get_subscription,
         PUT=put_subscription,
+        PATCH=patch_subscription,
         DELETE=delete_subscription,
     ),
     method_route("/v1/subscriptions/{name}/seek", POST=seek),
+    method_route("/v1/subscriptions/{name}/pull", POST=pull),
+    method_route("/v1/subscriptions/{name}/ack", POST=ack),
+    method_route("/v1/subscriptions/{name}/nack", POST=nack),
 ]

@@ -28,14 +28,19 @@ import orjson
 
 from delivery import redrive
 from delivery.config import (
+    FIXED_FIELDS,
     MAX_PREVIOUS_SECRETS,
+    PATCHABLE_FIELDS,
     Backoff,
     Breaker,
     DeliveryMode,
     PreviousSecret,
     PushConfig,
     SubscriptionConfig,
+    SubscriptionPatch,
 )
+from delivery.dead_letter import MAX_NACK_REASON
+from delivery.filter import check_filter
 from delivery.start import StartAt
 from storage.config import TopicConfig
 from storage.errors import (
@@ -466,6 +471,7 @@ _SUB_FIELDS = frozenset(
         "dead_letter_topic",
         "ordered_by_key",
         "push",
+        "filter",
     }
 )
 _PUSH_FIELDS = frozenset(
@@ -492,10 +498,7 @@ def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[
     if (v := _given(obj, "start")) is not _MISSING:
         values["start"] = parse_start(v)
     if (v := _given(obj, "delivery")) is not _MISSING:
-        try:
-            values["delivery"] = DeliveryMode(_as_str(v, "delivery"))
-        except ValueError:
-            raise BadRequest("delivery must be at_least_once or at_most_once") from None
+        values["delivery"] = _parse_delivery(v)
     if (v := _given(obj, "ack_deadline_ms")) is not _MISSING:
         values["ack_deadline_ms"] = _int_in(v, "ack_deadline_ms", ACK_DEADLINE_MS)
     if (v := _given(obj, "max_in_flight")) is not _MISSING:
@@ -512,7 +515,79 @@ def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[
         values["ordered_by_key"] = _as_bool(v, "ordered_by_key")
     if (v := _given(obj, "push")) is not _MISSING:
         values["push"] = _parse_push(v)
+    if (v := _given(obj, "filter")) is not _MISSING:
+        values["filter"] = check_filter(_as_str(v, "filter"))
     return SubscriptionConfig(**values), frozenset(values)
+
+
+_PATCH_FIELDS = frozenset(PATCHABLE_FIELDS) | frozenset(FIXED_FIELDS)
+
+
+def parse_subscription_patch(body: Any) -> SubscriptionPatch:
+    """PROTOCOL §8 `PATCH /v1/subscriptions/{name}`: a JSON Merge Patch of the fields
+    PATCHABLE_FIELDS (null: back to the default); FIXED_FIELDS only with their current
+    value (checked by SubscriptionPatch.apply: 409). Every value is checked here, so a
+    refused patch changes nothing."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, _PATCH_FIELDS, "the subscription patch")
+    default = SubscriptionConfig(topic="-")
+    fixed: dict[str, Any] = {}
+    if (v := _given(obj, "topic")) is not _MISSING:
+        fixed["topic"] = check_name(_as_str(v, "topic"), "topic")
+    if (v := _given(obj, "start")) is not _MISSING:
+        fixed["start"] = parse_start(v)
+    if (v := _given(obj, "delivery")) is not _MISSING:
+        fixed["delivery"] = _parse_delivery(v)
+    if (v := _given(obj, "ordered_by_key")) is not _MISSING:
+        fixed["ordered_by_key"] = _as_bool(v, "ordered_by_key")
+    changes: dict[str, Any] = {}
+    ints = {
+        "ack_deadline_ms": ACK_DEADLINE_MS,
+        "max_in_flight": MAX_IN_FLIGHT,
+        "max_deliveries": MAX_DELIVERIES,
+    }
+    for name, allowed in ints.items():
+        if name in obj:
+            value = obj[name]
+            changes[name] = (
+                getattr(default, name) if value is None else _int_in(value, name, allowed)
+            )
+    backoff: dict[str, int | None] | None = None
+    if "retry_backoff" in obj:
+        if obj["retry_backoff"] is None:
+            changes["retry_backoff"] = Backoff()
+        else:
+            given = _as_object(obj["retry_backoff"], "retry_backoff")
+            _check_fields(given, _BACKOFF_FIELDS, "retry_backoff")
+            backoff = {
+                member: None
+                if value is None
+                else _int_in(value, f"retry_backoff.{member}", BACKOFF_MS)
+                for member, value in given.items()
+            }
+    if "dead_letter_topic" in obj:
+        value = obj["dead_letter_topic"]
+        changes["dead_letter_topic"] = (
+            None
+            if value is None
+            else check_name(_as_str(value, "dead_letter_topic"), "dead_letter_topic")
+        )
+    if "filter" in obj:
+        value = obj["filter"]
+        changes["filter"] = None if value is None else check_filter(_as_str(value, "filter"))
+    keeps_secret = False
+    if "push" in obj:
+        value = obj["push"]
+        keeps_secret = isinstance(value, dict) and value.get("secret") is None
+        changes["push"] = None if value is None else _parse_push(value, secret_required=False)
+    return SubscriptionPatch(fixed, changes, backoff, keeps_secret)
+
+
+def _parse_delivery(value: Any) -> DeliveryMode:
+    try:
+        return DeliveryMode(_as_str(value, "delivery"))
+    except ValueError:
+        raise BadRequest("delivery must be at_least_once or at_most_once") from None
 
 
 def parse_start(value: Any) -> StartAt:
@@ -544,15 +619,17 @@ def _parse_backoff(value: Any) -> Backoff:
     return Backoff(min_ms, max_ms)
 
 
-def _parse_push(value: Any) -> PushConfig:
+def _parse_push(value: Any, *, secret_required: bool = True) -> PushConfig:
+    """A push config; without ``secret_required`` (PATCH) a missing secret is left empty
+    for SubscriptionPatch.apply to fill with the current one."""
     obj = _as_object(value, "push")
     _check_fields(obj, _PUSH_FIELDS, "push")
     url = _given(obj, "url")
     secret = _given(obj, "secret")
-    if url is _MISSING or secret is _MISSING:
+    if url is _MISSING or (secret is _MISSING and secret_required):
         raise BadRequest("push needs url and secret")
     url = _parse_push_url(url)
-    secret = _parse_secret(secret, "push.secret")
+    secret = "" if secret is _MISSING else _parse_secret(secret, "push.secret")
     values: dict[str, Any] = {"url": url, "secret": secret}
     if (v := _given(obj, "previous_secrets")) is not _MISSING:
         values["previous_secrets"] = _parse_previous_secrets(v)
@@ -687,6 +764,73 @@ def parse_redrive(body: Any) -> RedriveRequest:
     if (v := _given(obj, "max_records")) is not _MISSING:
         values["max_records"] = _int_in(v, "max_records", REDRIVE_MAX_RECORDS)
     return RedriveRequest(**values)
+
+
+# ---------------------------------------------------------------- pull (PROTOCOL §8)
+
+PULL_MAX_MESSAGES = IntRange(1, 1000)
+DEFAULT_PULL_MAX_MESSAGES = 100
+NACK_DELAY_MS = IntRange(0, 600_000)  # as a WebSocket nack's delay_ms (PROTOCOL §3)
+
+
+@dataclass(frozen=True, slots=True)
+class PullRequest:
+    max_messages: int = DEFAULT_PULL_MAX_MESSAGES
+    wait_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NackRequest:
+    ids: tuple[str, ...]
+    delay_ms: int | None = None
+    reason: str | None = None
+
+
+def parse_pull(body: Any) -> PullRequest:
+    """`POST /v1/subscriptions/{name}/pull` `{"max_messages": 1..1000, "wait_ms": 0..30000}`;
+    no body is all defaults."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"max_messages", "wait_ms"}), "the pull request")
+    values: dict[str, int] = {}
+    if (v := _given(obj, "max_messages")) is not _MISSING:
+        values["max_messages"] = _int_in(v, "max_messages", PULL_MAX_MESSAGES)
+    if (v := _given(obj, "wait_ms")) is not _MISSING:
+        values["wait_ms"] = _int_in(v, "wait_ms", WAIT_MS)
+    return PullRequest(**values)
+
+
+def parse_ack(body: Any) -> tuple[str, ...]:
+    """`POST /v1/subscriptions/{name}/ack` `{"ids": [...]}`."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"ids"}), "the ack request")
+    return _message_ids(obj)
+
+
+def parse_nack(body: Any) -> NackRequest:
+    """`POST /v1/subscriptions/{name}/nack` `{"ids": [...], "delay_ms"?, "reason"?}`."""
+    obj = _as_object(body, "the request body")
+    _check_fields(obj, frozenset({"ids", "delay_ms", "reason"}), "the nack request")
+    ids = _message_ids(obj)
+    delay = _given(obj, "delay_ms")
+    reason = _given(obj, "reason")
+    if reason is not _MISSING:
+        reason = _as_str(reason, "reason")
+        if len(reason) > MAX_NACK_REASON:
+            raise ValidationError(f"reason is over {MAX_NACK_REASON} characters")
+    return NackRequest(
+        ids,
+        None if delay is _MISSING else _int_in(delay, "delay_ms", NACK_DELAY_MS),
+        None if reason is _MISSING else reason,
+    )
+
+
+def _message_ids(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    ids = obj.get("ids")
+    if ids is None:
+        raise BadRequest("ids is required")
+    if not isinstance(ids, list) or not all(isinstance(item, str) for item in ids):
+        raise BadRequest("ids must be an array of message id strings")
+    return tuple(ids)
 
 
 # ---------------------------------------------------------------- seek

@@ -1,13 +1,32 @@
-"""The last N delivery attempts of a push subscription (issue 4), for
-`GET /v1/subscriptions/{name}/attempts`. Bounded (STYLE principle 3)."""
+"""The delivery history of a push subscription: its last 1,000 webhook attempts, for
+`GET /v1/subscriptions/{name}/attempts` (PROTOCOL §8 "Delivery history"; newest first).
+
+Bounded in memory (STYLE principle 3) and kept in `<data_dir>/attempts/<name>.jsonl`, so
+the history survives a restart. Attempts are appended to the file in batches, once a
+second, by the dispatcher's own task through aiofiles: never a write per attempt, never
+on the request path. So a kill -9 loses at most the last second of attempts; a line torn
+by it is skipped on load. Once the file holds twice the bound it is rewritten with the
+newest entries (temp file, fsync, rename).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-ATTEMPT_LOG_SIZE = 100
+import aiofiles
+import aiofiles.os
+import orjson
+
+log = logging.getLogger(__name__)
+
+ATTEMPT_LOG_SIZE = 1000  # PROTOCOL §8: the last 1000 per subscription
+FLUSH_INTERVAL_S = 1.0  # PROTOCOL §8: after kill -9 at most the last second may be missing
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +36,7 @@ class Attempt:
     attempt: int
     status: int | None  # the HTTP status; None when no response came
     latency_ms: float
-    error: str | None  # "timeout", "connection refused"… or "HTTP 500"; None on success
+    error: str | None  # "timeout", "connection refused"… or "http 500"; None on success
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -29,20 +48,94 @@ class Attempt:
             "error": self.error,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attempt:
+        return cls(
+            int(data["time"]),
+            str(data["id"]),
+            int(data["attempt"]),
+            None if data["status"] is None else int(data["status"]),
+            float(data["latency_ms"]),
+            None if data["error"] is None else str(data["error"]),
+        )
+
 
 class AttemptLog:
-    def __init__(self, size: int = ATTEMPT_LOG_SIZE) -> None:
+    """The newest ``size`` attempts in memory; with a ``path``, also on disk."""
+
+    def __init__(self, path: Path | None = None, size: int = ATTEMPT_LOG_SIZE) -> None:
+        self.path = path
+        self._size = size
         self._attempts: deque[Attempt] = deque(maxlen=size)
-        self.total = 0
+        self._unwritten: list[Attempt] = []
+        self._lines_on_disk = 0
+        self.total = 0  # added since this log was made (not loaded)
 
     def add(self, attempt: Attempt) -> None:
         self._attempts.append(attempt)
+        if self.path is not None:
+            self._unwritten.append(attempt)
         self.total += 1
 
     def recent(self) -> list[Attempt]:
-        """Oldest first."""
-        return list(self._attempts)
+        """Newest first (PROTOCOL §8)."""
+        return list(reversed(self._attempts))
 
     @property
     def last(self) -> Attempt | None:
         return self._attempts[-1] if self._attempts else None
+
+    async def load(self) -> None:
+        """Read the history kept on disk (a torn or damaged line is skipped)."""
+        if self.path is None:
+            return
+        try:
+            async with aiofiles.open(self.path, "rb") as file:
+                data = await file.read()
+        except FileNotFoundError:
+            return
+        lines = data.splitlines()
+        loaded: list[Attempt] = []
+        for line in lines[-self._size :]:
+            try:
+                loaded.append(Attempt.from_dict(orjson.loads(line)))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue  # the last line of a kill -9, or a damaged one
+        self._attempts.extendleft(reversed(loaded[-self._size :]))
+        self._lines_on_disk = len(lines)
+
+    async def flush(self) -> None:
+        """Append what was added since the last flush; rewrite the file once it holds
+        twice the bound. Failures are logged: the history is best effort, delivery is not
+        held up by it."""
+        if self.path is None or not self._unwritten:
+            return
+        batch, self._unwritten = self._unwritten, []
+        data = b"".join(orjson.dumps(a.as_dict()) + b"\n" for a in batch)
+        try:
+            await aiofiles.os.makedirs(self.path.parent, exist_ok=True)
+            async with aiofiles.open(self.path, "ab") as file:
+                await file.write(data)
+            self._lines_on_disk += len(batch)
+            if self._lines_on_disk >= 2 * self._size:
+                await self._compact()
+        except OSError as exc:
+            log.warning("cannot keep the attempt log %s: %s", self.path, exc)
+
+    async def _compact(self) -> None:
+        assert self.path is not None
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        data = b"".join(orjson.dumps(a.as_dict()) + b"\n" for a in self._attempts)
+        async with aiofiles.open(tmp, "wb") as file:
+            await file.write(data)
+            await file.flush()
+            await aiofiles.os.wrap(os.fsync)(file.fileno())
+        await aiofiles.os.replace(tmp, self.path)
+        self._lines_on_disk = len(self._attempts)
+
+    async def remove(self) -> None:
+        """Forget the history on disk too (the subscription was deleted)."""
+        self._unwritten = []
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                await aiofiles.os.remove(self.path)

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from delivery.credit import MAX_CREDIT
+from delivery.dead_letter import MAX_NACK_REASON
 from delivery.start import StartAt
 
 MAX_DELAY_MS = 600_000
@@ -50,6 +51,7 @@ class AckFrame:
 class NackFrame:
     ids: tuple[str, ...]
     delay_ms: int | None
+    reason: str | None = None  # PROTOCOL §8: what the dead letter says went wrong
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,7 @@ def parse_frame(message: Mapping[str, Any]) -> ClientFrame:
         delay = (
             None if data.get("delay_ms") is None else _integer(data, "delay_ms", 0, MAX_DELAY_MS)
         )
-        return NackFrame(_ids(data), delay)
+        return NackFrame(_ids(data), delay, _reason(data))
     if kind == "extend":
         return ExtendFrame(_ids(data), _integer(data, "ms", MIN_EXTEND_MS, MAX_EXTEND_MS))
     raise BadFrame(
@@ -151,6 +153,18 @@ def _integer(data: Mapping[str, Any], name: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise BadFrame("bad_frame", f"`{name}` must be in {low}..{high}, got {value}")
     return value
+
+
+def _reason(data: Mapping[str, Any]) -> str | None:
+    """A nack's optional `reason`: a string of at most MAX_NACK_REASON characters."""
+    reason = data.get("reason")
+    if reason is None:
+        return None
+    if not isinstance(reason, str) or len(reason) > MAX_NACK_REASON:
+        raise BadFrame(
+            "bad_frame", f"`reason` must be a string of at most {MAX_NACK_REASON} characters"
+        )
+    return reason
 
 
 def _ids(data: Mapping[str, Any]) -> tuple[str, ...]:

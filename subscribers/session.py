@@ -91,7 +91,7 @@ class ConsumerSession:
                 return self._ack(consumer, frame)
             ids = [item for item in frame.ids if is_message_id(item)]  # unknown ids are ignored
             if ids and isinstance(frame, NackFrame):
-                self.engine.nack(consumer, ids, frame.delay_ms)
+                self.engine.nack(consumer, ids, frame.delay_ms, frame.reason)
             elif ids and isinstance(frame, ExtendFrame):
                 self.engine.extend(consumer, ids, frame.ms)
             return None

@@ -25,13 +25,14 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_none
 
+from delivery.close_codes import CloseCode
 from delivery.config import PushConfig, SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.events import Delivery
 from delivery.push import Ack, Action, Answer, Extend, Grant, Nack, Post, PushPolicy
 from storage.errors import SubscriptionNotFound
 from storage.writer import wall_clock_ms
-from subscribers.attempt_log import Attempt, AttemptLog
+from subscribers.attempt_log import FLUSH_INTERVAL_S, Attempt, AttemptLog
 from subscribers.signing import secret_key, webhook_headers
 from subscribers.wire import record_json
 
@@ -91,7 +92,10 @@ class WebhookDispatcher:
         self._verify = verify
         self._clock = clock
         self._wall_ms = wall_ms
-        self.attempts = AttemptLog()
+        # PROTOCOL §8: the delivery history survives restarts (subscription names are
+        # safe file names: PROTOCOL §1).
+        self.attempts = AttemptLog(engine.storage.data_dir / "attempts" / f"{name}.jsonl")
+        self._deleted = False
         self._keys = _signing_keys(self.push)
         self._running: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -112,6 +116,7 @@ class WebhookDispatcher:
     def close(self, code: int, reason: str) -> None:
         """The subscription was deleted (4410) or the server stops (1001)."""
         self.closed = True
+        self._deleted = code == CloseCode.DELETED
         self._consumer = None  # detached by the engine already
         self._wake.set()
 
@@ -134,6 +139,24 @@ class WebhookDispatcher:
     # ------------------------------------------------------------------ the worker
 
     async def run(self) -> None:
+        await self.attempts.load()
+        history = asyncio.create_task(self._keep_history(), name=f"herald-attempts-{self.name}")
+        try:
+            await self._deliver()
+        finally:
+            history.cancel()
+            await asyncio.wait([history])  # never swallows a cancellation of our own
+            if self._deleted:
+                await self.attempts.remove()
+            else:
+                await self.attempts.flush()
+
+    async def _keep_history(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            await self.attempts.flush()
+
+    async def _deliver(self) -> None:
         push = self.push
         limits = httpx.Limits(
             max_connections=push.max_in_flight, max_keepalive_connections=push.max_in_flight
@@ -197,7 +220,7 @@ class WebhookDispatcher:
             elif isinstance(action, Ack):
                 self.engine.ack(consumer, [action.id])
             else:
-                self.engine.nack(consumer, [action.id], action.delay_ms)
+                self.engine.nack(consumer, [action.id], action.delay_ms, action.reason)
         except SubscriptionNotFound:
             # Detached under us (shutdown, delete): its records are redelivered later.
             if isinstance(action, Grant):
@@ -234,7 +257,7 @@ class WebhookDispatcher:
         except (httpx.TimeoutException, TimeoutError):
             error = "timeout"
         except httpx.ConnectError as exc:
-            error = f"connect failed: {exc}" if str(exc) else "connect failed"
+            error = _connect_error(exc)
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"
         except httpx.InvalidURL as exc:
@@ -257,6 +280,22 @@ class WebhookDispatcher:
         return [key for key, expires in self._keys if expires is None or wall_ms < expires]
 
 
+def _connect_error(exc: httpx.ConnectError) -> str:
+    """PROTOCOL §8 names a refused connection "connection refused"; other connect
+    failures (DNS, TLS, unreachable) keep what went wrong."""
+    seen: list[BaseException] = [exc]
+    while seen and len(seen) < 64:  # bounded: a cause chain is short
+        cause = seen.pop()
+        if isinstance(cause, ConnectionRefusedError) or "refused" in str(cause).lower():
+            return "connection refused"
+        if isinstance(cause, BaseExceptionGroup):
+            seen.extend(cause.exceptions)
+        nested = cause.__cause__ or cause.__context__
+        if nested is not None:
+            seen.append(nested)
+    return f"connect failed: {exc}" if str(exc) else "connect failed"
+
+
 async def _drain(response: httpx.Response) -> None:
     """Read (and drop) a bounded part of the answer so the connection can be reused."""
     read = 0
@@ -264,6 +303,17 @@ async def _drain(response: httpx.Response) -> None:
         read += len(chunk)
         if read > MAX_RESPONSE_BYTES:
             break
+
+
+def _same_endpoint(old: PushConfig, new: PushConfig) -> bool:
+    """Whether a running dispatcher can take ``new`` without a restart: it differs from
+    ``old`` only in its secrets (its HTTP client and policy are built from the rest)."""
+    return (old.url, old.max_in_flight, old.timeout_ms, old.breaker) == (
+        new.url,
+        new.max_in_flight,
+        new.timeout_ms,
+        new.breaker,
+    )
 
 
 def _signing_keys(push: PushConfig) -> list[tuple[bytes, int | None]]:
@@ -325,6 +375,36 @@ class WebhookDispatchers:
         if dispatcher is not None and not dispatcher.closed:
             dispatcher.use_config(config)
         return config
+
+    async def reconfigured(
+        self, name: str, old: SubscriptionConfig, new: SubscriptionConfig
+    ) -> None:
+        """PROTOCOL §8 change in place, after the engine applied it: push given starts
+        pushing; push set to null stops (the records out to the endpoint go back at once,
+        for the subscription's other consumers); a new url or new limits restart the
+        dispatcher with them; only new secrets, or no push change, keep it running."""
+        if old.push == new.push:
+            return
+        dispatcher = self._dispatchers.get(name)
+        if (
+            dispatcher is not None
+            and not dispatcher.closed
+            and old.push is not None
+            and new.push is not None
+            and _same_endpoint(old.push, new.push)
+        ):
+            dispatcher.use_config(new)
+            return
+        await self.stop_one(name)
+        self.ensure(name)
+
+    async def stop_one(self, name: str) -> None:
+        """Stop the dispatcher of ``name``, if any; its unfinished records go back."""
+        task = self._tasks.pop(name, None)
+        self._dispatchers.pop(name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
 
     def stats(self, name: str) -> dict[str, Any] | None:
         dispatcher = self._dispatchers.get(name)

@@ -9,6 +9,11 @@
         async for msg in consumer:
             handle(msg.value)
             await msg.ack()
+
+    async with Puller("http://127.0.0.1:8080", "billing") as puller:  # pull over HTTP
+        async for msg in puller:
+            handle(msg.value)
+            await msg.ack()
 """
 
 from herald.admin import Admin
@@ -21,6 +26,7 @@ from herald.errors import (
 )
 from herald.message import Message
 from herald.producer import Producer, SendResult
+from herald.puller import Puller
 from herald.tail import Tail
 from herald.webhooks import WebhookVerificationError, verify_webhook
 
@@ -35,6 +41,7 @@ __all__ = [
     "Message",
     "Producer",
     "ProducerBufferFullError",
+    "Puller",
     "SendResult",
     "Tail",
     "WebhookVerificationError",

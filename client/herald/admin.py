@@ -120,6 +120,14 @@ class Admin:
         ]
         return result
 
+    async def update_subscription(self, name: str, **changes: Any) -> dict[str, Any]:
+        """Change a subscription in place (PROTOCOL §8, JSON Merge Patch): any of
+        ack_deadline_ms, max_in_flight, max_deliveries, retry_backoff, dead_letter_topic,
+        push; a value of None sets the field back to its default (push=None stops
+        pushing). A push dict without "secret" keeps the current secret."""
+        result: dict[str, Any] = await self._call("PATCH", _subscription(name), body=changes)
+        return result
+
     async def delete_subscription(self, name: str) -> None:
         await self._call("DELETE", _subscription(name))
 
@@ -144,7 +152,6 @@ class Admin:
             body = {"offsets": {str(p): o for p, o in (offsets or {}).items()}}
         result: dict[str, Any] = await self._call("POST", f"{_subscription(name)}/seek", body=body)
         return result
-
 
     async def redrive(
         self, name: str, *, rate: int | None = None, max_records: int | None = None

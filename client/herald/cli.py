@@ -25,6 +25,7 @@ from herald.admin import Admin
 from herald.consumer import Consumer
 from herald.errors import HeraldClientError
 from herald.producer import Producer
+from herald.puller import Puller
 from herald.tail import Tail
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, Any]]
@@ -94,7 +95,9 @@ def _topics(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _subscriptions(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    subs = subparsers.add_parser("subscriptions", help="list, create, show, delete and seek")
+    subs = subparsers.add_parser(
+        "subscriptions", help="list, create, show, update, delete and seek"
+    )
     actions = subs.add_subparsers(dest="action", required=True, metavar="ACTION")
     _leaf(actions, "list", "list subscriptions", _subs_list)
     create = _leaf(actions, "create", "create a subscription on a topic", _subs_create)
@@ -121,6 +124,7 @@ def _subscriptions(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     create.add_argument(
         "--config", type=orjson.loads, help="more fields as a JSON object, e.g. retry_backoff"
     )
+    _update_parser(actions)
     get = _leaf(actions, "get", "show a subscription's config and stats", _subs_get)
     get.add_argument("subscription")
     delete = _leaf(actions, "delete", "delete a subscription", _subs_delete)
@@ -171,6 +175,38 @@ def _publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     publish.add_argument("--partition", type=int)
 
 
+def _update_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    update = _leaf(
+        actions,
+        "update",
+        "change a subscription in place (PROTOCOL §8): only the fields given change; "
+        "'default' sets one back to its default",
+        _subs_update,
+    )
+    update.add_argument("subscription")
+    for flag in ("--ack-deadline-ms", "--max-in-flight", "--max-deliveries"):
+        update.add_argument(flag, type=_int_or_default, default=_ABSENT, help="or 'default'")
+    update.add_argument(
+        "--dead-letter-topic", type=_str_or_none, default=_ABSENT, help="a topic, or 'none'"
+    )
+    push = update.add_argument_group(
+        "push (replaced whole; without a secret the current one is kept)"
+    )
+    push.add_argument("--push-url", help="POST each record to this URL (starts pushing)")
+    push.add_argument("--push-secret", help="whsec_…; or env HERALD_PUSH_SECRET")
+    push.add_argument("--push-max-in-flight", type=int, help="concurrent requests (1..1000)")
+    push.add_argument("--push-timeout-ms", type=int, help="answer deadline (100..60000)")
+    push.add_argument(
+        "--push-breaker-failures", type=int, help="consecutive failures that open the breaker"
+    )
+    push.add_argument(
+        "--no-push", action="store_true", help="stop pushing: WebSocket and pull consumers drain it"
+    )
+    update.add_argument(
+        "--config", type=orjson.loads, help="more changes as a JSON merge patch, e.g. retry_backoff"
+    )
+
+
 def _consume(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     consume = _leaf(
         subparsers,
@@ -184,6 +220,15 @@ def _consume(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     consume.add_argument("--credit", type=int, default=100, help="records in flight to this client")
     consume.add_argument("--no-ack", action="store_true", help="print without acking")
+    consume.add_argument(
+        "--pull", action="store_true", help="pull over HTTP (PROTOCOL §8) instead of a WebSocket"
+    )
+    consume.add_argument(
+        "--wait-ms", type=int, default=20_000, help="with --pull: long-poll this long (0..30000)"
+    )
+    consume.add_argument(
+        "--max-messages", type=int, default=100, help="with --pull: records per pull (1..1000)"
+    )
 
 
 def _tail(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -284,11 +329,37 @@ def _push_config(args: argparse.Namespace) -> dict[str, Any]:
     return push
 
 
+async def _subs_update(args: argparse.Namespace) -> Any:
+    changes: dict[str, Any] = dict(args.config or {})
+    for name in ("ack_deadline_ms", "max_in_flight", "max_deliveries", "dead_letter_topic"):
+        value = getattr(args, name)
+        if value is not _ABSENT:
+            changes[name] = value
+    if args.no_push:
+        if args.push_url is not None:
+            raise HeraldClientError("bad_request", 0, "--no-push and --push-url contradict")
+        changes["push"] = None
+    elif args.push_url is not None:
+        changes["push"] = _push_config(args)
+    elif any(
+        getattr(args, flag) is not None
+        for flag in (
+            "push_secret",
+            "push_max_in_flight",
+            "push_timeout_ms",
+            "push_breaker_failures",
+        )
+    ):
+        raise HeraldClientError(
+            "bad_request", 0, "push settings need --push-url (push is replaced whole)"
+        )
+    async with Admin(args.url, args.token) as admin:
+        return await admin.update_subscription(args.subscription, **changes)
+
+
 async def _subs_redrive(args: argparse.Namespace) -> Any:
     async with Admin(args.url, args.token) as admin:
-        return await admin.redrive(
-            args.subscription, rate=args.rate, max_records=args.max_records
-        )
+        return await admin.redrive(args.subscription, rate=args.rate, max_records=args.max_records)
 
 
 async def _subs_get(args: argparse.Namespace) -> Any:
@@ -341,6 +412,20 @@ async def _run_publish(args: argparse.Namespace) -> None:
 
 async def _run_consume(args: argparse.Namespace) -> None:
     if args.count is not None and args.count <= 0:
+        return
+    if args.pull:
+        async with Puller(
+            args.url,
+            args.subscription,
+            args.token,
+            max_messages=args.max_messages,
+            wait_ms=args.wait_ms,
+            limit=args.count,
+        ) as puller:
+            async for pulled in puller:
+                _print(pulled.to_json())
+                if not args.no_ack:
+                    await pulled.ack()
         return
     # `limit`: exactly --count records are granted credit, none more that would be sent
     # and then come back later as attempt 2.
@@ -407,6 +492,15 @@ def _json_or_string(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return text
+
+
+def _int_or_default(text: str) -> int | None:
+    """A PATCH value: 'default' (or 'null') is null, the field's default (PROTOCOL §8)."""
+    return None if text.lower() in ("default", "null") else int(text)
+
+
+def _str_or_none(text: str) -> str | None:
+    return None if text.lower() in ("none", "null") else text
 
 
 def _int_or_none(text: str) -> int | None:

@@ -9,10 +9,16 @@ record delivered, so building it is one small object and nothing else (the bytes
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from herald.consumer import Consumer
+
+class Answerer(Protocol):
+    """What a message answers through: a Consumer (WebSocket) or a Puller (HTTP pull)."""
+
+    def queue_ack(self, message_id: str) -> None: ...
+
+    def queue_frame(self, frame: dict[str, Any]) -> None: ...
+
 
 REQUIRED = ("topic", "id", "partition", "offset", "timestamp")
 _UNDECODED: Any = object()
@@ -24,13 +30,13 @@ class Message:
 
     __slots__ = ("_consumer", "_data", "_value")
 
-    def __init__(self, data: dict[str, Any], consumer: Consumer | None = None) -> None:
+    def __init__(self, data: dict[str, Any], consumer: Answerer | None = None) -> None:
         self._data = data
         self._consumer = consumer
         self._value: Any = _UNDECODED
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], consumer: Consumer | None = None) -> Message:
+    def from_json(cls, data: dict[str, Any], consumer: Answerer | None = None) -> Message:
         """A record received from anywhere but a Herald connection: its fields checked
         (KeyError or TypeError when it is not a record)."""
         missing = [name for name in REQUIRED if name not in data]
@@ -139,18 +145,21 @@ class Message:
         """Done with this record; acks are batched (see Consumer.ack_interval_ms)."""
         self._owner().queue_ack(self._data["id"])
 
-    async def nack(self, delay_ms: int | None = None) -> None:
-        """Redeliver after `delay_ms`, else after the subscription's backoff."""
+    async def nack(self, delay_ms: int | None = None, reason: str | None = None) -> None:
+        """Redeliver after `delay_ms`, else after the subscription's backoff. `reason`
+        (≤ 256 characters) is what a dead letter of it will say went wrong (PROTOCOL §8)."""
         frame: dict[str, Any] = {"type": "nack", "ids": [self.id]}
         if delay_ms is not None:
             frame["delay_ms"] = delay_ms
+        if reason is not None:
+            frame["reason"] = reason
         self._owner().queue_frame(frame)
 
     async def extend(self, ms: int) -> None:
         """Move the ack deadline to now + `ms`."""
         self._owner().queue_frame({"type": "extend", "ids": [self.id], "ms": ms})
 
-    def _owner(self) -> Consumer:
+    def _owner(self) -> Answerer:
         if self._consumer is None:
             raise RuntimeError("this message has no consumer to answer through")
         return self._consumer

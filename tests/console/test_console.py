@@ -4,7 +4,6 @@ the traffic, shows records, and its seek and redrive buttons do what they say.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -12,19 +11,13 @@ from playwright.sync_api import expect
 
 from tests.conftest import HeraldProcess
 from tests.console.conftest import screenshot
+from tests.helpers import wait_until_sync
 
 
 # Waits go through locators, not wait_for_function: the console's Content-Security-Policy
 # forbids the eval that a string predicate needs, and the tests keep that policy on.
 def wait_for_text(page: Any, element_id: str, text: str) -> None:
     expect(page.locator(f"#{element_id}")).to_have_text(text)
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def publish(url: str, topic: str, messages: list[dict[str, Any]]) -> None:
@@ -43,7 +36,7 @@ def test_console_loads_cleanly_and_its_counters_and_chart_move(herald_url: str, 
         time.sleep(0.3)
     wait_for_text(page, "stat-published", "60")
     chart = "document.getElementById('chart-published').toDataURL()"
-    wait_until(lambda: page.evaluate(chart) != blank)
+    wait_until_sync(lambda: page.evaluate(chart) != blank, what="the chart redrawn")
     assert page.inner_text("#stat-topics") == "1"
     screenshot(page, "overview")
     page.emulate_media(color_scheme="dark")

@@ -79,8 +79,8 @@ class Harness:
     def ack_all(self, consumer: str) -> None:
         self.ack(*[d.record.id for d in self.received[consumer]])
 
-    def nack(self, *ids: str, delay_ms: int | None = None) -> None:
-        self.core.nack(ids, delay_ms, self.now)
+    def nack(self, *ids: str, delay_ms: int | None = None, reason: str | None = None) -> None:
+        self.core.nack(ids, delay_ms, self.now, reason)
         self.step()
 
     def advance(self, seconds: float) -> None:

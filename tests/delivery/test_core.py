@@ -314,6 +314,34 @@ def test_dead_letter_after_max_deliveries():
     assert h.core.ack_floor(0) == 1
 
 
+def test_dead_letter_carries_whatever_went_wrong_last():
+    """PROTOCOL §8: the nack's reason, "nack", "ack deadline" or "disconnect": the last."""
+    h = Harness(config(max_deliveries=2, ack_deadline_ms=1000, retry_backoff=Backoff(10, 10)))
+    h.publish(n=3)
+    h.attach("c1", credit=10)
+    h.nack("0-0", reason="bad payload")
+    h.nack("0-1")
+    h.nack("0-2", reason="first")
+    h.advance(0.01)
+    assert h.attempts("c1")[-3:] == [("0-0", 2), ("0-1", 2), ("0-2", 2)]
+    h.nack("0-0")  # a bare nack after a reason: "nack"
+    h.nack("0-1", reason="schema")  # a reason after a bare nack: the reason
+    h.advance(1.0)  # 0-2's deadline passes: "ack deadline", not "first"
+    h.publish(n=1)
+    h.step()
+    h.nack("0-3", reason="y")
+    h.advance(0.01)
+    h.core.detach("c1", h.now)  # 0-3, on its last delivery, goes back: "disconnect"
+    h.step()
+    assert {d.record.id: d.last_error for d in h.dead} == {
+        "0-0": "nack",
+        "0-1": "schema",
+        "0-2": "ack deadline",
+        "0-3": "disconnect",
+    }
+    assert h.core._last_error == {}, "nothing is remembered past the dead letter"
+
+
 def test_expired_deadline_of_last_delivery_dead_letters_without_backoff():
     h = Harness(
         config(max_deliveries=1, ack_deadline_ms=1000, retry_backoff=Backoff(60_000, 60_000))
@@ -599,5 +627,63 @@ def test_stats_follow_protocol_section_5():
         "acked_total": 1,
         "dead_lettered_total": 0,
         "expired_total": 0,
+        "filtered_total": 0,
         "partitions": [{"partition": 0, "ack_floor": 1}, {"partition": 1, "ack_floor": 0}],
     }
+
+
+# -- change in place (PROTOCOL §8) ------------------------------------------------------
+
+
+def test_shorter_deadline_applies_to_new_sends_and_in_flight_keep_theirs():
+    h = Harness(config(ack_deadline_ms=10_000, retry_backoff=Backoff(10_000, 10_000)))
+    h.publish(n=1)
+    h.attach("c1", credit=10)
+    h.core.reconfigure(config(ack_deadline_ms=1000, retry_backoff=Backoff(10_000, 10_000)))
+    h.publish(n=1)
+    h.step()
+    assert h.attempts("c1") == [("0-0", 1), ("0-1", 1)]
+    assert h.core.next_wakeup() == h.now + 1.0
+    h.advance(1.0)  # the new send expires though it was sent after the old one
+    assert h.core.in_flight == 1
+    assert h.ack("0-0") == (["0-0"], [])
+    h.advance(9.0)
+    assert h.core.in_flight == 0
+
+
+def test_raising_max_in_flight_makes_room_at_once():
+    h = Harness(config(max_in_flight=1))
+    h.publish(n=3)
+    h.attach("c1", credit=10)
+    assert len(h.received["c1"]) == 1
+    h.core.reconfigure(config(max_in_flight=3))
+    h.step()
+    assert [d.record.id for d in h.received["c1"]] == ["0-0", "0-1", "0-2"]
+
+
+def test_records_not_matching_the_filter_are_acked_unsent_and_hold_no_key():
+    """PROTOCOL §8 Filter: acked without being sent, counted in filtered_total, not in
+    delivered_total, never dead-lettered; a filtered record never holds its key."""
+    h = Harness(config(filter='key = "a"', ordered_by_key=True, max_deliveries=1))
+    for key in ("b", "a", "b", "a"):
+        h.publish(key=key)
+    h.attach("c1", credit=10)
+    assert h.ids("c1") == ["0-1"], "one per key in flight: 0-3 waits for 0-1"
+    h.ack("0-1")
+    assert h.ids("c1") == ["0-1", "0-3"]
+    h.ack("0-3")
+    stats = h.core.stats()
+    assert (stats.filtered_total, stats.delivered_total, stats.acked_total) == (2, 2, 2)
+    assert (stats.backlog, h.core.ack_floor(0), h.dead) == (0, 4, [])
+
+
+def test_a_changed_filter_applies_to_waiting_redeliveries():
+    h = Harness(config(retry_backoff=Backoff(10, 10)))
+    h.publish(key="a")
+    h.publish(key="b")
+    h.attach("c1", credit=10)
+    h.nack("0-0", "0-1")
+    h.core.reconfigure(config(retry_backoff=Backoff(10, 10), filter='key = "b"'))
+    h.advance(0.01)
+    assert h.attempts("c1")[2:] == [("0-1", 2)]
+    assert h.core.stats().filtered_total == 1 and h.core.ack_floor(0) == 1

@@ -208,6 +208,8 @@ async def test_dead_letter_goes_to_the_dead_letter_topic_with_source_headers(sto
         "herald-source-partition": "1",
         "herald-source-offset": "0",
         "herald-source-deliveries": "1",
+        "herald-source-subscription": "s",
+        "herald-source-last-error": "nack",
         "herald-source-reason": "max_deliveries",
     }
     assert engine.stats("s")["partitions"][1]["ack_floor"] == 1

@@ -75,8 +75,8 @@ def test_open_breaker_holds_records_and_grants_nothing_until_it_half_opens() -> 
     p = policy(max_in_flight=4, breaker=Breaker(failures=2, open_ms=1_000, max_open_ms=8_000))
     p.received(deliveries(0, 1), 0.0)
     assert posts(p.poll(0.0, credit=0)) == ["0-0", "0-1"]
-    assert p.answered(deliveries(0)[0], FAILED, 0.1) == Nack("0-0", None)
-    assert p.answered(deliveries(1)[0], FAILED, 0.1) == Nack("0-1", None)
+    assert p.answered(deliveries(0)[0], FAILED, 0.1) == Nack("0-0", None, "http 500")
+    assert p.answered(deliveries(1)[0], FAILED, 0.1) == Nack("0-1", None, "http 500")
     p.received(deliveries(2, 3), 0.2)
     held = p.poll(0.2, credit=0)
     assert posts(held) == [] and grants(held) == 0
@@ -108,15 +108,17 @@ def test_retry_after_pauses_the_endpoint_capped_by_the_backoff_maximum() -> None
     p.received(deliveries(0, 1), 0.0)
     p.poll(0.0, credit=0)
     busy = Answer(429, latency_s=0.01, retry_after="3")
-    assert p.answered(deliveries(0)[0], busy, 0.0) == Nack("0-0", 3_000)
+    assert p.answered(deliveries(0)[0], busy, 0.0) == Nack("0-0", 3_000, "http 429")
     p.received(deliveries(2), 0.5)
     assert posts(p.poll(0.5, credit=0)) == [] and grants(p.poll(0.5, credit=0)) == 0
     assert p.next_wakeup(0.5) == 3.0
     assert posts(p.poll(3.0, credit=0)) == ["0-2"]
     # A 500's Retry-After is not honoured; a huge one is capped at retry_backoff.max_ms.
-    assert p.answered(deliveries(1)[0], Answer(500, 0.0, retry_after="3"), 3.0) == Nack("0-1", None)
+    assert p.answered(deliveries(1)[0], Answer(500, 0.0, retry_after="3"), 3.0) == Nack(
+        "0-1", None, "http 500"
+    )
     huge = Answer(503, 0.0, retry_after="86400")
-    assert p.answered(deliveries(2)[0], huge, 3.0) == Nack("0-2", 60_000)
+    assert p.answered(deliveries(2)[0], huge, 3.0) == Nack("0-2", 60_000, "http 503")
 
 
 def test_answers_are_counted_for_stats() -> None:

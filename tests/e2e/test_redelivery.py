@@ -153,6 +153,8 @@ async def test_record_is_dead_lettered_after_max_deliveries_with_source_headers(
             "herald-source-offset": str(result["offset"]),
             "herald-source-deliveries": "2",
             "herald-source-reason": "max_deliveries",
+            "herald-source-subscription": name,  # PROTOCOL §8
+            "herald-source-last-error": "nack",
         }
         ack_reply = await ack(ws, [record["id"]])
         assert ack_reply["unknown"] == [record["id"]], "dead-lettered records are not in flight"

@@ -126,6 +126,51 @@ def test_a_client_trickling_headers_is_disconnected(
         assert time.monotonic() - started < 5
 
 
+def test_a_keep_alive_request_gets_its_own_header_deadline(
+    limited: tuple[HeraldProcess, dict[str, str]],
+) -> None:
+    # The deadline (1 s here) restarts after each response: a request answered late in
+    # the connection's first second is not cut by the first second's deadline, and a
+    # client then trickling its next request's headers is still disconnected.
+    server, _ = limited
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        time.sleep(0.6)  # the connection's own deadline is 0.4 s away
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(4096)
+            assert chunk, answer
+            answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        length = int(next(
+            line.split(b":", 1)[1] for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ))  # fmt: skip
+        while len(body) < length:
+            chunk = sock.recv(4096)
+            assert chunk
+            body += chunk
+        answered = time.monotonic()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        closed_after = None
+        while time.monotonic() - answered < 8:
+            try:
+                sock.sendall(b"X")
+            except OSError:
+                closed_after = time.monotonic() - answered
+                break
+            sock.settimeout(0.1)
+            try:
+                if sock.recv(1024) == b"":
+                    closed_after = time.monotonic() - answered
+                    break
+            except TimeoutError:
+                pass
+        assert closed_after is not None
+        assert 0.7 < closed_after < 5, closed_after
+
+
 def test_a_stalled_body_gets_408_and_frees_the_request(
     limited: tuple[HeraldProcess, dict[str, str]],
 ) -> None:

@@ -35,6 +35,12 @@ HTTP_MATRIX: list[tuple[str, str, Any, set[str]]] = [
     # Minting a browser token: any valid token (404 here: this auth file has no signing key;
     # tests/security/test_browser_tokens.py covers the rest).
     ("POST", "/v1/tokens", {"ttl_ms": 60_000, "publish": ["orders.a"]}, set(TOKENS)),
+    # PROTOCOL §8: changing a subscription in place is an operator's act.
+    ("PATCH", "/v1/subscriptions/s-orders", {"max_in_flight": 1000}, {"admin"}),
+    # PROTOCOL §8 pull: subscribe on the subscription's topic, like its WebSocket.
+    ("POST", "/v1/subscriptions/s-orders/pull", {"max_messages": 1}, {"admin", "subscriber"}),
+    ("POST", "/v1/subscriptions/s-orders/ack", {"ids": ["0-0"]}, {"admin", "subscriber"}),
+    ("POST", "/v1/subscriptions/s-orders/nack", {"ids": ["0-0"]}, {"admin", "subscriber"}),
     # Routes no rule names (console redrive, webhook attempts, future ones) need admin.
     ("POST", "/v1/subscriptions/s-orders/redrive", {}, {"admin"}),
     ("GET", "/v1/subscriptions/s-orders/attempts", None, {"admin"}),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,6 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import HeraldProcess
+from tests.helpers import wait_until_sync
 from tests.server import assert_problem
 
 
@@ -137,10 +137,7 @@ def test_acks_0_answers_202_with_an_empty_body_and_appends(
     )
     assert response.status_code == 202
     assert response.content == b""
-    deadline = time.monotonic() + 10
-    while end_offsets(http, topic) != [3]:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until_sync(lambda: end_offsets(http, topic) == [3], what="the acks=0 records appended")
 
 
 def test_acks_0_still_validates(http: httpx.Client, unique: Callable[[str], str]) -> None:
@@ -189,10 +186,7 @@ def test_duplicate_ids_are_not_appended_again(
     response = http.post(f"/v1/topics/{topic}/messages?acks={acks}", json=batch)
     if acks == "0":
         assert response.status_code == 202
-        deadline = time.monotonic() + 10
-        while end_offsets(http, topic) != [2]:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until_sync(lambda: end_offsets(http, topic) == [2], what="the records appended")
     else:
         assert response.json()["results"] == [
             {"partition": 0, "offset": 1, "duplicate": False},

@@ -22,6 +22,7 @@ DEFAULT_CONFIG = {
     "dead_letter_topic": None,
     "ordered_by_key": False,
     "push": None,
+    "filter": None,  # PROTOCOL §8
 }
 STATS_KEYS = {
     "backlog",
@@ -32,6 +33,7 @@ STATS_KEYS = {
     "acked_total",
     "dead_lettered_total",
     "expired_total",
+    "filtered_total",
     "partitions",
 }
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef").decode()

@@ -154,10 +154,10 @@ def test_a_timeout_is_a_failed_delivery(herald_url: str, unique: Any) -> None:
         wait_until_sync(lambda: stats(herald_url, name)["acked_total"] == 1)
     attempts = httpx.get(f"{herald_url}/v1/subscriptions/{name}/attempts").json()["attempts"]
     assert [(a["attempt"], a["status"], a["error"]) for a in attempts] == [
+        (2, 200, None),  # newest first (PROTOCOL §8)
         (1, None, "timeout"),
-        (2, 200, None),
     ]
-    assert attempts[0]["latency_ms"] >= 150  # it waited for the timeout_ms of 200
+    assert attempts[1]["latency_ms"] >= 150  # it waited for the timeout_ms of 200
 
 
 def test_retry_after_is_honoured(herald_url: str, unique: Any) -> None:
@@ -510,7 +510,58 @@ def test_a_stored_url_the_sender_cannot_use_fails_deliveries_instead_of_the_disp
 
     wait_until_sync(dead_lettered, within=30, what="the record dead-lettered")
     attempts = httpx.get(f"{url}/v1/subscriptions/s/attempts").json()["attempts"]
-    assert attempts and attempts[-1]["error"].startswith("invalid url")
+    assert attempts and attempts[0]["error"].startswith("invalid url")
     dead = httpx.get(f"{url}/v1/topics/dlq/partitions/0/messages?offset=0").json()["messages"]
     assert [m["value"] for m in dead] == [1]
     assert "failed; restarting" not in herald_server.log()
+
+
+def attempts_of(url: str, name: str) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{url}/v1/subscriptions/{name}/attempts")
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["attempts"])
+
+
+def test_the_delivery_history_survives_a_restart_and_a_kill_9(herald_server: Any) -> None:
+    """PROTOCOL §8: the attempt log, newest first, survives restarts, kill -9 included
+    (then at most the last second may be missing)."""
+    url = herald_server.url
+    with Receiver([SECRET], fail_first(1)) as receiver:
+        push_subscription(url, "s", "t", receiver.url, retry_backoff={"min_ms": 10, "max_ms": 10})
+        publish(url, "t", ["a", "b"])
+        wait_until_sync(lambda: stats(url, "s")["acked_total"] == 2)
+        before = attempts_of(url, "s")
+        # Newest first: both retries (answered 200) before both first tries (500).
+        assert [(a["attempt"], a["status"]) for a in before] == [(2, 200)] * 2 + [(1, 500)] * 2
+        assert herald_server.terminate() == 0  # graceful: everything written
+        herald_server.restart()
+        assert attempts_of(url, "s") == before
+        publish(url, "t", ["c"])
+        wait_until_sync(lambda: len(attempts_of(url, "s")) == 6)
+        history = herald_server.data_dir / "attempts" / "s.jsonl"
+        # Written within the flush interval of a second; then a kill -9 loses nothing.
+        wait_until_sync(
+            lambda: history.exists() and len(history.read_bytes().splitlines()) == 6,
+            within=10,
+            what="the attempts written",
+        )
+        after = attempts_of(url, "s")
+        herald_server.kill()
+        herald_server.restart()
+        assert attempts_of(url, "s") == after
+
+
+def test_deleting_a_subscription_deletes_its_history(herald_server: Any) -> None:
+    url = herald_server.url
+    with Receiver([SECRET], fail_first(0)) as receiver:
+        push_subscription(url, "s", "t", receiver.url)
+        publish(url, "t", ["a"])
+        wait_until_sync(lambda: len(attempts_of(url, "s")) == 1)
+        (old,) = attempts_of(url, "s")
+        history = herald_server.data_dir / "attempts" / "s.jsonl"
+        wait_until_sync(history.exists, within=10, what="the attempt written")
+        assert httpx.delete(f"{url}/v1/subscriptions/s").status_code == 204
+        wait_until_sync(lambda: not history.exists(), within=10, what="the history removed")
+        push_subscription(url, "s", "t", receiver.url)  # from earliest: "a" is sent again
+        wait_until_sync(lambda: len(attempts_of(url, "s")) == 1)
+        assert old not in attempts_of(url, "s")  # the new subscription's own attempt only

@@ -280,7 +280,7 @@ async function loadAttempts(n, box) {
     patchChildren(box, [
       h("h2", {}, "Attempt log"),
       attempts.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["Time", "Record", "Attempt", "Status", "Latency", "Error"].map((x) => h("th", {}, x)))),
-        h("tbody", {}, attempts.slice(-50).reverse().map((a) => h("tr", {},
+        h("tbody", {}, attempts.slice(0, 50).map((a) => h("tr", {},
           h("td", {}, a.time ? new Date(a.time).toLocaleTimeString() : "—"),
           h("td", {}, a.id ?? "—"), h("td", {}, a.attempt ?? "—"), h("td", {}, a.status ?? "—"),
           h("td", {}, a.latency_ms != null ? `${Number(a.latency_ms).toFixed(1)} ms` : "—"), h("td", {}, a.error ?? ""))))) :
