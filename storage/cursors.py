@@ -24,7 +24,7 @@ from typing import Any
 import crc32c
 import orjson
 
-from storage.durable import fsync_dir, make_dirs
+from storage.durable import fsync_dir, make_dirs, write_synced
 
 Range = tuple[int, int]  # half-open [start, end)
 
@@ -193,14 +193,7 @@ class CursorStore:
         main, prev, tmp = self._paths(subscription)
         data = encode_snapshot(snapshot)
         with self._lock(subscription):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            write_synced(tmp, data)
             # Keep the current file only if it is good: a corrupt main must never push the
             # last good snapshot out of .prev.
             if subscription in self._known_good or self._is_valid(main):

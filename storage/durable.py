@@ -39,3 +39,25 @@ def make_dirs(path: Path) -> bool:
                 raise
         fsync_dir(directory.parent)
     return bool(missing)
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """Write ``data`` as the whole of ``path`` and fsync it: the first half of a
+    temp file -> fsync -> rename -> fsync dir replacement (STYLE: small metadata files)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Durably replace ``path`` with ``data``: at every instant a reader sees the old
+    file or the new one, and on return the new one survives power loss."""
+    tmp = path.with_name(path.name + ".tmp")
+    write_synced(tmp, data)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

@@ -15,10 +15,9 @@ single node) needs no file: no file means "epoch 0 from the log start".
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 
-from storage.durable import fsync_dir
+from storage.durable import replace_file
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 _VERSION = "0"
@@ -137,17 +136,7 @@ class LeaderEpochCache:
         lines = [_VERSION, str(len(self._entries))]
         lines += [f"{epoch} {start}" for epoch, start in self._entries]
         data = ("\n".join(lines) + "\n").encode("ascii")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        replace_file(self.path, data)
 
 
 def _parse(path: Path, text: str) -> list[tuple[int, int]]:
