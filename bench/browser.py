@@ -5,10 +5,12 @@ launches it) imports the browser SDK from the server (``/sdk/herald.js``) and op
 ``--tails`` tails (100) of one topic, each through its own WebSocket. This process then
 publishes ``--rate`` records a second (1,000) for ``--seconds`` (10), in batches of
 ``--batch`` records every batch/rate seconds, each record's value stamped with its
-publish time (wall clock, ms, taken just before the POST). Each tail renders each record
-(a DOM element in its own list, the list kept at 20 elements) and notes the render time
-(``performance.timeOrigin + performance.now()``, right after the element is inserted);
-the bench reads the publish-to-render times back and prints their percentiles.
+publish time (wall clock, ms, taken just before the POST). The page renders as a live
+view should: once an animation frame (requestAnimationFrame), each tail's list gets its
+newest records (a DOM element each, the list kept at 20 elements), and each record of
+that frame notes its render time (``performance.timeOrigin + performance.now()``, right
+after the DOM update). The bench reads the publish-to-render times back and prints their
+percentiles, with the server's and the browser's CPU time over the run.
 
 Server RSS per browser connection: the server's VmRSS (/proc/PID/status) with the page
 loaded and no tail open, then with the tails open (every one ``open``, then 1 s to
@@ -59,20 +61,35 @@ OPEN_TAILS = """async ([topic, tails, keep]) => {
   window.latencies = [];
   window.states = new Array(tails).fill("new");
   window.views = [];
-  for (let i = 0; i < tails; i++) {
-    const list = document.createElement("ul");
-    document.body.append(list);
-    const latencies = [];
-    window.latencies.push(latencies);
-    window.views.push(herald.tail(topic, {
-      from: "latest",
-      onMessage: (r) => {
+  const lists = [], pending = [];
+  // Render as a live view should: once an animation frame, each tail's list replaced by
+  // its newest `keep` records; a record's render time is when its frame updated the DOM.
+  const frame = () => {
+    for (let i = 0; i < tails; i++) {
+      const records = pending[i];
+      if (!records.length) continue;
+      pending[i] = [];
+      const items = records.slice(-keep).reverse().map((r) => {
         const li = document.createElement("li");
         li.textContent = `${r.partition}-${r.offset} ${r.value.n}`;
-        list.prepend(li);
-        if (list.childElementCount > keep) list.lastChild.remove();
-        latencies.push(performance.timeOrigin + performance.now() - r.value.t);
-      },
+        return li;
+      });
+      const list = lists[i];
+      list.prepend(...items);
+      while (list.childElementCount > keep) list.lastChild.remove();
+      const now = performance.timeOrigin + performance.now();
+      for (const r of records) window.latencies[i].push(now - r.value.t);
+    }
+    requestAnimationFrame(frame);
+  };
+  requestAnimationFrame(frame);
+  for (let i = 0; i < tails; i++) {
+    lists.push(document.body.appendChild(document.createElement("ul")));
+    pending.push([]);
+    window.latencies.push([]);
+    window.views.push(herald.tail(topic, {
+      from: "latest",
+      onMessage: (r) => { pending[i].push(r); },
       onState: (s) => { window.states[i] = s; },
       onError: () => {},
     }));
@@ -92,6 +109,10 @@ class Figures:
     rss_before_kib: int
     rss_open_kib: int
     rss_end_kib: int
+    publish_s: float
+    drain_s: float
+    server_cpu_s: float
+    browser_cpu_s: float
 
 
 def free_port() -> int:
@@ -141,6 +162,32 @@ def herald_server() -> Iterator[tuple[str, int]]:
                 proc.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def browser_cpu_seconds(server_pid: int) -> float:
+    """CPU time of this process's descendants but the server: Chromium and Playwright's driver."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(entry.name)] = int(stat[1])
+    mine, changed = {os.getpid()}, True
+    while changed:
+        grown = {pid for pid, parent in parents.items() if parent in mine} - {server_pid}
+        changed = not grown <= mine
+        mine |= grown
+    total = 0.0
+    for pid in mine - {os.getpid()}:
+        with contextlib.suppress(OSError, IndexError):
+            total += cpu_seconds(pid)
+    return total
+
+
 def percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
@@ -170,6 +217,8 @@ def run(tails: int, rate: int, seconds: float, batch: int) -> Figures:
 
             published = 0
             interval = batch / rate
+            cpu_start = cpu_seconds(pid)
+            browser_start = browser_cpu_seconds(pid)
             with httpx.Client(base_url=url, timeout=10) as http:
                 start = time.monotonic()
                 for tick in range(int(seconds * rate / batch)):
@@ -183,12 +232,16 @@ def run(tails: int, rate: int, seconds: float, batch: int) -> Figures:
                     )
                     assert response.status_code == 200, response.text
                     published += batch
+            published_at = time.monotonic()
             wait_page(
                 page,
                 f"window.latencies.every((l) => l.length >= {published})",
                 "every record rendered by every tail",
                 timeout_s=120,
             )
+            drained_at = time.monotonic()
+            server_cpu = cpu_seconds(pid) - cpu_start
+            browser_cpu = browser_cpu_seconds(pid) - browser_start
             rss_end = vm_rss_kib(pid)
             per_tail: list[list[float]] = page.evaluate("window.latencies")
             page.evaluate("window.views.forEach((v) => v.close())")
@@ -206,6 +259,10 @@ def run(tails: int, rate: int, seconds: float, batch: int) -> Figures:
         rss_before_kib=rss_before,
         rss_open_kib=rss_open,
         rss_end_kib=rss_end,
+        publish_s=published_at - start,
+        drain_s=drained_at - published_at,
+        server_cpu_s=server_cpu,
+        browser_cpu_s=browser_cpu,
     )
 
 
@@ -222,6 +279,13 @@ def main() -> None:
     print(
         f"publish-to-render: p50 {f.p50_ms:.1f} ms, p90 {f.p90_ms:.1f} ms, "
         f"p99 {f.p99_ms:.1f} ms, max {f.max_ms:.1f} ms"
+    )
+    busy = f.server_cpu_s / (f.publish_s + f.drain_s)
+    print(
+        f"published in {f.publish_s:.1f} s, all rendered {f.drain_s:.1f} s later (polled every "
+        f"0.1 s); server CPU {f.server_cpu_s:.1f} s ({busy:.0%} of one core over that time), "
+        f"browser CPU {f.browser_cpu_s:.1f} s "
+        f"({f.browser_cpu_s / (f.publish_s + f.drain_s):.0%} of one core)"
     )
     per = (f.rss_open_kib - f.rss_before_kib) / f.tails
     print(
