@@ -220,7 +220,7 @@ export class Tail extends Stream {
     /** partition -> the next offset expected */
     this.positions = new Map();
     this.paused = false;
-    this._owed = 0; // credit withheld while paused
+    this._owed = 0; // credit not given back yet (withheld while paused, or batched)
     const saved = this.storage && this.storage.getItem(this.storageKey);
     if (saved) {
       try {
@@ -283,8 +283,12 @@ export class Tail extends Stream {
       }
     }
     this._save();
-    if (this.paused) this._owed += frame.messages.length;
-    else this._send({ type: "credit", n: frame.messages.length });
+    // Credit goes back in batches of a quarter of the window (one frame up for several
+    // down, the server still holding three quarters to send on): a browser's cost is
+    // per WebSocket message.
+    this._owed += frame.messages.length;
+    if (!this.paused && this._owed >= Math.max(1, Math.floor(this.credit / 4)) && this._send({ type: "credit", n: this._owed }))
+      this._owed = 0;
   }
 
   /** Stop granting credit: at most `credit` more records arrive until resume(). */
