@@ -1,5 +1,8 @@
-// The console's only way to the server: the public HTTP and WebSocket API
+// The console's only way to the server: the public HTTP API, and the browser SDK for
+// its live views (the stats stream, topic tails)
 // (PROTOCOL §2, §3, §6 and docs/protocol.md "Stats").
+import { Herald } from "../sdk/herald.js";
+
 const TOKEN_KEY = "herald.token";
 
 export class ApiError extends Error {
@@ -51,22 +54,25 @@ export async function api(method, path, body) {
   }
 }
 
-export function socketUrl(path) {
-  const url = new URL(path, location.href);
-  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-  if (token()) url.searchParams.set("token", token());  // PROTOCOL §6: ?token= for browsers
-  return url.toString();
-}
+// The one client for live data (issue 17): the browser SDK the server serves at /sdk/.
+// A 4401 or a refused token brings the token dialog back, once for every stream.
+export const herald = new Herald({
+  urls: [location.origin],
+  maxBackoffMs: 3000,
+  getToken: async ({ refused, token: old }) => {
+    if (refused && (old || "") === token()) await askToken();
+    return token();
+  },
+});
 
 // An answer means the server is up: only a failed fetch is "down".
 const failure = (error) => (error instanceof ApiError ? (error.status === 401 ? "unauthorized" : "error") : "down");
 
-// A stats feed: the WebSocket pushes one snapshot a second; polling GET /v1/stats
-// takes over while the socket is down, and the socket is retried.
+// A stats feed: the SDK's stats stream pushes one snapshot a second; polling GET
+// /v1/stats takes over while that stream is down (and tells "down" from "error").
 export function statsFeed(onSnapshot, onState) {
-  let socket = null;
   let poll = null;
-  let closed = false;
+  const stopPolling = () => { if (poll) { clearInterval(poll); poll = null; } };
   const startPolling = () => {
     if (poll) return;
     poll = setInterval(async () => {
@@ -74,24 +80,13 @@ export function statsFeed(onSnapshot, onState) {
       catch (error) { onState(failure(error)); }
     }, 1000);
   };
-  const connect = () => {
-    if (closed) return;
-    socket = new WebSocket(socketUrl("/v1/stats/ws"));
-    socket.onmessage = (event) => {
-      const message = JSON.parse(event.data);
-      if (message.type === "stats") {
-        if (poll) { clearInterval(poll); poll = null; }
-        onState("live");
-        onSnapshot(message);
-      }
-    };
-    socket.onclose = (event) => {
-      if (closed) return;
-      if (event.code === 4401) askToken().then(connect);
-      else if (event.code === 4403) onState("forbidden");  // the token lacks the metrics right
-      else { startPolling(); setTimeout(connect, 3000); }
-    };
-  };
-  api("GET", "/v1/stats").then(onSnapshot, (error) => onState(failure(error))).finally(connect);
-  return () => { closed = true; socket?.close(); if (poll) clearInterval(poll); };
+  let stream = null;
+  api("GET", "/v1/stats").then(onSnapshot, (error) => onState(failure(error))).finally(() => {
+    stream = herald.stats({
+      onSnapshot: (snapshot) => { stopPolling(); onState("live"); onSnapshot(snapshot); },
+      onState: (state) => { if (state === "reconnecting") startPolling(); },
+      onError: (error) => { if (error.code === 4403) { stopPolling(); onState("forbidden"); } },  // no metrics right
+    });
+  });
+  return () => { stream?.close(); stopPolling(); };
 }

@@ -1,5 +1,5 @@
 import { adminAction, itemHash, selectItem } from "./app.js";
-import { api, socketUrl } from "./api.js";
+import { api, herald } from "./api.js";
 import { bytes, duration, h, num, patchChildren, reveal, toast } from "./dom.js";
 
 const PAGE = 20;
@@ -133,35 +133,41 @@ function topicDetail(topic) {
   partition.onchange = () => load(`offset=0`);
   load("offset=0");  // a selected topic shows its first records without a click
 
-  // Live tail: the ephemeral WebSocket (PROTOCOL §3); pausing stops granting credit.
+  // Live tail: the SDK's tail (PROTOCOL §3), which reconnects and resumes where it was
+  // (every record once, in order per partition); pausing stops granting credit.
   const tailList = h("div.messages", { id: "tail-messages" });
   const tailButton = h("button", { id: "tail-toggle" }, "Start tail");
   const tailState = h("span.muted", { id: "tail-state" }, "stopped");
-  let socket = null, paused = false;
-  const stop = () => { socket?.close(); socket = null; };
+  let view = null;
+  const show = (state) => {
+    tailState.textContent = state;
+    tailButton.textContent = { live: "Pause", paused: "Resume", reconnecting: "Pause" }[state] || "Start tail";
+  };
+  const stop = () => { view?.close(); view = null; };
   tailButton.onclick = () => {
-    if (!socket) {
-      paused = false;
-      socket = new WebSocket(socketUrl(`/v1/topics/${t}/ws?from=latest&credit=100`));
-      socket.onopen = () => { tailState.textContent = "live"; tailButton.textContent = "Pause"; };
-      socket.onmessage = (event) => {
-        const frame = JSON.parse(event.data);
-        if (frame.type !== "deliver") return;
-        for (const m of frame.messages) tailList.prepend(messageView(m));
-        while (tailList.children.length > 200) tailList.lastChild.remove();
-        if (!paused) socket.send(JSON.stringify({ type: "credit", n: frame.messages.length }));
-        else socket.pending = (socket.pending || 0) + frame.messages.length;
-      };
-      socket.onclose = (event) => {
-        tailState.textContent = event.code === 4410 ? "topic deleted" : "stopped";
-        tailButton.textContent = "Start tail"; socket = null;
-      };
-    } else if (!paused) {
-      paused = true; tailState.textContent = "paused"; tailButton.textContent = "Resume";
+    if (!view) {
+      const tail = herald.tail(topic.name, {
+        from: "latest",
+        credit: 100,
+        onMessage: (m) => {
+          tailList.prepend(messageView(m));
+          while (tailList.children.length > 200) tailList.lastChild.remove();
+        },
+        onState: (state) => {
+          if (view !== tail) return;
+          if (state === "open") show(tail.paused ? "paused" : "live");
+          else if (state === "reconnecting") show("reconnecting");
+          else if (state === "closed" && tailState.textContent !== "topic deleted") { view = null; show("stopped"); }
+        },
+        onError: (error) => {
+          if (error.code === 4410) { view = null; show("topic deleted"); }
+        },
+      });
+      view = tail;
+    } else if (!view.paused) {
+      view.pause(); show("paused");
     } else {
-      paused = false; tailState.textContent = "live"; tailButton.textContent = "Pause";
-      if (socket.pending) socket.send(JSON.stringify({ type: "credit", n: socket.pending }));
-      socket.pending = 0;
+      view.resume(); show("live");
     }
   };
 

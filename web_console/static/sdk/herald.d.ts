@@ -30,8 +30,11 @@ export interface HeraldOptions {
   urls: string | string[];
   /** A token to start with (a browser token from your backend). */
   token?: string;
-  /** Called for a token at start (when none is given) and after a close 4401. */
-  getToken?: () => string | Promise<string>;
+  /**
+   * Called for a token at start (when none is given; `refused` false) and after a
+   * close 4401 or an HTTP 401 (`refused` true, `token` the token the server refused).
+   */
+  getToken?: (info: { refused: boolean; token: string | null }) => string | Promise<string>;
   minBackoffMs?: number;
   maxBackoffMs?: number;
 }
@@ -79,7 +82,20 @@ export declare class Tail extends Stream {
   readonly topic: string;
   /** partition -> next offset expected */
   readonly positions: Map<number, number>;
+  readonly paused: boolean;
+  /** Stop granting credit: at most `credit` more records arrive until resume(). */
+  pause(): void;
+  /** Grant the credit withheld while paused. */
+  resume(): void;
 }
+
+export interface StatsOptions extends StreamOptions {
+  /** A stats snapshot (docs/protocol.md "Stats"), about one a second. */
+  onSnapshot?: (snapshot: { type: "stats"; [field: string]: unknown }) => void;
+}
+
+/** The stats stream; its state is "open" once the first snapshot arrived. */
+export declare class StatsStream extends Stream {}
 
 export declare class Subscription extends Stream {
   readonly name: string;
@@ -93,6 +109,8 @@ export declare class Herald {
   token: string | null;
   tail(topic: string, options?: TailOptions): Tail;
   subscribe(subscription: string, options?: SubscribeOptions): Subscription;
+  /** GET /v1/stats/ws (needs the metrics or admin right); reconnects like a tail. */
+  stats(options?: StatsOptions): StatsStream;
   publish(topic: string, messages: Array<Partial<HeraldRecord>>): Promise<unknown>;
   topic(name: string): Promise<unknown>;
 }

@@ -12,7 +12,8 @@
 // the first and last missing offsets of that partition. Durable subscriptions hand each
 // record to `onMessage` with ack/nack/extend, and give one credit back per record as
 // the application takes it. A socket closed 4401 (a browser token expired) asks
-// `getToken` for a fresh token before reconnecting.
+// `getToken` for a fresh token before reconnecting. `stats()` is the server's stats
+// stream (a snapshot a second) with the same reconnect, backoff and token handling.
 
 const FATAL = new Set([4400, 4403, 4404, 4409, 4410, 1008]);
 
@@ -58,8 +59,9 @@ export class Herald {
     return this.urls[this._next];
   }
 
-  async _freshToken() {
-    if (this.getToken) this.token = await this.getToken();
+  /** Ask getToken; `refused` is true (with the token the server refused) after a 401/4401. */
+  async _freshToken(refused = false, previous = null) {
+    if (this.getToken) this.token = (await this.getToken({ refused, token: previous })) || null;
     return this.token;
   }
 
@@ -74,7 +76,7 @@ export class Herald {
       headers: await this._headers(),
     });
     if (response.status === 401 && this.getToken && !retried) {
-      await this._freshToken(); // an expired token: once more with a fresh one
+      await this._freshToken(true, this.token); // an expired token: once more with a fresh one
       return this.topic(name, true);
     }
     if (!response.ok) throw new HeraldError(`topic ${name}: HTTP ${response.status}`, response.status);
@@ -98,6 +100,11 @@ export class Herald {
 
   subscribe(subscription, options = {}) {
     return new Subscription(this, subscription, options);
+  }
+
+  /** The stats stream (GET /v1/stats/ws): `onSnapshot` gets a snapshot a second. */
+  stats(options = {}) {
+    return new StatsStream(this, options);
   }
 }
 
@@ -160,15 +167,16 @@ class Stream {
       }
       if (event.code === 4401) {
         // A token expired (or was never given): ask for a fresh one, then reconnect.
+        const refused = this.herald.token;
         this.herald.token = null;
-        this._retry(null, true);
+        this._retry(null, true, refused);
         return;
       }
       this._retry(new HeraldError(`connection lost (${event.code})`, event.code));
     };
   }
 
-  _retry(error, needToken = false) {
+  _retry(error, needToken = false, refused = null) {
     if (this.closed) return;
     if (error) this.onError(error);
     this.onState("reconnecting");
@@ -179,9 +187,9 @@ class Stream {
     this._timer = setTimeout(async () => {
       if (needToken && this.herald.getToken) {
         try {
-          await this.herald._freshToken();
+          await this.herald._freshToken(true, refused);
         } catch (e) {
-          this._retry(e, true);
+          this._retry(e, true, refused);
           return;
         }
       }
@@ -211,6 +219,8 @@ export class Tail extends Stream {
     this.storageKey = options.storageKey || `herald.tail.${topic}`;
     /** partition -> the next offset expected */
     this.positions = new Map();
+    this.paused = false;
+    this._owed = 0; // credit not given back yet (withheld while paused, or batched)
     const saved = this.storage && this.storage.getItem(this.storageKey);
     if (saved) {
       try {
@@ -241,6 +251,7 @@ export class Tail extends Stream {
       this.positions.set(partition, next);
     }
     this._save();
+    this._owed = 0; // a new socket starts with full credit
     const lowest = Math.min(...this.positions.values());
     return wsUrl(base, `/v1/topics/${encodeURIComponent(this.topic)}/ws`, {
       from: Number.isFinite(lowest) ? lowest : "latest",
@@ -272,7 +283,23 @@ export class Tail extends Stream {
       }
     }
     this._save();
-    this._send({ type: "credit", n: frame.messages.length });
+    // Credit goes back in batches of a quarter of the window (one frame up for several
+    // down, the server still holding three quarters to send on): a browser's cost is
+    // per WebSocket message.
+    this._owed += frame.messages.length;
+    if (!this.paused && this._owed >= Math.max(1, Math.floor(this.credit / 4)) && this._send({ type: "credit", n: this._owed }))
+      this._owed = 0;
+  }
+
+  /** Stop granting credit: at most `credit` more records arrive until resume(). */
+  pause() {
+    this.paused = true;
+  }
+
+  /** Grant the credit withheld while paused. */
+  resume() {
+    this.paused = false;
+    if (this._owed && this._send({ type: "credit", n: this._owed })) this._owed = 0;
   }
 
   _save() {
@@ -332,6 +359,35 @@ export class Subscription extends Stream {
         this.onError(e);
       }
       this._send({ type: "credit", n: 1 }); // taken: the server may send one more
+    }
+  }
+}
+
+/** The server's stats stream: one snapshot a second (docs/protocol.md "Stats"). */
+export class StatsStream extends Stream {
+  constructor(herald, options) {
+    super(herald, options);
+    this.onSnapshot = options.onSnapshot || (() => {});
+    this._live = false;
+  }
+
+  async _socketUrl(base) {
+    this._live = false;
+    return wsUrl(base, "/v1/stats/ws", { token: this.herald.token });
+  }
+
+  _frame(frame) {
+    if (frame.type !== "stats") return;
+    if (!this._live) {
+      // This socket has no "ready" frame: its first snapshot is the sign it is open.
+      this._live = true;
+      this._attempt = 0;
+      this.onState("open");
+    }
+    try {
+      this.onSnapshot(frame);
+    } catch (e) {
+      this.onError(e);
     }
   }
 }
