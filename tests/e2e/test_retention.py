@@ -39,15 +39,18 @@ async def test_a_subscription_behind_the_log_start_skips_forward_and_counts_expi
             assert reply.status_code == 200, reply.text
             total += 15
 
-        async def start_moved() -> bool:
+        async def retained_within_bound() -> bool:
+            # A pass deletes the oldest segments one at a time, and a snapshot taken in the
+            # middle of it (or between two passes) may see only some of them gone: wait
+            # for what a finished pass leaves, at most one segment over the bound.
             partition = (await http.get(f"/v1/topics/{topic}")).json()["partitions"][0]
-            return bool(partition["start_offset"] > 0)
+            return bool(partition["bytes"] <= RETENTION_BYTES + SEGMENT_BYTES)
 
-        await wait_until(start_moved, within=30, what="retention deleting old segments")
+        await wait_until(retained_within_bound, within=30, what="retention deleting old segments")
         partition = (await http.get(f"/v1/topics/{topic}")).json()["partitions"][0]
         start, end = partition["start_offset"], partition["end_offset"]
         assert end == total
-        assert partition["bytes"] <= RETENTION_BYTES + SEGMENT_BYTES
+        assert start > 0
         # Offsets are never reused: a new record continues after the last one.
         reply = await http.post(f"/v1/topics/{topic}/messages", json={"messages": [{"value": 1}]})
         assert reply.json()["results"][0]["offset"] == total
