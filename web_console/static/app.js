@@ -7,8 +7,9 @@ import { duration, h, num, toast } from "./dom.js";
 import { overviewPage } from "./overview.js";
 import { topicsPage } from "./topics.js";
 import { subscriptionsPage } from "./subscriptions.js";
+import { clusterIndicator, clusterPage } from "./cluster.js";
 
-const PAGES = { overview: overviewPage, topics: topicsPage, subscriptions: subscriptionsPage };
+const PAGES = { overview: overviewPage, topics: topicsPage, subscriptions: subscriptionsPage, cluster: clusterPage };
 
 // Rates are differences of the counters between two snapshots, per second.
 export const store = { snapshot: null, previous: null, rates: { published: 0, delivered: 0, subs: {} } };
@@ -140,3 +141,4 @@ export { api, h, num };
 window.addEventListener("hashchange", route);
 route();
 statsFeed(onSnapshot, onState);
+clusterIndicator(document.getElementById("cluster-info"));

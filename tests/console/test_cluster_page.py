@@ -1,0 +1,128 @@
+"""The Cluster page (PROTOCOL §7) on a single node: a cluster of one, which is the
+leader and the whole ISR of every partition, refreshed live without rebuilding its
+rows, and silent while the tab is hidden."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import httpx
+from playwright.sync_api import expect
+
+from tests.console.conftest import screenshot
+from tests.console.test_console import publish
+
+
+def cluster_requests(page: Any) -> list[float]:
+    seen: list[float] = []
+    page.on("request", lambda r: seen.append(time.monotonic()) if "/v1/cluster" in r.url else None)
+    return seen
+
+
+def test_a_single_node_shows_itself_leading_every_partition(herald_url: str, page: Any) -> None:
+    with httpx.Client(base_url=herald_url) as http:
+        assert http.put("/v1/topics/orders", json={"partitions": 2}).status_code == 201
+    publish(herald_url, "orders", [{"partition": 1, "value": i} for i in range(3)])
+    page.goto(f"{herald_url}/console/#/cluster")
+    expect(page.locator("#nav a.active")).to_have_text("Cluster")
+
+    node = page.locator("#nodes-table tr[data-node=local]")
+    expect(node).to_contain_text("this node")
+    expect(node.locator("[data-live]")).to_have_text("live")
+    expect(node.locator("td[data-leads=local]")).to_have_text("2")
+    expect(node.locator("a")).to_have_attribute("href", f"{herald_url}/console/#/cluster")
+    expect(page.locator("#cluster-name")).to_have_text("single node")
+    expect(page.locator("#cluster-live")).to_have_text("1 / 1")
+    expect(page.locator("#cluster-under-replicated")).to_have_text("0")
+    expect(page.locator("#cluster-leaderless")).to_have_text("0")
+
+    row = page.locator("#partitions-table tr[data-key='orders/1']")
+    expect(row.locator("[data-col=leader]")).to_have_text("local")
+    expect(row.locator("[data-col=epoch]")).to_have_text("0")
+    expect(row.locator("[data-col=replicas]")).to_have_text("local")
+    expect(row.locator("[data-col=isr]")).to_have_text("local")
+    expect(row.locator("[data-col=hwm]")).to_have_text("3")
+    expect(row.locator("[data-col=log-end]")).to_have_text("3")
+    expect(row.locator("[data-col=lag]")).to_have_text("no followers")
+    expect(page.locator("#partitions-table tr[data-key='orders/0'] [data-col=hwm]")).to_have_text(
+        "0"
+    )
+    # A single node has no cluster name: no cluster indicator in the header.
+    expect(page.locator("#cluster-info")).to_be_hidden()
+    screenshot(page, "cluster-single-node")
+    # The topic links to its page.
+    row.locator("a").click()
+    expect(page.locator("#topic-detail h2").first).to_have_text("Partitions of orders")
+    assert page.console_errors == []
+
+
+def test_refreshes_patch_the_rows_in_place(herald_url: str, page: Any) -> None:
+    publish(herald_url, "ticks", [{"value": 0}])
+    page.goto(f"{herald_url}/console/#/cluster")
+    row = page.locator("#partitions-table tr[data-key='ticks/0']")
+    expect(row.locator("[data-col=hwm]")).to_have_text("1")
+    # Mark the DOM nodes on screen: a rebuilt table (a flicker) would lose the marks.
+    row.evaluate("el => { el.marked = true; el.querySelector('[data-col=hwm]').marked = true; }")
+    page.locator("#nodes-table tr[data-node=local]").evaluate("el => { el.marked = true; }")
+    publish(herald_url, "ticks", [{"value": i} for i in range(4)])
+    expect(row.locator("[data-col=hwm]")).to_have_text("5")
+    assert row.evaluate("el => el.marked === true && el.querySelector('[data-col=hwm]').marked")
+    assert page.locator("#nodes-table tr[data-node=local]").evaluate("el => el.marked === true")
+    # The topic filter narrows the table; a name nothing matches says so.
+    publish(herald_url, "other", [{"value": 1}])
+    expect(page.locator("#partitions-table tr[data-key='other/0']")).to_have_count(1)
+    page.fill("#cluster-filter", "tic")
+    expect(page.locator("#partitions-table tr[data-key='other/0']")).to_have_count(0)
+    expect(page.locator("#cluster-shown")).to_have_text("1 partition")
+    page.fill("#cluster-filter", "nothing-like-it")
+    expect(page.locator("#partitions-empty")).to_have_text("No partition matches.")
+    page.fill("#cluster-filter", "")
+    page.check("#cluster-problems")  # nothing is under-replicated on a single node
+    expect(page.locator("#partitions-empty")).to_have_text("No partition matches.")
+    assert page.console_errors == []
+
+
+def test_polls_every_second_or_two_and_not_while_hidden(herald_url: str, page: Any) -> None:
+    seen = cluster_requests(page)
+    page.goto(f"{herald_url}/console/#/cluster")
+    expect(page.locator("#cluster-live")).to_have_text("1 / 1")
+    deadline = time.monotonic() + 30
+    while len(seen) < 4 and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    assert len(seen) >= 4, seen
+    gaps = [b - a for a, b in itertools.pairwise(seen[1:])]
+    assert all(gap >= 1.0 for gap in gaps), gaps  # a poll at a time, not a burst
+
+    # Hidden (a background tab): no request at all. Shown again: one at once.
+    page.evaluate(
+        """() => {
+        Object.defineProperty(document, "hidden", { value: true, configurable: true });
+        Object.defineProperty(document, "visibilityState", { value: "hidden", configurable: true });
+        document.dispatchEvent(new Event("visibilitychange"));
+    }"""
+    )
+    page.wait_for_timeout(500)  # a request already on its way may still finish
+    hidden_from = len(seen)
+    page.wait_for_timeout(6000)  # longer than both refresh periods
+    assert len(seen) == hidden_from, "polled while hidden"
+    page.evaluate(
+        """() => {
+        Object.defineProperty(document, "hidden", { value: false, configurable: true });
+        Object.defineProperty(document, "visibilityState", { value: "visible", configurable: true });
+        document.dispatchEvent(new Event("visibilitychange"));
+    }"""
+    )
+    deadline = time.monotonic() + 15
+    while len(seen) == hidden_from and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert len(seen) > hidden_from, "did not refresh when shown again"
+
+    # Another page polls only for the header's indicator: slower.
+    page.goto(f"{herald_url}/console/#/overview")
+    page.wait_for_timeout(500)
+    before = len(seen)
+    page.wait_for_timeout(4000)
+    assert len(seen) - before <= 1
+    assert page.console_errors == []
