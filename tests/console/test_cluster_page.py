@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 from playwright.sync_api import expect
 
+from server.auth import new_token, toml_entry
+from tests.conftest import HeraldProcess
 from tests.console.conftest import screenshot
 from tests.console.test_console import publish
 
@@ -126,3 +130,35 @@ def test_polls_every_second_or_two_and_not_while_hidden(herald_url: str, page: A
     page.wait_for_timeout(4000)
     assert len(seen) - before <= 1
     assert page.console_errors == []
+
+
+def test_a_node_that_stops_answering_leaves_its_last_answer_marked_stale(
+    herald_server: HeraldProcess, page: Any
+) -> None:
+    page.goto(f"{herald_server.url}/console/#/cluster")
+    expect(page.locator("#cluster-state")).to_have_text("refreshed every 1.5 s")
+    expect(page.locator("#nodes-table tr[data-node=local] [data-live]")).to_have_text("live")
+    herald_server.terminate()
+    expect(page.locator("#cluster-state")).to_contain_text(
+        "server unreachable: showing what it said"
+    )
+    expect(page.locator("#cluster-state")).to_have_class("error")
+    expect(page.locator("#nodes-table tr[data-node=local]")).to_have_count(1)
+
+
+def test_a_token_without_the_metrics_right_is_told_so(
+    herald_factory: Callable[..., HeraldProcess], tmp_path: Path, page: Any
+) -> None:
+    reader_id, reader = new_token()
+    auth_file = tmp_path / "auth.toml"
+    auth_file.write_text(toml_entry(reader_id, reader, ["subscribe"], ["*"]))
+    server = herald_factory("--auth-file", str(auth_file))
+    page.goto(f"{server.url}/console/#/cluster")
+    page.wait_for_selector("#token-dialog[open]")
+    page.fill("#token-input", reader)
+    page.click("#token-dialog button")
+    expect(page.locator("#cluster-state")).to_have_text(
+        "this token may not read the cluster (needs metrics or admin)"
+    )
+    expect(page.locator("#nodes-table")).to_have_count(0)
+    expect(page.locator("#cluster-info")).to_be_hidden()
