@@ -1,12 +1,13 @@
 // The Cluster page (PROTOCOL §7): the nodes, and per partition its leader, epoch,
 // replicas, in-sync replicas and how far each follower is behind.
 //
-// GET /v1/cluster is polled: every 1.5 s while this page is open, every 5 s otherwise
-// (for the header's indicator), never while the tab is hidden (a background tab costs
-// the server nothing; coming back refreshes at once). Tables are patched, not rebuilt,
-// so a refresh does not flicker or lose a text selection.
+// GET /v1/cluster (with its `partitions` extension, docs/protocol.md) is polled: every
+// 1.5 s while this page is open, every 5 s otherwise (for the header's indicator), never
+// while the tab is hidden (a background tab costs the server nothing; coming back
+// refreshes at once). Tables are patched, not rebuilt, so a refresh does not flicker or
+// lose a text selection.
 import { itemHash } from "./app.js";
-import { api, ApiError } from "./api.js";
+import { api, ApiError, token } from "./api.js";
 import { h, num, patchChildren, plural } from "./dom.js";
 
 const FAST_MS = 1500;
@@ -62,43 +63,40 @@ export function watchCluster(listener, fast = false) {
   };
 }
 
+// The node list: the live members GET /v1/cluster lists, and every node it does not list
+// that a partition names as leader or replica, or that this tab saw earlier: those are
+// not live (a node is listed while it holds its etcd lease, PROTOCOL §7). Sorted by id,
+// so a node that dies keeps its row.
+const seenUrls = new Map();  // node id -> its URL, as last listed
+export function nodeList(data) {
+  const rows = data.partitions || [];
+  const nodes = data.nodes.map((n) => ({ ...n }));
+  for (const n of nodes) if (n.url) seenUrls.set(n.id, n.url);
+  const listed = new Set(nodes.map((n) => n.id));
+  const missing = new Set([...seenUrls.keys()].filter((id) => !listed.has(id)));
+  for (const p of rows) {
+    for (const id of [p.leader, ...p.replicas]) if (id != null && !listed.has(id)) missing.add(id);
+  }
+  for (const id of missing) {
+    nodes.push({ id, url: seenUrls.get(id) ?? null, live: false, leads: rows.filter((p) => p.leader === id).length });
+  }
+  return nodes.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
 // The header's indicator: shown only in a cluster (a single node has no name).
 export function clusterIndicator(el) {
   watchCluster(({ data, error }) => {
     if (error && !(error instanceof ApiError)) return;  // unreachable: keep what was shown
     if (!data || data.name == null || error) { el.hidden = true; return; }
-    const live = data.nodes.filter((n) => n.live).length;
+    const nodes = nodeList(data);
+    const live = nodes.filter((n) => n.live).length;
     el.hidden = false;
-    el.textContent = `${data.name} · ${live}/${data.nodes.length} nodes live`;
-    el.className = `badge ${live < data.nodes.length ? "warn" : "ok"}`;
+    el.textContent = `${data.name} · ${live}/${nodes.length} nodes live`;
+    el.className = `badge ${live < nodes.length ? "warn" : "ok"}`;
     el.title = `Cluster ${data.name}; this console is on node ${data.node}`;
   });
 }
 
-// Partition rows: the cluster's own (`partitions`, with high watermark, log end and lag),
-// or, from a server that does not list them (a single node), the topics of the stats
-// snapshot, which are GET /v1/topics/{topic} bodies (read once a second anyway: no
-// request per topic per refresh). A single node leads all its partitions, alone in their
-// ISR, at epoch 0 (PROTOCOL §7: a single node is a cluster of one).
-export function partitionRows(data, topics) {
-  if (Array.isArray(data.partitions)) {
-    return data.partitions.map((p) => ({ ...p, lag: p.lag || {} }));
-  }
-  if (!topics) return null;
-  return topics.flatMap((t) => t.partitions.map((p) => ({
-    topic: t.name,
-    partition: p.partition,
-    leader: p.leader !== undefined ? p.leader : data.node,
-    epoch: p.epoch ?? 0,
-    replicas: p.replicas ?? [data.node],
-    isr: p.isr ?? [data.node],
-    high_watermark: p.end_offset,  // PROTOCOL §7: end_offset is the high watermark
-    log_end: p.replicas ? null : p.end_offset,  // unknown from a topic body in a cluster
-    lag: {},
-  })));
-}
-
-const liveIds = (data) => new Set(data.nodes.filter((n) => n.live).map((n) => n.id));
 const underReplicated = (p) => p.isr.length < p.replicas.length;
 const leaderless = (p, live) => p.leader == null || !live.has(p.leader);
 
@@ -110,15 +108,34 @@ function consoleLink(url) {
       return h("a", { href: `${url.replace(/\/+$/, "")}/console/#/cluster` }, url);
     }
   } catch { /* not a URL: shown as text */ }
-  return h("span", {}, url ?? "—");
+  return h("span.muted", {}, url ?? "unknown");
 }
 
-// Per-node replication figures, when the server reports them on the node
-// (`metrics`: name -> number): one column per name any node has.
-function metricNames(nodes) {
-  const names = new Set();
-  for (const n of nodes) for (const [k, v] of Object.entries(n.metrics || {})) if (typeof v === "number") names.add(k);
-  return [...names].sort();
+// This node's replication counters (PROTOCOL §7 metrics, per node), from its own
+// /metrics: a page may only fetch from its own origin, so other nodes' counters are on
+// their consoles. Read every 5 s while the Cluster page shows a cluster.
+const COUNTERS = [
+  ["herald_isr_shrinks_total", "ISR shrinks", "ISR shrinks this node wrote (as a leader)"],
+  ["herald_isr_expands_total", "ISR expands", "ISR expansions this node wrote (as a leader)"],
+  ["herald_leader_changes_total", "Leader changes", "times this node became the leader of a partition"],
+  ["herald_lease_refusals_total", "Lease refusals", "writes refused because this node's etcd lease could have expired"],
+];
+const COUNTERS_MS = 5000;
+
+export function parseCounters(text) {
+  const wanted = new Set(COUNTERS.map(([name]) => name));
+  const found = {};
+  for (const line of text.split("\n")) {
+    const [name, value] = line.split(" ");
+    if (wanted.has(name) && value !== undefined && Number.isFinite(Number(value))) found[name] = Number(value);
+  }
+  return found;
+}
+
+async function fetchCounters() {
+  const headers = token() ? { Authorization: `Bearer ${token()}` } : {};
+  const response = await fetch("/metrics", { headers });
+  return response.ok ? parseCounters(await response.text()) : {};
 }
 
 export function clusterPage(main) {
@@ -140,7 +157,8 @@ export function clusterPage(main) {
       parts),
   );
 
-  let snapshotTopics = null;
+  let counters = {};
+  let countersAt = 0;
   const render = () => {
     const { data, error } = cluster;
     if (error) {
@@ -154,11 +172,15 @@ export function clusterPage(main) {
       state.className = "muted";
     }
     if (!data) return;
-    const rows = partitionRows(data, snapshotTopics);
-    const live = liveIds(data);
-    patchChildren(cards, summaryCards(data, rows, live));
-    patchChildren(nodes, [nodesTable(data)]);
-    if (!rows) { patchChildren(parts, [h("p.muted", {}, "loading partitions…")]); return; }
+    if (!error && data.name != null && Date.now() - countersAt >= COUNTERS_MS) {
+      countersAt = Date.now();
+      fetchCounters().then((found) => { counters = found; render(); }, () => {});
+    }
+    const rows = data.partitions || [];
+    const all = nodeList(data);
+    const live = new Set(all.filter((n) => n.live).map((n) => n.id));
+    patchChildren(cards, summaryCards(data, all, rows, live));
+    patchChildren(nodes, [nodesTable(data, all, rows, counters)]);
     const wanted = filter.value.trim().toLowerCase();
     const picked = rows
       .filter((p) => !wanted || p.topic.toLowerCase().includes(wanted))
@@ -174,7 +196,7 @@ export function clusterPage(main) {
   const stop = watchCluster(render, true);
 
   return {
-    update(snapshot) { snapshotTopics = snapshot.topics; render(); },
+    update() {},  // fed by its own poll, not by the stats snapshot
     leave: stop,
   };
 }
@@ -184,42 +206,49 @@ function ago(ms) {
   return s < 2 ? "just now" : `${s} s ago`;
 }
 
-function summaryCards(data, rows, live) {
+function summaryCards(data, all, rows, live) {
   const card = (label, value, id, kind = "") =>
     h("div.card", {}, h("div.label", {}, label), h(`div.value${kind}`, { id }, value));
-  const cards = [
+  const under = rows.filter(underReplicated).length;
+  const orphans = rows.filter((p) => leaderless(p, live)).length;
+  return [
     card("Cluster", data.name ?? "single node", "cluster-name"),
     card("This node", data.node, "cluster-this-node"),
-    card("Nodes live", `${live.size} / ${data.nodes.length}`, "cluster-live",
-      live.size < data.nodes.length ? ".bad" : ""),
+    card("Nodes live", `${live.size} / ${all.length}`, "cluster-live", live.size < all.length ? ".bad" : ""),
+    card("Partitions", num(rows.length), "cluster-partition-count"),
+    card("Under-replicated", num(under), "cluster-under-replicated", under ? ".warn" : ""),
+    card("Without a live leader", num(orphans), "cluster-leaderless", orphans ? ".bad" : ""),
   ];
-  if (rows) {
-    const under = rows.filter(underReplicated).length;
-    const orphans = rows.filter((p) => leaderless(p, live)).length;
-    cards.push(
-      card("Partitions", num(rows.length), "cluster-partition-count"),
-      card("Under-replicated", num(under), "cluster-under-replicated", under ? ".warn" : ""),
-      card("Without a live leader", num(orphans), "cluster-leaderless", orphans ? ".bad" : ""),
-    );
-  }
-  return cards;
 }
 
-function nodesTable(data) {
-  const names = metricNames(data.nodes);
-  const rows = data.nodes.map((n) => {
+// Per node, what the partitions say of it as a follower: how many it replicates, in how
+// many it is out of sync, and its largest lag; then this node's own counters.
+function nodesTable(data, all, rows, counters) {
+  const shownCounters = COUNTERS.filter(([name]) => counters[name] !== undefined);
+  const body = all.map((n) => {
     const here = n.id === data.node;
+    const replicated = rows.filter((p) => p.replicas.includes(n.id));
+    const outOfSync = replicated.filter((p) => !p.isr.includes(n.id)).length;
+    const lags = replicated.map((p) => p.lag[n.id]).filter((x) => typeof x === "number");
     return h(here ? "tr.selected" : "tr", { dataset: { node: n.id, key: n.id } },
       h("td", {}, h("b", {}, n.id), here ? h("span.badge.here", { title: "the node this console is on" }, "this node") : null),
       h("td", {}, consoleLink(n.url)),
       h("td", {}, h(`span.badge.${n.live ? "ok" : "bad"}`, { dataset: { live: String(n.live) } }, n.live ? "live" : "not live")),
-      h("td.num", { dataset: { leads: n.id } }, num(n.leads)),
-      names.map((k) => h("td.num", {}, num(n.metrics?.[k]))));
+      h("td.num", { dataset: { col: "leads" } }, num(n.leads)),
+      h("td.num", { dataset: { col: "replicas" } }, num(replicated.length)),
+      h(outOfSync ? "td.num.bad" : "td.num", { dataset: { col: "out-of-sync" } }, num(outOfSync)),
+      h("td.num", { dataset: { col: "max-lag" } }, lags.length ? num(Math.max(...lags)) : "—"),
+      shownCounters.map(([name]) => h("td.num", { dataset: { col: name }, title: here ? null : "on that node's console" },
+        here ? num(counters[name]) : "—")));
   });
   return h("table", { id: "nodes-table" },
     h("thead", {}, h("tr", {}, h("th", {}, "Node"), h("th", {}, "URL (its console)"), h("th", {}, "State"),
-      h("th.num", {}, "Partitions led"), names.map((k) => h("th.num", {}, k.replaceAll("_", " "))))),
-    h("tbody", {}, rows));
+      h("th.num", {}, "Partitions led"),
+      h("th.num", { title: "partitions this node holds a copy of, led or followed" }, "Replicas"),
+      h("th.num", { title: "partitions where this node is a replica but not in the ISR" }, "Out of sync"),
+      h("th.num", { title: "the most records this node is behind a leader, as its leaders report" }, "Max lag"),
+      shownCounters.map(([, label, why]) => h("th.num", { title: `${why} (this node only)` }, label)))),
+    h("tbody", {}, body));
 }
 
 function partitionsTable(rows, live, total) {
