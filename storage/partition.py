@@ -289,15 +289,15 @@ class Partition:
         if not records:
             raise ValueError("append needs at least one record")
         self._check_open()
-        if self._hooks is not None:
+        if (hooks := self._hooks) is not None:
             first, timestamp = await self.append_local(records, acks)
-            await self.wait_commit(first + len(records), acks)
+            await hooks.wait_commit(first + len(records), acks)
             return first, timestamp
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[int, int]] = loop.create_future()
         self._writer.submit(
             AppendRequest(
-                self.log, records, acks, loop, future, self._on_written, 0, self._on_synced
+                self.log, records, acks, loop, future, self._on_written, None, self._on_synced
             )
         )
         return await future
@@ -312,7 +312,7 @@ class Partition:
             raise ValueError("append needs at least one record")
         self._check_open()
         hooks = self._hooks
-        epoch = 0
+        epoch: int | None = None  # not replicated: the log's latest epoch
         if hooks is not None:
             hooks.check_append(acks)
             epoch = hooks.epoch
