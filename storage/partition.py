@@ -197,7 +197,6 @@ class Partition:
         # What was recovered at open counts as fsynced (Partition.open fsyncs it first).
         self._fsynced = self._end
         self._hooks: ReplicationHooks | None = None
-        self._cache_bytes = cache_bytes
         self._cache = TailCache(self.partition, cache_bytes, self._end)
         self._listeners: list[AppendListener] = []
         self._log_listeners: list[LogListener] = []
@@ -238,6 +237,11 @@ class Partition:
         """The visible end: what readers may read below. On a single node the next offset
         to be written (advances once a batch is written); replicated, the high watermark."""
         return self._end
+
+    @property
+    def log_start_offset(self) -> int:
+        """The log's first offset, visible end or not (what a leader tells followers)."""
+        return self.log.start_offset
 
     @property
     def log_end_offset(self) -> int:
