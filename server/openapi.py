@@ -1047,12 +1047,44 @@ def _paths() -> dict[str, Any]:
                                         closed=False,
                                     ),
                                 },
+                                "partitions": {
+                                    "type": "array",
+                                    "description": "every partition as its leader reports "
+                                    "it (docs/protocol.md, Cluster)",
+                                    "items": {"type": "object"},
+                                },
+                                "subscriptions": {
+                                    "type": "array",
+                                    "description": "each subscription and the node that "
+                                    "coordinates it",
+                                    "items": {"type": "object"},
+                                },
                             },
                             ("name", "node", "nodes"),
                             closed=False,
                         ),
                         "the cluster",
                     )
+                },
+            }
+        },
+        "/v1/cluster/replication": {
+            "get": {
+                "summary": "Node to node (PROTOCOL §7): the partitions this node leads, with "
+                "each follower's lag; 404 on a single node",
+                "responses": {
+                    "200": _json(
+                        _object(
+                            {
+                                "node": {"type": "string"},
+                                "partitions": {"type": "array", "items": {"type": "object"}},
+                            },
+                            ("node", "partitions"),
+                            closed=False,
+                        ),
+                        "this node's led partitions",
+                    ),
+                    "404": _problem("not a cluster"),
                 },
             }
         },
