@@ -134,6 +134,13 @@ async def _forward_http(
     await send({"type": "http.response.body", "body": answer.content})
 
 
+async def _refuse(client: WebSocket, reason: str) -> None:
+    """1012 (service restart): the consumer comes back shortly. Accepted first: a close
+    before the handshake would be an HTTP 403, which clients take as final."""
+    await client.accept()
+    await client.close(CloseCode.SERVICE_RESTART, reason[:120])
+
+
 async def _relay(url: str, client: WebSocket) -> None:
     """Copy a consumer's frames to the coordinator's socket and back."""
     scope = client.scope
