@@ -782,6 +782,9 @@ class ClusterNode:
 
     async def delete_topic(self, name: str) -> bool:
         deleted = await delete_topic(self.etcd, self.name, name)
+        if deleted:  # its subscriptions go with it, as on a single node (PROTOCOL §2)
+            for subscription in [s for s in self.subscriptions if self._topic_of(s) == name]:
+                await self.delete_subscription(subscription)
         await self.wait_applied(lambda: self.storage.topic(name) is None)
         return deleted
 
