@@ -64,15 +64,16 @@ async def metrics_route(request: Request) -> Response:
         for name in sorted(engine.names())
     }
     topics = sorted(running.storage.topics(), key=lambda t: t.name)
-    text = metrics.render(topics, stats, running.publish_duration)
+    text = metrics.render(topics, stats, running.publish_duration, running.cluster)
     return Response(text, media_type=metrics.CONTENT_TYPE)
 
 
-_OPENAPI = openapi.document_bytes()
+_OPENAPI = {cluster: openapi.document_bytes(cluster=cluster) for cluster in (False, True)}
 
 
 async def openapi_route(request: Request) -> Response:
-    return Response(_OPENAPI, media_type="application/json")
+    cluster = services(request).config.clustered
+    return Response(_OPENAPI[cluster], media_type="application/json")
 
 
 def create_app(

@@ -196,6 +196,33 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         "--node-id",
         help=f"this node's id in GET /v1/cluster (default {defaults.node_id}; env HERALD_NODE_ID)",
     )
+    cluster = p.add_argument_group("cluster (PROTOCOL §7; without --cluster: one node)")
+    cluster.add_argument(
+        "--cluster",
+        metavar="URL[,URL...]",
+        help="join the cluster whose state is in etcd at these client URLs (env HERALD_CLUSTER)",
+    )
+    cluster.add_argument(
+        "--advertise-url",
+        help="how the other nodes reach this one (default http://HOST:PORT; "
+        "env HERALD_ADVERTISE_URL)",
+    )
+    cluster.add_argument(
+        "--cluster-name",
+        help=f"the cluster's name in etcd (default {defaults.cluster_name}; env HERALD_CLUSTER_NAME)",
+    )
+    cluster.add_argument(
+        "--node-ttl-ms",
+        type=int,
+        help=f"this node's etcd lease: a dead leader is replaced within it + 2 s "
+        f"(default {defaults.node_ttl_ms}; env HERALD_NODE_TTL_MS)",
+    )
+    cluster.add_argument(
+        "--replica-lag-ms",
+        type=int,
+        help=f"a follower this far behind leaves the in-sync replicas "
+        f"(default {defaults.replica_lag_ms}; env HERALD_REPLICA_LAG_MS)",
+    )
     add_security_flags(p)
     p.set_defaults(func=run_serve)
 
@@ -224,6 +251,11 @@ def run_serve(args: argparse.Namespace) -> int:
             "ws_ping_timeout",
             "cpus",
             "node_id",
+            "cluster",
+            "advertise_url",
+            "cluster_name",
+            "node_ttl_ms",
+            "replica_lag_ms",
             *SECURITY_FIELDS,
         )
     }

@@ -75,6 +75,15 @@ class ServerConfig:
     cpus: str = ""
     # PROTOCOL §7: this node's id in GET /v1/cluster (and, in a cluster, in etcd).
     node_id: str = "local"
+    # PROTOCOL §7 cluster mode: etcd's client URLs, comma-separated ("" = a single node).
+    cluster: str = ""
+    advertise_url: str = ""  # how the other nodes reach this one ("" = base_url)
+    cluster_name: str = "herald"
+    node_ttl_ms: int = 5000  # this node's etcd lease: how soon a dead leader is replaced
+    replica_lag_ms: int = 10000  # a follower this far behind leaves the ISR
+    # With credentials, the token nodes present to each other (env HERALD_CLUSTER_TOKEN
+    # only: a flag would show it in `ps`); it needs the admin role.
+    cluster_token: str = ""
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:
@@ -103,6 +112,37 @@ class ServerConfig:
                 f"not {self.node_id!r}"
             )
         self.pinned_cpus  # noqa: B018 (validates)
+        self.etcd_endpoints  # noqa: B018 (validates)
+        if not NODE_ID.fullmatch(self.cluster_name):
+            raise ConfigError(f"cluster_name must match {NODE_ID.pattern}")
+        if not 1000 <= self.node_ttl_ms <= 600_000:
+            raise ConfigError("node_ttl_ms must be in 1000..600000")
+        if not 100 <= self.replica_lag_ms <= 3_600_000:
+            raise ConfigError("replica_lag_ms must be in 100..3600000")
+        if self.advertise_url and not re.fullmatch(r"https?://[^/\s]+", self.advertise_url):
+            raise ConfigError(
+                f"advertise_url must be http(s)://host:port, not {self.advertise_url!r}"
+            )
+
+    @property
+    def etcd_endpoints(self) -> list[str]:
+        """``cluster`` as a list of etcd client URLs (empty: a single node)."""
+        urls = [u.strip().rstrip("/") for u in self.cluster.split(",") if u.strip()]
+        for url in urls:
+            if not re.fullmatch(r"https?://[^/\s]+", url):
+                raise ConfigError(
+                    f"--cluster takes etcd URLs such as http://127.0.0.1:2379, not {url!r}"
+                )
+        return urls
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.cluster.strip())
+
+    @property
+    def node_url(self) -> str:
+        """The URL the other nodes use for this one."""
+        return self.advertise_url or self.base_url
 
     @property
     def pinned_cpus(self) -> frozenset[int] | None:

@@ -115,6 +115,7 @@ def render(
     topics: Sequence[Any],
     subscription_stats: Mapping[str, Mapping[str, Any]],
     publish_duration: Histogram,
+    cluster: Any = None,
 ) -> str:
     """The whole scrape. ``topics`` are storage Topics; stats as DeliveryEngine.stats gives them."""
     out = Exposition()
@@ -183,4 +184,61 @@ def render(
         "Time from a publish request's arrival to its answer.",
         publish_duration,
     )
+    if cluster is not None:
+        _cluster_families(out, cluster)
     return out.text()
+
+
+def _cluster_families(out: Exposition, cluster: Any) -> None:
+    """PROTOCOL §7, per node: replication lag, ISR changes, leader changes."""
+    reports = cluster.replication_report()
+    out.family(
+        "herald_replication_lag_records",
+        "gauge",
+        "Records a follower is behind this node (its leader) in the partition.",
+        (
+            (
+                {"topic": r["topic"], "partition": str(r["partition"]), "follower": follower},
+                lag,
+            )
+            for r in reports
+            for follower, lag in r["lag"].items()
+        ),
+    )
+    out.family(
+        "herald_partition_high_watermark",
+        "gauge",
+        "The partition's high watermark (readable end), for partitions this node leads.",
+        (
+            ({"topic": r["topic"], "partition": str(r["partition"])}, r["high_watermark"])
+            for r in reports
+        ),
+    )
+    out.family(
+        "herald_partition_isr_size",
+        "gauge",
+        "In-sync replicas of a partition this node leads.",
+        (({"topic": r["topic"], "partition": str(r["partition"])}, len(r["isr"])) for r in reports),
+    )
+    out.family(
+        "herald_leader_partitions",
+        "gauge",
+        "Partitions this node leads.",
+        [({}, len(reports))],
+    )
+    counters = cluster.counters
+    for name, value, help_text in (
+        ("herald_isr_shrinks_total", counters.isr_shrinks, "ISR shrinks this node wrote."),
+        ("herald_isr_expands_total", counters.isr_expands, "ISR expansions this node wrote."),
+        (
+            "herald_leader_changes_total",
+            counters.leader_changes,
+            "Times this node became the leader of a partition.",
+        ),
+        (
+            "herald_lease_refusals_total",
+            counters.lease_refusals,
+            "Writes refused because this node's etcd lease could have expired.",
+        ),
+    ):
+        out.family(name, "counter", help_text, [({}, value)])

@@ -133,8 +133,9 @@ _SUBSCRIPTION = _param("name", "path", _NAME, "subscription name (else 400 inval
 # ------------------------------------------------------------------ requests
 
 
-def _topic_config() -> dict[str, Any]:
+def _topic_config(cluster: bool) -> dict[str, Any]:
     d = _TOPIC_DEFAULTS
+    replication = v.REPLICATION_FACTOR if cluster else v.IntRange(1, 1)
     return _object(
         {
             "partitions": _nullable(_int(v.PARTITIONS, default=d["partitions"])),
@@ -146,6 +147,19 @@ def _topic_config() -> dict[str, Any]:
                 _int(v.RETENTION_BYTES, default=d["retention_bytes"], description="null: unlimited")
             ),
             "dedup_window_ms": _nullable(_int(v.DEDUP_WINDOW_MS, default=d["dedup_window_ms"])),
+            # PROTOCOL §7: a single node accepts only 1; a cluster up to its live nodes.
+            "replication_factor": _nullable(
+                _int(
+                    replication,
+                    description="default min(3, live nodes) in a cluster; 1 on a single node",
+                )
+            ),
+            "min_insync_replicas": _nullable(
+                _int(
+                    replication,
+                    description="default min(2, replication_factor); at most replication_factor",
+                )
+            ),
         },
         description="no body (or an empty one) is all defaults; JSON null is not an object",
     )
@@ -422,6 +436,8 @@ def _topic_view() -> dict[str, Any]:
             "retention_ms": {"type": ["integer", "null"]},
             "retention_bytes": {"type": ["integer", "null"]},
             "dedup_window_ms": _int(v.DEDUP_WINDOW_MS),
+            "replication_factor": _int(v.REPLICATION_FACTOR),
+            "min_insync_replicas": _int(v.MIN_INSYNC_REPLICAS),
         },
         tuple(_TOPIC_DEFAULTS),
         closed=False,
@@ -588,7 +604,7 @@ def _subscription_view() -> dict[str, Any]:
     }
 
 
-def _schemas() -> dict[str, Any]:
+def _schemas(cluster: bool) -> dict[str, Any]:
     return {
         "Problem": _object(
             {
@@ -606,7 +622,7 @@ def _schemas() -> dict[str, Any]:
             description="RFC 9457 problem details",
         ),
         "JsonValue": _JSON_VALUE,
-        "TopicConfig": _topic_config(),
+        "TopicConfig": _topic_config(cluster),
         **_topic_view(),
         "Message": _message(),
         "PublishRequest": _object(
@@ -1043,7 +1059,7 @@ def _paths() -> dict[str, Any]:
     }
 
 
-def document(version: str = "0.1.0") -> dict[str, Any]:
+def document(version: str = "0.1.0", *, cluster: bool = False) -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {
@@ -1054,9 +1070,9 @@ def document(version: str = "0.1.0") -> dict[str, Any]:
             "the stats WebSocket is GET /v1/stats/ws; the browser console is /console/.",
         },
         "paths": _paths(),
-        "components": {"schemas": _schemas()},
+        "components": {"schemas": _schemas(cluster)},
     }
 
 
-def document_bytes() -> bytes:
-    return orjson.dumps(document())
+def document_bytes(*, cluster: bool = False) -> bytes:
+    return orjson.dumps(document(cluster=cluster))

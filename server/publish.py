@@ -15,23 +15,29 @@ document; that route runs the same ``publish_records``.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from cluster.errors import LeaderUnavailable
 from server.errors import herald_error_response, log_server_error
 from server.http import parse_json_body, parse_json_exact, read_body
 from server.limits import charge_publish
+from server.peers import FORWARDED
 from server.runtime import Services, app_services, services
 from server.validation import (
     InexactIntegers,
     PublishBatch,
     check_name,
+    check_replication,
     parse_acks,
     parse_publish,
 )
@@ -61,10 +67,31 @@ async def ensure_topic(
             raise TopicNotFound(f"topic {name!r} does not exist")
         defaults = TopicConfig()
         _check_partition(name, defaults.partitions, max_partition, index)
-        # Race-free in Storage: two first publishes end up with one topic.
-        topic, _ = await running.storage.ensure_topic(name, defaults)
+        if running.cluster is not None:
+            # PROTOCOL §7: etcd is the truth; the topic opens here once the node sees it.
+            await running.cluster.create_topic(name, cluster_defaults(running, defaults))
+            topic = running.storage.topic(name)
+            if topic is None:
+                raise LeaderUnavailable(f"topic {name!r} is being created; try again")
+        else:
+            # Race-free in Storage: two first publishes end up with one topic.
+            topic, _ = await running.storage.ensure_topic(name, defaults)
     _check_partition(name, len(topic.partitions), max_partition, index)
     return topic
+
+
+def cluster_defaults(
+    running: Services, config: TopicConfig, given: frozenset[str] = frozenset()
+) -> TopicConfig:
+    """PROTOCOL §7 defaults: replication_factor min(3, live nodes), min_insync_replicas
+    min(2, replication_factor); both checked against the live nodes."""
+    assert running.cluster is not None
+    live = len(running.cluster.live_nodes())
+    factor = config.replication_factor if "replication_factor" in given else min(3, live)
+    minimum = config.min_insync_replicas if "min_insync_replicas" in given else min(2, factor)
+    config = dataclasses.replace(config, replication_factor=factor, min_insync_replicas=minimum)
+    check_replication(config, live)
+    return config
 
 
 def _check_partition(name: str, partitions: int, wanted: int, index: int) -> None:
@@ -124,6 +151,8 @@ async def publish_records(
     batch = _parse_batch(raw, config.max_message_bytes, partitions)
     charge_publish(scope, len(batch.items), len(raw))  # PROTOCOL §6 rate limits
     topic = await ensure_topic(running, name, batch.max_partition, batch.max_partition_index)
+    if running.cluster is not None:
+        return await _publish_cluster(running, scope, topic, acks, raw, batch, started)
     if acks is Acks.NONE:
         # PROTOCOL §2: acks=0 is answered at once; the append runs under the
         # lifespan's supervisor, which SIGTERM waits for.
@@ -134,6 +163,90 @@ async def publish_records(
     body = results_body(results)
     running.publish_duration.observe(time.perf_counter() - started)
     return 200, body
+
+
+async def _publish_cluster(
+    running: Services,
+    scope: Scope,
+    topic: Topic,
+    acks: Acks,
+    raw: bytes,
+    batch: PublishBatch,
+    started: float,
+) -> tuple[int, bytes]:
+    """PROTOCOL §7: the batch split by partition, each part appended here if this node
+    leads it or forwarded to its leader, the results merged in request order."""
+    cluster, peers = running.cluster, running.peers
+    assert cluster is not None and peers is not None
+    forwarded = _header(scope, FORWARDED.encode()) is not None
+    groups: dict[int, list[int]] = {}
+    spread: int | None = None
+    for index, item in enumerate(batch.items):
+        partition = item.partition
+        if partition is None:
+            partition = topic.choose_partition(item.record.key)
+        if partition is None:
+            if spread is None:
+                spread = cluster.next_spread(topic.name, len(topic.partitions))
+            partition = spread
+        groups.setdefault(partition, []).append(index)
+    messages: list[Any] | None = None
+    remote = [p for p in groups if not cluster.leads(topic.name, p)]
+    if remote:
+        if forwarded:  # the leader moved while the request travelled: the client retries
+            raise LeaderUnavailable(
+                f"this node no longer leads partition {remote[0]} of {topic.name!r}"
+            )
+        messages = _messages(raw)
+    authorization = _header(scope, b"authorization")
+    acks_text = {Acks.NONE: "0", Acks.LEADER: "1", Acks.ALL: "all"}[acks]
+
+    async def part(partition: int, indexes: list[int]) -> list[tuple[int, int, bool]]:
+        if cluster.leads(topic.name, partition):
+            items = [publish_item(batch.items[i].record, partition) for i in indexes]
+            results = await topic.publish(items, acks)
+            return [(r.partition, r.offset, r.duplicate) for r in results]
+        view = cluster.require_leader(topic.name, partition)
+        assert messages is not None and view.leader_url is not None
+        body = [{**messages[i], "partition": partition} for i in indexes]
+        answered = await peers.publish(view.leader_url, topic.name, acks_text, body, authorization)
+        return [(r["partition"], r["offset"], bool(r["duplicate"])) for r in answered]
+
+    async def run() -> list[tuple[int, int, bool] | None]:
+        merged: list[tuple[int, int, bool] | None] = [None] * len(batch.items)
+        parts = list(groups.items())
+        outcomes = await asyncio.gather(*(part(p, ix) for p, ix in parts), return_exceptions=True)
+        for (_, indexes), outcome in zip(parts, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            for index, result in zip(indexes, outcome, strict=False):
+                merged[index] = result
+        return merged
+
+    if acks is Acks.NONE:
+        await running.background.submit(run())
+        running.publish_duration.observe(time.perf_counter() - started)
+        return 202, b""
+    merged = await run()
+    body = (
+        b'{"results":['
+        + b",".join(
+            _RESULT % (r[0], r[1], b"true" if r[2] else b"false") for r in merged if r is not None
+        )
+        + b"]}"
+    )
+    running.publish_duration.observe(time.perf_counter() - started)
+    return 200, body
+
+
+def _messages(raw: bytes) -> list[Any]:
+    """The request's messages as JSON values, to forward them as they came."""
+    try:
+        body = parse_json_body(raw)
+    except HeraldError:
+        body = parse_json_exact(raw)
+    messages: list[Any] = body["messages"]
+    return messages
 
 
 async def publish_route(request: Request) -> Response:

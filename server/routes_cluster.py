@@ -1,30 +1,142 @@
-"""`GET /v1/cluster` (PROTOCOL §7): the nodes of the cluster and what each leads.
+"""`GET /v1/cluster` (PROTOCOL §7), and the routes nodes use among themselves.
 
 A single node (no ``--cluster``) is a cluster of one with no name: it is live, and it
-leads every partition it has.
+leads every partition it has. In a cluster the answer lists the live members (a node
+is live while it holds its etcd lease) and, as an extension (docs/protocol.md), every
+partition as its leader reports it — gathered from the live nodes'
+``GET /v1/cluster/replication`` — with each follower's lag in records.
+
+``/v1/cluster/fetch`` is the replication connection (cluster/wire.py): a WebSocket on
+which a follower node sends fetch requests and its leader answers them in order.
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from cluster.wire import BadMessage, decode_request
 from server.routing import method_route
-from server.runtime import services
+from server.runtime import Services, app_services, services
+from storage.errors import NotFound
+
+log = logging.getLogger("herald.server")
 
 
 async def get_cluster(request: Request) -> Response:
     state = services(request)
     node = state.config.node_id
-    leads = sum(len(topic.partitions) for topic in state.storage.topics())
-    url = str(request.base_url).rstrip("/")
+    if state.cluster is None:
+        leads = sum(len(topic.partitions) for topic in state.storage.topics())
+        url = str(request.base_url).rstrip("/")
+        body: dict[str, Any] = {
+            "name": None,
+            "node": node,
+            "nodes": [{"id": node, "url": url, "live": True, "leads": leads}],
+            "partitions": [
+                {
+                    "topic": topic.name,
+                    "partition": p.partition,
+                    "leader": node,
+                    "epoch": 0,
+                    "replicas": [node],
+                    "isr": [node],
+                    "high_watermark": p.end_offset,
+                    "log_end": p.end_offset,
+                    "lag": {},
+                }
+                for topic in state.storage.topics()
+                for p in topic.partitions
+            ],
+        }
+        return Response(orjson.dumps(body), media_type="application/json")
     body = {
-        "name": None,
+        "name": state.cluster.name,
         "node": node,
-        "nodes": [{"id": node, "url": url, "live": True, "leads": leads}],
+        "nodes": [
+            {"id": member, "url": url, "live": True, "leads": leads}
+            for member, url, leads in _members(state)
+        ],
+        "partitions": await cluster_partitions(state),
     }
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-routes = [method_route("/v1/cluster", GET=get_cluster)]
+def _members(state: Services) -> list[tuple[str, str, int]]:
+    assert state.cluster is not None
+    counts = state.cluster.leader_counts()
+    members = state.cluster.membership.members
+    return [(node, members[node].url, counts.get(node, 0)) for node in sorted(members)]
+
+
+async def cluster_partitions(state: Services) -> list[dict[str, Any]]:
+    """Every partition, as its live leader reports it (etcd's view where none answers)."""
+    cluster, peers = state.cluster, state.peers
+    assert cluster is not None and peers is not None
+    own = cluster.replication_report()
+    others = [url for node, url, _ in _members(state) if node != cluster.node_id]
+    reported = {(p["topic"], p["partition"]): p for p in [*own, *await peers.replication(others)]}
+    rows = []
+    for (topic, number), _versioned in sorted(cluster.states.items()):
+        if topic not in cluster.topics:
+            continue
+        row = reported.get((topic, number))
+        if row is None:
+            summary = cluster.partition_summary(topic, number)
+            row = {
+                "topic": topic,
+                "partition": number,
+                **summary,
+                "high_watermark": None,
+                "log_end": None,
+                "lag": {},
+            }
+        rows.append(row)
+    return rows
+
+
+async def get_replication(request: Request) -> Response:
+    """The partitions this node leads, as their leader sees them (node to node)."""
+    state = services(request)
+    if state.cluster is None:
+        raise NotFound("not a cluster")
+    body = {"node": state.cluster.node_id, "partitions": state.cluster.replication_report()}
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def fetch_socket(websocket: WebSocket) -> None:
+    state = app_services(websocket.app)
+    if state.cluster is None:
+        await websocket.close(code=4404, reason="not a cluster")
+        return
+    await websocket.accept()
+    node = state.cluster
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("bytes") or message.get("text")
+            if data is None:
+                continue
+            try:
+                fetch = decode_request(data)
+            except BadMessage as exc:
+                await websocket.close(code=1007, reason=str(exc)[:120])
+                return
+            await websocket.send_bytes(await node.serve_fetch(fetch))
+    except WebSocketDisconnect:
+        return
+
+
+routes = [
+    method_route("/v1/cluster", GET=get_cluster),
+    method_route("/v1/cluster/replication", GET=get_replication),
+    WebSocketRoute("/v1/cluster/fetch", fetch_socket),
+]

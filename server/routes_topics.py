@@ -9,18 +9,23 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from cluster.errors import LeaderUnavailable
 from server.errors import ServiceStopping
 from server.http import JSON, json_body, json_response, topic_body
-from server.publish import publish_route
+from server.peers import FORWARDED
+from server.publish import cluster_defaults, publish_route
+from server.routes_cluster import cluster_partitions
 from server.routing import method_route
-from server.runtime import services
+from server.runtime import Services, services
 from server.validation import (
     check_name,
+    check_single_node_replication,
     parse_read_query,
     parse_topic_config,
     path_int,
     topic_config_matches,
 )
+from storage.config import TopicConfig
 from storage.errors import (
     OffsetOutOfRange,
     PartitionNotFound,
@@ -46,7 +51,11 @@ async def put_topic(request: Request) -> Response:
     name = check_name(request.path_params["topic"])
     # PROTOCOL §2: the body is optional (an empty one is all defaults); JSON null is not.
     config, given = parse_topic_config(await json_body(request, optional=True))
-    topic, created = await services(request).storage.ensure_topic(name, config)
+    state = services(request)
+    if state.cluster is not None:
+        return await _put_topic_cluster(request, state, name, config, given)
+    check_single_node_replication(config)
+    topic, created = await state.storage.ensure_topic(name, config)
     if created:
         return json_response(topic_body(topic), 201)
     # PROTOCOL §2: 200 only if every field *given* equals the existing config.
@@ -57,9 +66,55 @@ async def put_topic(request: Request) -> Response:
     return json_response(topic_body(topic), 200)
 
 
+async def _put_topic_cluster(
+    request: Request, state: Services, name: str, config: TopicConfig, given: frozenset[str]
+) -> Response:
+    assert state.cluster is not None
+    config = cluster_defaults(state, config, given)
+    outcome = await state.cluster.create_topic(name, config)
+    if not outcome.created and not topic_config_matches(outcome.config, config, given):
+        raise TopicConflict(
+            f"topic {name!r} exists with a different config", config=outcome.config.to_dict()
+        )
+    topic = state.storage.topic(name)
+    if topic is None:
+        raise LeaderUnavailable(f"topic {name!r} is being created; try again")
+    return json_response(await cluster_topic_body(state, topic), 201 if outcome.created else 200)
+
+
+async def cluster_topic_body(state: Services, topic: Topic) -> dict[str, Any]:
+    """PROTOCOL §7: each partition with its leader, epoch, replicas and ISR; offsets and
+    size as its leader reports them (this node's copy may be behind, or absent)."""
+    body = topic_body(topic)
+    cluster = state.cluster
+    assert cluster is not None
+    leaders = {p.partition for p in topic.partitions if cluster.leads(topic.name, p.partition)}
+    reports: dict[int, dict[str, Any]] = {}
+    if len(leaders) < len(topic.partitions):
+        rows = await cluster_partitions(state)
+        reports = {r["partition"]: r for r in rows if r["topic"] == topic.name}
+    for entry in body["partitions"]:
+        number = entry["partition"]
+        entry.update(cluster.partition_summary(topic.name, number))
+        report = reports.get(number)
+        if number not in leaders and report is not None and report.get("log_end") is not None:
+            entry["start_offset"] = report.get("start_offset", entry["start_offset"])
+            entry["end_offset"] = report["high_watermark"]
+            entry["bytes"] = report.get("bytes", entry["bytes"])
+    return body
+
+
 async def get_topic_route(request: Request) -> Response:
     name = check_name(request.path_params["topic"])
-    return json_response(topic_body(get_topic(request, name)))
+    state = services(request)
+    topic = get_topic(request, name)
+    if state.cluster is not None:
+        return json_response(await cluster_topic_body(state, topic))
+    body = topic_body(topic)
+    node = state.config.node_id
+    for entry in body["partitions"]:  # PROTOCOL §7: a single node leads all it has
+        entry.update({"leader": node, "epoch": 0, "replicas": [node], "isr": [node]})
+    return json_response(body)
 
 
 async def list_topics(request: Request) -> Response:
@@ -72,6 +127,12 @@ async def list_topics(request: Request) -> Response:
 async def delete_topic(request: Request) -> Response:
     name = check_name(request.path_params["topic"])
     state = services(request)
+    if state.cluster is not None:
+        # etcd first; every node (this one included) then deletes its copy as on a
+        # single node: subscriptions and tails end, then the files go.
+        if not await state.cluster.delete_topic(name):
+            raise TopicNotFound(f"topic {name!r} does not exist")
+        return Response(status_code=204)
     async with state.admin_lock:
         get_topic(request, name)
         # PROTOCOL §2/§3: its subscriptions go first, so their consumers (and the
@@ -94,6 +155,8 @@ async def read_messages(request: Request) -> Response:
     if not 0 <= number < len(topic.partitions):
         raise PartitionNotFound(f"topic {name!r} has no partition {number}")
     partition = topic.partitions[number]
+    if state.cluster is not None and not state.cluster.leads(name, number):
+        return await _read_at_leader(request, state, name, number)
     if query.offset is not None and query.offset > partition.end_offset:
         raise OffsetOutOfRange(
             f"offset {query.offset} is past the end of partition {number} ({partition.end_offset})",
@@ -124,6 +187,27 @@ async def read_messages(request: Request) -> Response:
         + b"}"
     )
     return Response(body, media_type=JSON)
+
+
+async def _read_at_leader(request: Request, state: Services, name: str, number: int) -> Response:
+    """PROTOCOL §7: reads are consistent from any node — the leader's high watermark is
+    the one a 200 at acks=all moved, so a read is answered by the leader."""
+    assert state.cluster is not None and state.peers is not None
+    if request.headers.get(FORWARDED) is not None:
+        raise LeaderUnavailable(f"this node no longer leads partition {number} of {name!r}")
+    view = state.cluster.require_leader(name, number)
+    assert view.leader_url is not None
+    answer = await state.peers.get(
+        view.leader_url,
+        request.url.path,
+        request.scope["query_string"],
+        request.headers.get("authorization"),
+    )
+    headers = {k: v for k, v in answer.headers.items() if k.lower() in _PASSED_ON}
+    return Response(answer.content, status_code=answer.status_code, headers=headers)
+
+
+_PASSED_ON = frozenset({"content-type", "retry-after"})
 
 
 async def _wait_for_append(

@@ -18,11 +18,13 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
+from cluster.node import ClusterNode, ClusterSettings
 from delivery.engine import DeliveryEngine
 from delivery.redrive import Redrives
 from server.config import ServerConfig
 from server.errors import ServiceStopping
 from server.metrics import Histogram
+from server.peers import Peers
 from server.tasks import cancel_and_wait
 from storage.engine import Storage
 from storage.lock import DataDirLock
@@ -92,6 +94,8 @@ class Services:
     admin_lock: asyncio.Lock  # serialises topic and subscription create/delete
     publish_duration: Histogram  # herald_publish_duration_seconds
     started_ms: int  # GET /v1/stats uptime
+    cluster: ClusterNode | None = None  # PROTOCOL §7; None: a single node
+    peers: Peers | None = None  # forwarding to the other nodes of the cluster
 
 
 def services(connection: HTTPConnection) -> Services:
@@ -126,6 +130,8 @@ class Runtime:
         self.background = BackgroundAppends(config.max_pending_unacked_publishes)
         self.tails = TailRegistry()
         self._storage: Storage | None = None
+        self._cluster: ClusterNode | None = None
+        self._peers: Peers | None = None
         self._services: Services | None = None
         self._retention: asyncio.Task[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
@@ -138,12 +144,35 @@ class Runtime:
             self.config.data_dir, segment_bytes=self.config.segment_bytes, lock=lock
         )
         try:
+            if self.config.clustered:
+                # Before the engine: every partition has its role (and its visible end,
+                # the high watermark) before anything reads it.
+                self._peers = Peers(self.config.cluster_token)
+                self._cluster = ClusterNode(
+                    storage,
+                    ClusterSettings(
+                        endpoints=self.config.etcd_endpoints,
+                        name=self.config.cluster_name,
+                        node_id=self.config.node_id,
+                        advertise_url=self.config.node_url,
+                        node_ttl_ms=self.config.node_ttl_ms,
+                        replica_lag_ms=self.config.replica_lag_ms,
+                    ),
+                    on_topic_deleted=self._topic_deleted,
+                    peer_headers=(
+                        {"authorization": f"Bearer {self.config.cluster_token}"}
+                        if self.config.cluster_token
+                        else {}
+                    ),
+                )
+                await self._cluster.start()
             engine = DeliveryEngine(storage)
             await engine.start()
             verify = await asyncio.to_thread(webhook_verify, self.config.webhook_ca_file)
             webhooks = WebhookDispatchers(engine, verify=verify)
             await webhooks.start()
         except BaseException:
+            await self._close_cluster()
             await storage.close()
             raise
         self._services = Services(
@@ -158,6 +187,8 @@ class Runtime:
             admin_lock=asyncio.Lock(),
             publish_duration=Histogram(),
             started_ms=time.time_ns() // 1_000_000,
+            cluster=self._cluster,
+            peers=self._peers,
         )
         self._retention = asyncio.create_task(
             _every(self.config.retention_interval_s, storage.run_retention, "retention pass"),
@@ -169,6 +200,23 @@ class Runtime:
                 _every(self.config.flush_interval_s, storage.flush, "periodic flush"),
                 name="herald-flush",
             )
+
+    async def _topic_deleted(self, name: str) -> None:
+        """etcd no longer has the topic (PROTOCOL §7: deleted from any node): its
+        subscriptions and tails end first, as on a single node, then its files go."""
+        if self._services is not None:
+            await self._services.engine.topic_deleted(name)
+            self._services.sockets.tails.topic_deleted(name)
+        if self._storage is not None and self._storage.topic(name) is not None:
+            await self._storage.delete_topic(name)
+
+    async def _close_cluster(self) -> None:
+        try:
+            if self._cluster is not None:
+                await self._cluster.close()
+        finally:
+            if self._peers is not None:
+                await self._peers.aclose()
 
     @property
     def services(self) -> Services:
@@ -199,6 +247,7 @@ class Runtime:
         finally:
             try:
                 await cancel_and_wait(self._retention, self._flusher)
+                await self._close_cluster()
             finally:
                 if self._storage is not None:
                     await self._storage.close()

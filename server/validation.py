@@ -112,6 +112,8 @@ PUSH_URL_PATTERN = (
 PARTITIONS = IntRange(1, MAX_PARTITIONS)
 PARTITION = IntRange(0, MAX_PARTITIONS - 1)  # one named in a published message
 DEDUP_WINDOW_MS = IntRange(1000, 604_800_000)
+REPLICATION_FACTOR = IntRange(1, 16)  # PROTOCOL §7; also at most the live nodes
+MIN_INSYNC_REPLICAS = IntRange(1, 16)  # at most replication_factor
 RETENTION_MS = IntRange(1000)
 RETENTION_BYTES = IntRange(1_048_576)
 TIMESTAMP = IntRange(0)  # ms since the epoch
@@ -239,7 +241,16 @@ def _shown(raw: str) -> str:
 
 # ---------------------------------------------------------------- topics
 
-_TOPIC_FIELDS = frozenset({"partitions", "retention_ms", "retention_bytes", "dedup_window_ms"})
+_TOPIC_FIELDS = frozenset(
+    {
+        "partitions",
+        "retention_ms",
+        "retention_bytes",
+        "dedup_window_ms",
+        "replication_factor",
+        "min_insync_replicas",
+    }
+)
 
 
 def parse_topic_config(body: Any) -> tuple[TopicConfig, frozenset[str]]:
@@ -253,6 +264,10 @@ def parse_topic_config(body: Any) -> tuple[TopicConfig, frozenset[str]]:
         values["partitions"] = _int_in(v, "partitions", PARTITIONS)
     if (v := _given(obj, "dedup_window_ms")) is not _MISSING:
         values["dedup_window_ms"] = _int_in(v, "dedup_window_ms", DEDUP_WINDOW_MS)
+    if (v := _given(obj, "replication_factor")) is not _MISSING:
+        values["replication_factor"] = _int_in(v, "replication_factor", REPLICATION_FACTOR)
+    if (v := _given(obj, "min_insync_replicas")) is not _MISSING:
+        values["min_insync_replicas"] = _int_in(v, "min_insync_replicas", MIN_INSYNC_REPLICAS)
     # PROTOCOL §2: for these two, an explicit null means unlimited, not "default".
     if "retention_ms" in obj:
         v = obj["retention_ms"]
@@ -263,6 +278,27 @@ def parse_topic_config(body: Any) -> tuple[TopicConfig, frozenset[str]]:
             None if v is None else _int_in(v, "retention_bytes", RETENTION_BYTES)
         )
     return TopicConfig(**values), frozenset(values)
+
+
+def check_single_node_replication(config: TopicConfig) -> None:
+    """PROTOCOL §7: a single node accepts only 1 for both (it has one copy to keep)."""
+    for name in ("replication_factor", "min_insync_replicas"):
+        if getattr(config, name) != 1:
+            raise ValidationError(f"{name} must be 1 on a single node (it keeps one copy)")
+
+
+def check_replication(config: TopicConfig, live_nodes: int) -> None:
+    """PROTOCOL §7: 1 <= replication_factor <= live nodes; min_insync <= replication_factor."""
+    if config.replication_factor > live_nodes:
+        raise ValidationError(
+            f"replication_factor {config.replication_factor} is more than the "
+            f"{live_nodes} live node(s)"
+        )
+    if config.min_insync_replicas > config.replication_factor:
+        raise ValidationError(
+            f"min_insync_replicas {config.min_insync_replicas} is more than "
+            f"replication_factor {config.replication_factor}"
+        )
 
 
 def topic_config_matches(existing: TopicConfig, wanted: TopicConfig, given: frozenset[str]) -> bool:

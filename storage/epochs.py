@@ -56,7 +56,8 @@ class LeaderEpochCache:
 
     @property
     def latest_epoch(self) -> int:
-        return self._entries[-1][0] if self._entries else UNDEFINED
+        entries = self._entries
+        return entries[-1][0] if entries else UNDEFINED
 
     def assign(self, epoch: int, start_offset: int) -> None:
         """Note that ``epoch`` began at ``start_offset`` (called before its first batch is
@@ -71,27 +72,30 @@ class LeaderEpochCache:
                 f"epoch {epoch} cannot start at {start_offset}, before epoch {latest} "
                 f"(at {self._entries[-1][1]})"
             )
+        # A new list, never a change in place: the event loop reads the cache (latest_epoch,
+        # end_offset_for) while the writer thread changes it, and must see a whole list.
         if self._entries and self._entries[-1][1] == start_offset:
             # The previous epoch wrote nothing: it has no range of its own (Kafka drops it).
-            self._entries[-1] = (epoch, start_offset)
+            self._entries = [*self._entries[:-1], (epoch, start_offset)]
         else:
-            self._entries.append((epoch, start_offset))
+            self._entries = [*self._entries, (epoch, start_offset)]
         self._save()
 
     def end_offset_for(self, epoch: int, log_end: int) -> tuple[int, int]:
         """(the largest epoch <= ``epoch``, the offset where it ended): the start of the
         next epoch, or ``log_end`` for the latest. (UNDEFINED, UNDEFINED) when ``epoch``
         is older than every epoch the cache knows (KIP-279's OffsetsForLeaderEpoch)."""
+        entries = self._entries  # one snapshot: the writer thread replaces the list
         found = UNDEFINED
-        for i, (e, _start) in enumerate(self._entries):
+        for i, (e, _start) in enumerate(entries):
             if e > epoch:
                 break
             found = i
         if found == UNDEFINED:
             return UNDEFINED, UNDEFINED
-        if found == len(self._entries) - 1:
-            return self._entries[found][0], log_end
-        return self._entries[found][0], self._entries[found + 1][1]
+        if found == len(entries) - 1:
+            return entries[found][0], log_end
+        return entries[found][0], entries[found + 1][1]
 
     def epoch_at(self, offset: int) -> int:
         """The epoch the record at ``offset`` was appended under."""

@@ -247,6 +247,15 @@ class PartitionLog:
             raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
         self._fsyncs += 1
 
+    def sync_recovered(self) -> None:
+        """fsync the active segment's log right after opening (not counted in
+        fsync_count): records a crashed process left in the page cache are durable
+        before a replica reports them fsynced. Sealed segments were fsynced by their roll."""
+        try:
+            self._segments[-1].flush()
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
+
     def flush_descriptor(self) -> int | None:
         """A descriptor for flush_detached, taken in queue order on the writer thread (None
         once closed): the fsync then covers every append written so far."""

@@ -46,6 +46,8 @@ class AppendRequest:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[AppendResult]
     on_written: OnWritten | None = None  # on the loop once written: the batch is visible
+    leader_epoch: int = 0  # stamped on the batch (0 on a single node)
+    on_synced: Callable[[int], None] | None = None  # on the loop: fsynced up to this end
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -147,7 +149,7 @@ class Writer:
         timestamp = self._clock_ms()
         if last is not None and last > timestamp:
             timestamp = last
-        first = request.log.append(request.records, timestamp)
+        first = request.log.append(request.records, timestamp, request.leader_epoch)
         self._dirty.add(request.log)
         return first, timestamp
 
@@ -158,10 +160,14 @@ class Writer:
         for partition_log, items in to_sync.items():
             answers: list[_Thunk]
             try:
+                end = partition_log.end_offset  # the fsync covers everything written so far
                 partition_log.flush()
                 self.fsync_count += 1
                 self._dirty.discard(partition_log)
                 answers = [(_resolve, (req.future, result)) for req, result in items]
+                on_synced = items[0][0].on_synced
+                if on_synced is not None:
+                    durable.setdefault(items[0][0].loop, []).append((on_synced, (end,)))
             except Exception as exc:
                 error = _storage_error(exc)
                 answers = [(_fail, (req.future, error)) for req, _ in items]

@@ -1,0 +1,311 @@
+"""A partition this node leads: cluster/replication.py's LeaderReplica, driven.
+
+The role is the partition's replication hooks (storage/replicated.py): every append is
+checked before it is queued (this node must lead, hold its lease, and for acks=all have
+min_insync_replicas in sync) and, at acks=all, answered once the commit point covers it.
+It feeds the replica the partition's log end and fsynced end as they move, answers the
+followers' fetches, moves the partition's visible end (the high watermark), and writes
+ISR changes to etcd with compare-and-set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cluster.errors import LeaderUnavailable, NotEnoughReplicas
+from cluster.etcd import EtcdClient, EtcdUnavailable
+from cluster.follower import EpochAnswer, EpochQuery, FetchRequest, FetchResponse
+from cluster.replication import FetchError, LeaderReplica, Progress
+from cluster.state import VersionedState, compare_and_set
+from storage.partition import Partition
+from storage.record import Acks
+from storage.topic import Topic
+
+log = logging.getLogger("herald.cluster")
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000
+
+
+class Signal:
+    """Wakes everyone waiting at the moment :meth:`fire` is called."""
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+
+    def wait(self) -> asyncio.Future[None]:
+        if self._future is None or self._future.done():
+            self._future = asyncio.get_running_loop().create_future()
+        return self._future
+
+    def fire(self) -> None:
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+
+@dataclass(slots=True)
+class Counters:
+    """Per-node replication metrics (PROTOCOL §7, /metrics)."""
+
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    leader_changes: int = 0  # partitions this node took the lead of
+    fenced_fetches: int = 0
+    lease_refusals: int = 0  # appends refused because the lease could have expired
+    notes: dict[str, int] = field(default_factory=dict)
+
+
+class LeaderRole:
+    """Leads ``partition`` of ``topic`` at ``state.state.epoch``; one object per epoch."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        topic: Topic,
+        partition: Partition,
+        state: VersionedState,
+        key: str,
+        etcd: EtcdClient,
+        holds_lease: Callable[[], bool],
+        replica_lag_ms: float,
+        counters: Counters,
+    ) -> None:
+        self.node_id = node_id
+        self.topic = topic
+        self.partition = partition
+        self.state = state
+        self.key = key
+        self.epoch = state.state.epoch
+        self._etcd = etcd
+        self._holds_lease = holds_lease
+        self._counters = counters
+        self.replica = LeaderReplica(
+            node_id,
+            epoch=self.epoch,
+            replicas=state.state.replicas,
+            isr=state.state.isr,
+            min_insync_replicas=min(topic.config.min_insync_replicas, len(state.state.replicas)),
+            replica_lag_ms=replica_lag_ms,
+            clock=monotonic_ms,
+            log_end=partition.log_end_offset,
+            high_watermark=partition.end_offset,
+            fsynced_end=partition.fsynced_offset,
+        )
+        self.active = False  # True once the dedup index holds the replicated ids
+        self.deposed = False
+        self.changed = Signal()  # the log end or the high watermark moved
+        self._commits: dict[int, list[asyncio.Future[None]]] = {}
+        self._isr_write: asyncio.Task[None] | None = None
+        self._unlisten: Callable[[], None] | None = None
+
+    # -- life ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take the partition: refuse appends until producer ids replicated here are in
+        the dedup index (a retry after a failover is still a duplicate), then lead."""
+        self.partition.replicate(self)
+        await self.topic.rebuild_dedup(self.partition.partition)
+        if self.deposed:
+            return
+        self._unlisten = self.partition.add_log_listener(self._on_log)
+        self.active = True
+        self._apply(self.replica.on_append(self.partition.log_end_offset))
+        log.info(
+            "leading %s/%d at epoch %d (log end %d, isr %s)",
+            self.topic.name,
+            self.partition.partition,
+            self.epoch,
+            self.partition.log_end_offset,
+            ",".join(self.replica.isr),
+        )
+
+    def depose(self) -> None:
+        """No longer the leader (etcd says another node is, or the topic is gone): every
+        acks=all waiter is refused — its records may or may not survive, and a retry with
+        the same ids is deduplicated by whoever leads next."""
+        self.deposed = True
+        self.active = False
+        if self._unlisten is not None:
+            self._unlisten()
+        if self._isr_write is not None:
+            self._isr_write.cancel()
+        for waiters in self._commits.values():
+            for future in waiters:
+                if not future.done():
+                    future.set_exception(
+                        LeaderUnavailable(
+                            f"partition {self.topic.name}/{self.partition.partition} changed "
+                            "leader before the records were committed"
+                        )
+                    )
+        self._commits.clear()
+        self.changed.fire()
+
+    # -- the hooks Partition.append calls ---------------------------------------------
+
+    def check_append(self, acks: Acks) -> None:
+        if not self.active:
+            raise LeaderUnavailable(
+                f"partition {self.topic.name}/{self.partition.partition} is changing leader"
+            )
+        if not self._holds_lease():
+            self._counters.lease_refusals += 1
+            raise EtcdUnavailable("this node cannot renew its etcd lease: writes are refused")
+        if acks is Acks.ALL and self.replica.check_append("all") is not None:
+            raise NotEnoughReplicas(
+                f"partition {self.topic.name}/{self.partition.partition} has "
+                f"{len(self.replica.minimal_isr)} in-sync replica(s), fewer than "
+                f"min_insync_replicas {self.replica.min_insync_replicas}"
+            )
+
+    async def wait_commit(self, end_offset: int, acks: Acks) -> None:
+        if acks is Acks.ALL:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._commits.setdefault(end_offset, []).append(future)
+            self._apply(self.replica.on_append(self.partition.log_end_offset))
+            self._apply(self.replica.wait_commit(end_offset))
+            await future
+        # PROTOCOL §7: nothing is acknowledged once the lease could have expired.
+        if not self._holds_lease():
+            self._counters.lease_refusals += 1
+            raise EtcdUnavailable("this node cannot renew its etcd lease: writes are refused")
+        if self.deposed:
+            raise LeaderUnavailable(
+                f"partition {self.topic.name}/{self.partition.partition} changed leader"
+            )
+
+    # -- progress ----------------------------------------------------------------------
+
+    def _on_log(self, partition: Partition) -> None:
+        self._apply(self.replica.on_append(partition.log_end_offset))
+        self._apply(self.replica.on_flush(partition.fsynced_offset))
+        self.changed.fire()
+
+    def tick(self) -> None:
+        if self.active:
+            self._apply(self.replica.tick())
+
+    def _apply(self, progress: Progress) -> None:
+        if self.deposed:
+            return
+        if self.replica.high_watermark_settled:
+            before = self.partition.end_offset
+            self.partition.set_high_watermark(progress.high_watermark)
+            if self.partition.end_offset != before:
+                self.changed.fire()
+        for end in progress.committed:
+            for future in self._commits.pop(end, ()):
+                if not future.done():
+                    future.set_result(None)
+        for end in progress.refused:
+            for future in self._commits.pop(end, ()):
+                if not future.done():
+                    future.set_exception(
+                        NotEnoughReplicas(
+                            "the in-sync replicas fell below min_insync_replicas before "
+                            "the records were committed"
+                        )
+                    )
+        if progress.isr_change is not None and self._isr_write is None:
+            self._isr_write = asyncio.create_task(self._write_isr(progress.isr_change.isr))
+
+    async def _write_isr(self, isr: tuple[str, ...]) -> None:
+        try:
+            new = self.state.state.with_isr(isr)
+            outcome = await compare_and_set(self._etcd, self.key, self.state, new)
+        except (EtcdUnavailable, ValueError) as exc:
+            log.warning("ISR change of %s not written: %s", self.key, exc)
+            self._isr_write = None
+            self._apply(self.replica.isr_write_failed())
+            return
+        except asyncio.CancelledError:
+            self._isr_write = None
+            raise
+        self._isr_write = None
+        current = outcome.current
+        if outcome.succeeded and current is not None:
+            grew = len(isr) > len(self.state.state.isr)
+            self.state = current
+            if grew:
+                self._counters.isr_expands += 1
+            else:
+                self._counters.isr_shrinks += 1
+            log.info("ISR of %s now %s", self.key, ",".join(isr))
+            self._apply(self.replica.isr_stored(isr))
+        elif (
+            current is not None
+            and current.state.leader == self.node_id
+            and current.state.epoch == self.epoch
+        ):
+            self.state = current
+            self._apply(self.replica.isr_stored(current.state.isr))
+        else:
+            # Another leader (or the topic gone): etcd's watch deposes this role shortly.
+            self._apply(self.replica.isr_write_failed())
+
+    # -- the followers ------------------------------------------------------------------
+
+    def answer_epoch(self, query: EpochQuery) -> EpochAnswer:
+        error = self._epoch_error(query.leader_epoch)
+        if error is not None:
+            return EpochAnswer(error, -1, -1, self.partition.start_offset)
+        epoch, end = self.partition.end_offset_for_epoch(query.epoch)
+        return EpochAnswer(None, epoch, end, self.partition.start_offset)
+
+    def _epoch_error(self, epoch: int) -> FetchError | None:
+        if epoch < self.epoch:
+            return FetchError.FENCED_LEADER_EPOCH
+        if epoch > self.epoch or not self.active:
+            return FetchError.UNKNOWN_LEADER_EPOCH
+        return None
+
+    def ready(self, request: FetchRequest, known_high_watermark: int) -> bool:
+        """Whether a fetch has something to answer now (else it long-polls)."""
+        if not self.active or request.epoch != self.epoch:
+            return True
+        return (
+            request.fetch_offset < self.partition.log_end_offset
+            or self.replica.high_watermark > known_high_watermark
+        )
+
+    async def fetch(self, follower: str, request: FetchRequest) -> FetchResponse:
+        start = self.partition.start_offset
+        if not self.active:
+            return FetchResponse(FetchError.UNKNOWN_LEADER_EPOCH, b"", 0, start)
+        decision = self.replica.on_fetch(
+            follower, request.epoch, request.fetch_offset, request.fsynced_offset
+        )
+        self._apply(decision.progress)
+        if decision.error is not None:
+            if decision.error is FetchError.FENCED_LEADER_EPOCH:
+                self._counters.fenced_fetches += 1
+            return FetchResponse(decision.error, b"", self.replica.high_watermark, start)
+        batches = b""
+        end = self.partition.log_end_offset
+        if start <= request.fetch_offset < end:
+            batches = await self.partition.read_batches(
+                request.fetch_offset, request.max_bytes, end
+            )
+        return FetchResponse(None, batches, self.replica.high_watermark, start)
+
+    def report(self) -> dict[str, object]:
+        """This partition as GET /v1/cluster shows it (the leader's view)."""
+        return {
+            "topic": self.topic.name,
+            "partition": self.partition.partition,
+            "leader": self.node_id,
+            "epoch": self.epoch,
+            "replicas": list(self.replica.replicas),
+            "isr": list(self.replica.isr),
+            "start_offset": self.partition.start_offset,
+            "high_watermark": self.partition.end_offset,
+            "log_end": self.partition.log_end_offset,
+            "bytes": self.partition.size_bytes,
+            "lag": self.replica.follower_lag(),
+        }

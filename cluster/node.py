@@ -1,0 +1,606 @@
+"""This node's part in a cluster (PROTOCOL §7): it registers under a lease, follows the
+cluster's state in etcd, and gives each local partition its role.
+
+etcd holds the truth — topic configs, and per partition ``{replicas, leader, epoch,
+isr}`` — and the node only *reacts* to it (Kafka's design with ZooKeeper; the nodes
+never vote among themselves):
+
+- a topic in etcd and not on disk is created locally (every node opens every topic;
+  a partition it does not replicate stays empty, and its reads go to the leader); a
+  topic on disk and not in etcd is deleted;
+- a partition this node leads gets a :class:`LeaderRole` (cluster/leading.py), one it
+  follows a :class:`FollowerRole` on the :class:`FetchSession` to its leader's node
+  (cluster/following.py), one it does not replicate neither;
+- a partition whose leader is not a live member (its lease lapsed: the node key is
+  gone) is taken by a live ISR member with one transaction: the partition key
+  unchanged since it looked, the old leader's key absent, its own present; epoch + 1;
+  the dead leader leaves the ISR. The first live ISR member in replica order tries at
+  once, the others after a pause if the partition is still leaderless (so one node
+  does not lose a race to itself, and a node that cannot reach etcd does not block).
+
+The node starts in :meth:`start` (registration, the first full read of the state, the
+roles) before the server serves, and stops in :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from cluster.errors import LeaderUnavailable
+from cluster.etcd import EtcdClient, EtcdUnavailable, WatchCompacted
+from cluster.etcd_watch import EventType
+from cluster.follower import EpochAnswer, FetchResponse
+from cluster.following import FetchSession, FollowerRole
+from cluster.leading import Counters, LeaderRole, monotonic_ms
+from cluster.membership import Member, Membership, nodes_prefix
+from cluster.replication import FetchError
+from cluster.state import (
+    Change,
+    InvalidState,
+    PartitionState,
+    VersionedState,
+    compare_and_set_all,
+    failover_guards,
+    partition_key,
+)
+from cluster.topics import (
+    Created,
+    assign_replicas,
+    cluster_prefix,
+    config_from_json,
+    create_topic,
+    delete_topic,
+    partitions_prefix,
+    topics_prefix,
+)
+from cluster.wire import Request, encode_answer
+from storage.config import TopicConfig
+from storage.engine import Storage
+from storage.topic import Topic
+
+log = logging.getLogger("herald.cluster")
+
+Ref = tuple[str, int]  # (topic, partition)
+_RECONCILE_EVERY_S = 0.5  # besides every change etcd reports
+_FAILOVER_PAUSE_MS = 1500  # before an ISR member other than the first live one tries
+_WAIT_APPLIED_S = 5.0  # an admin call waits this long for its change to reach this node
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    endpoints: list[str]
+    name: str
+    node_id: str
+    advertise_url: str
+    node_ttl_ms: int
+    replica_lag_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """A partition as this node knows it from etcd."""
+
+    state: PartitionState
+    leader_url: str | None  # the leader's URL while it is a live member, else None
+
+    @property
+    def live_leader(self) -> str | None:
+        return self.state.leader if self.leader_url is not None else None
+
+
+class ClusterNode:
+    def __init__(
+        self,
+        storage: Storage,
+        settings: ClusterSettings,
+        *,
+        on_topic_deleted: Callable[[str], Awaitable[None]],
+        peer_headers: dict[str, str] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.name = settings.name
+        self._on_topic_deleted = on_topic_deleted
+        self._peer_headers = peer_headers or {}
+        self.etcd = EtcdClient(settings.endpoints)
+        self.membership = Membership(
+            self.etcd,
+            cluster=settings.name,
+            node_id=settings.node_id,
+            advertise_url=settings.advertise_url,
+            ttl_s=max(1, math.ceil(settings.node_ttl_ms / 1000)),
+        )
+        self.counters = Counters()
+        self.topics: dict[str, TopicConfig] = {}  # from etcd
+        self.states: dict[Ref, VersionedState] = {}  # from etcd
+        self.loaded = False
+        self.roles: dict[Ref, LeaderRole | FollowerRole] = {}
+        self.sessions: dict[str, FetchSession] = {}
+        self._leaderless_since: dict[Ref, float] = {}
+        self._spread: dict[str, int] = {}
+        self._idle: set[Ref] = set()  # partitions this node does not replicate
+        self._dirty = asyncio.Event()
+        self._applied = asyncio.Condition()  # notified after each reconcile pass
+        self._tasks: list[asyncio.Task[None]] = []
+        self._entered = False
+
+    # ------------------------------------------------------------------ life
+
+    async def start(self) -> None:
+        await self.membership.__aenter__()
+        self._entered = True
+        revision = await self._load()
+        await self._reconcile()
+        self._tasks = [
+            asyncio.create_task(self._watch(revision + 1), name="herald-cluster-watch"),
+            asyncio.create_task(self._reconcile_loop(), name="herald-cluster-reconcile"),
+            asyncio.create_task(self._tick_loop(), name="herald-cluster-tick"),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for role in self.roles.values():
+            if isinstance(role, LeaderRole):
+                role.depose()
+        await asyncio.gather(*(s.close() for s in self.sessions.values()), return_exceptions=True)
+        if self._entered:
+            try:
+                await self.membership.__aexit__(None, None, None)
+            except Exception as exc:  # etcd gone: the lease lapses on its own
+                log.info("leaving the cluster: %s", exc)
+        await self.etcd.aclose()
+
+    # ------------------------------------------------------------------ state from etcd
+
+    async def _load(self) -> int:
+        result = await self.etcd.range(cluster_prefix(self.name), prefix=True)
+        topics: dict[str, TopicConfig] = {}
+        states: dict[Ref, VersionedState] = {}
+        for kv in result.kvs:
+            self._read_kv(kv.key.decode(errors="replace"), kv, topics, states)
+        self.topics, self.states, self.loaded = topics, states, True
+        return result.revision
+
+    def _read_kv(
+        self,
+        key: str,
+        kv: object,
+        topics: dict[str, TopicConfig],
+        states: dict[Ref, VersionedState],
+        deleted: bool = False,
+    ) -> None:
+        from cluster.etcd_model import KeyValue
+
+        assert isinstance(kv, KeyValue)
+        if key.startswith(topics_prefix(self.name)):
+            name = key[len(topics_prefix(self.name)) :]
+            if deleted:
+                topics.pop(name, None)
+                for ref in [r for r in states if r[0] == name]:
+                    del states[ref]
+                return
+            config = config_from_json(kv.value)
+            if config is None:
+                log.error("etcd key %s is not a topic config", key)
+            else:
+                topics[name] = config
+        elif key.startswith(partitions_prefix(self.name)):
+            rest = key[len(partitions_prefix(self.name)) :]
+            name, _, number = rest.rpartition("/")
+            if not number.isdigit():
+                return
+            ref = (name, int(number))
+            if deleted:
+                states.pop(ref, None)
+                return
+            try:
+                states[ref] = VersionedState.from_kv(kv)
+            except InvalidState as exc:
+                log.error("etcd key %s: %s", key, exc)
+
+    async def _watch(self, revision: int) -> None:
+        while True:
+            try:
+                async with self.etcd.watch(
+                    cluster_prefix(self.name), prefix=True, start_revision=revision
+                ) as watch:
+                    async for event in watch:
+                        key = event.kv.key.decode(errors="replace")
+                        self._read_kv(
+                            key, event.kv, self.topics, self.states, event.type is EventType.DELETE
+                        )
+                        revision = watch.next_revision
+                        self._dirty.set()
+            except WatchCompacted:
+                revision = await self._reload_when_possible()
+            except EtcdUnavailable as exc:
+                log.info("cluster watch interrupted: %s", exc)
+                await asyncio.sleep(0.5)
+
+    async def _reload_when_possible(self) -> int:
+        while True:
+            try:
+                revision = await self._load()
+                self._dirty.set()
+                return revision + 1
+            except EtcdUnavailable:
+                await asyncio.sleep(0.5)
+
+    # ------------------------------------------------------------------ reconcile
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), _RECONCILE_EVERY_S)
+            self._dirty.clear()
+            try:
+                await self._reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconciling the cluster state failed")
+
+    async def _tick_loop(self) -> None:
+        interval = max(0.05, self.settings.replica_lag_ms / 4000)
+        while True:
+            await asyncio.sleep(interval)
+            for role in list(self.roles.values()):
+                if isinstance(role, LeaderRole):
+                    try:
+                        role.tick()
+                    except Exception:
+                        log.exception("ISR check of %s failed", role.key)
+
+    async def _reconcile(self) -> None:
+        topics = dict(self.topics)
+        for name, config in topics.items():
+            local = self.storage.topic(name)
+            if local is None:
+                await self.storage.ensure_topic(name, config)
+            elif local.config.partitions != config.partitions:
+                log.error(
+                    "topic %s: %d partitions here, %d in etcd",
+                    name,
+                    len(local.partitions),
+                    config.partitions,
+                )
+        if self.loaded:
+            for topic in self.storage.topics():
+                if topic.name not in topics:
+                    await self._drop_roles(topic.name)
+                    try:
+                        await self._on_topic_deleted(topic.name)
+                    except Exception:
+                        log.exception("deleting topic %s here failed", topic.name)
+        members = self.membership.members
+        takeovers: list[Change] = []
+        for ref, versioned in list(self.states.items()):
+            if ref[0] not in topics:
+                continue
+            local = self.storage.topic(ref[0])
+            if local is None or ref[1] >= len(local.partitions):
+                continue
+            await self._assign_role(local, ref, versioned)
+            change = self._takeover(ref, versioned, members)
+            if change is not None:
+                takeovers.append(change)
+        for ref in [r for r in self.roles if r not in self.states or r[0] not in topics]:
+            await self._drop_role(ref)
+        self._idle = {r for r in self._idle if r[0] in topics}
+        if takeovers:
+            await self._take_over(takeovers)
+        async with self._applied:
+            self._applied.notify_all()
+
+    async def _assign_role(self, topic: Topic, ref: Ref, versioned: VersionedState) -> None:
+        state = versioned.state
+        role = self.roles.get(ref)
+        partition = topic.partitions[ref[1]]
+        if state.leader == self.node_id or (
+            self.node_id in state.replicas and state.leader is not None
+        ):
+            self._idle.discard(ref)
+        if state.leader == self.node_id:
+            if isinstance(role, LeaderRole) and role.epoch == state.epoch and not role.deposed:
+                role.state = (
+                    versioned if versioned.mod_revision > role.state.mod_revision else role.state
+                )
+                return
+            await self._drop_role(ref)
+            leader = LeaderRole(
+                node_id=self.node_id,
+                topic=topic,
+                partition=partition,
+                state=versioned,
+                key=partition_key(self.name, *ref),
+                etcd=self.etcd,
+                holds_lease=self.membership.holds_lease,
+                replica_lag_ms=self.settings.replica_lag_ms,
+                counters=self.counters,
+            )
+            self.roles[ref] = leader
+            self.counters.leader_changes += 1
+            await leader.start()
+        elif self.node_id in state.replicas and state.leader is not None:
+            if (
+                isinstance(role, FollowerRole)
+                and role.epoch == state.epoch
+                and role.leader == state.leader
+                and not role.stopped
+            ):
+                return
+            await self._drop_role(ref)
+            follower = FollowerRole(
+                node_id=self.node_id,
+                topic=topic,
+                partition=partition,
+                leader=state.leader,
+                epoch=state.epoch,
+            )
+            partition.replicate(follower)
+            self.roles[ref] = follower
+            session = self.sessions.get(state.leader)
+            if session is None:
+                session = self.sessions[state.leader] = FetchSession(
+                    node_id=self.node_id,
+                    leader=state.leader,
+                    url_of=self.member_url,
+                    headers=self._peer_headers,
+                )
+            session.add(follower)
+        else:
+            if role is not None:
+                await self._drop_role(ref)
+            if ref not in self._idle:
+                self._idle.add(ref)
+                partition.replicate(_NOT_A_REPLICA)
+
+    async def _drop_role(self, ref: Ref) -> None:
+        role = self.roles.pop(ref, None)
+        if isinstance(role, LeaderRole):
+            role.depose()
+        elif isinstance(role, FollowerRole):
+            session = self.sessions.get(role.leader)
+            if session is not None:
+                session.remove(ref)
+
+    async def _drop_roles(self, topic: str) -> None:
+        for ref in [r for r in self.roles if r[0] == topic]:
+            await self._drop_role(ref)
+
+    def _takeover(
+        self, ref: Ref, versioned: VersionedState, members: Mapping[str, Member]
+    ) -> Change | None:
+        state = versioned.state
+        if state.leader is not None and state.leader in members:
+            self._leaderless_since.pop(ref, None)
+            return None
+        now = monotonic_ms()
+        since = self._leaderless_since.setdefault(ref, now)
+        if self.node_id not in state.isr or not self.membership.holds_lease():
+            return None
+        live = [r for r in state.replicas if r in state.isr and r in members and r != state.leader]
+        if not live:
+            return None
+        if live[0] != self.node_id and now - since < _FAILOVER_PAUSE_MS:
+            return None
+        isr = tuple(r for r in state.isr if r != state.leader) or (self.node_id,)
+        if self.node_id not in isr:
+            isr = (*isr, self.node_id)
+        new = PartitionState(state.replicas, self.node_id, state.epoch + 1, isr)
+        return Change(partition_key(self.name, *ref), versioned, new)
+
+    async def _take_over(self, changes: list[Change]) -> None:
+        # One transaction per old leader (its node key is one of the guards).
+        by_leader: dict[str | None, list[Change]] = {}
+        for change in changes:
+            by_leader.setdefault(change.expected.state.leader, []).append(change)
+        for old, group in by_leader.items():
+            for first in range(0, len(group), 100):
+                chunk = group[first : first + 100]
+                try:
+                    outcome = await compare_and_set_all(
+                        self.etcd, chunk, guards=failover_guards(self.name, old, self.node_id)
+                    )
+                except EtcdUnavailable as exc:
+                    log.info("taking over from %s: %s", old, exc)
+                    return
+                if outcome.succeeded:
+                    log.warning(
+                        "took over %d partition(s) from %s: %s",
+                        len(chunk),
+                        old,
+                        ", ".join(
+                            c.key.rsplit("/", 2)[-2] + "/" + c.key.rsplit("/", 1)[-1] for c in chunk
+                        ),
+                    )
+                for key, current in outcome.current.items():
+                    if current is not None:
+                        ref = _ref_of(key, partitions_prefix(self.name))
+                        if ref is not None:
+                            self.states[ref] = current
+        self._dirty.set()
+
+    async def wait_applied(self, predicate: Callable[[], bool]) -> bool:
+        """Wait (bounded) until a reconcile pass made ``predicate`` true."""
+        self._dirty.set()
+        try:
+            async with asyncio.timeout(_WAIT_APPLIED_S):
+                async with self._applied:
+                    await self._applied.wait_for(predicate)
+            return True
+        except TimeoutError:
+            return False
+
+    # ------------------------------------------------------------------ queries
+
+    def member_url(self, node_id: str) -> str | None:
+        member = self.membership.members.get(node_id)
+        return member.url if member is not None else None
+
+    def live_nodes(self) -> list[str]:
+        return sorted(self.membership.members)
+
+    def view(self, topic: str, partition: int) -> PartitionView | None:
+        versioned = self.states.get((topic, partition))
+        if versioned is None:
+            return None
+        leader = versioned.state.leader
+        return PartitionView(versioned.state, self.member_url(leader) if leader else None)
+
+    def leader_role(self, topic: str, partition: int) -> LeaderRole | None:
+        role = self.roles.get((topic, partition))
+        return role if isinstance(role, LeaderRole) and not role.deposed else None
+
+    def leads(self, topic: str, partition: int) -> bool:
+        role = self.leader_role(topic, partition)
+        return role is not None and role.active
+
+    def next_spread(self, topic: str, partitions: int) -> int:
+        """The partition of the next keyless batch (round robin, as on a single node)."""
+        spread = self._spread.get(topic, 0) % partitions
+        self._spread[topic] = spread + 1
+        return spread
+
+    def leader_counts(self) -> dict[str, int]:
+        members = self.membership.members
+        counts = {node: 0 for node in members}
+        for versioned in self.states.values():
+            leader = versioned.state.leader
+            if leader in counts:
+                counts[leader] += 1
+        return counts
+
+    # ------------------------------------------------------------------ admin
+
+    async def create_topic(self, name: str, config: TopicConfig) -> Created:
+        nodes = self.live_nodes()
+        replicas = assign_replicas(
+            name, config.partitions, config.replication_factor, nodes, self.leader_counts()
+        )
+        created = await create_topic(self.etcd, self.name, name, config, replicas)
+        await self.wait_applied(
+            lambda: (
+                self.storage.topic(name) is not None
+                and all((name, n) in self.states for n in range(created.config.partitions))
+            )
+        )
+        return created
+
+    async def delete_topic(self, name: str) -> bool:
+        deleted = await delete_topic(self.etcd, self.name, name)
+        await self.wait_applied(lambda: self.storage.topic(name) is None)
+        return deleted
+
+    # ------------------------------------------------------------------ the leader's side
+
+    async def serve_fetch(self, request: Request) -> bytes:
+        """One fetch request of a follower node: answered when something is ready for one
+        of its partitions, or after its long poll."""
+        epochs = []
+        for query in request.epochs:
+            role = self.leader_role(query.topic, query.partition)
+            if role is None:
+                answer = EpochAnswer(
+                    self._no_role_error(query.topic, query.partition, query.leader_epoch), -1, -1, 0
+                )
+            else:
+                answer = role.answer_epoch(query)
+            epochs.append((query, answer))
+        if not epochs and request.max_wait_ms > 0:
+            await self._long_poll(request)
+        fetches = []
+        for entry in request.fetch:
+            fetch = entry.request
+            role = self.leader_role(fetch.topic, fetch.partition)
+            if role is None:
+                error = self._no_role_error(fetch.topic, fetch.partition, fetch.epoch)
+                fetches.append((fetch, FetchResponse(error, b"", 0, 0)))
+            else:
+                fetches.append((fetch, await role.fetch(request.node, fetch)))
+        return encode_answer(epochs, fetches)
+
+    def _no_role_error(self, topic: str, partition: int, epoch: int) -> FetchError:
+        versioned = self.states.get((topic, partition))
+        if versioned is not None and epoch > versioned.state.epoch:
+            return FetchError.UNKNOWN_LEADER_EPOCH  # etcd has news this node has not seen
+        if (
+            versioned is not None
+            and epoch == versioned.state.epoch
+            and versioned.state.leader == self.node_id
+        ):
+            return FetchError.UNKNOWN_LEADER_EPOCH  # becoming leader right now
+        return FetchError.FENCED_LEADER_EPOCH
+
+    async def _long_poll(self, request: Request) -> None:
+        waits = []
+        for entry in request.fetch:
+            role = self.leader_role(entry.request.topic, entry.request.partition)
+            if role is None or role.ready(entry.request, entry.high_watermark):
+                return
+            waits.append(role.changed.wait())
+        if not waits:
+            return
+        await asyncio.wait(waits, timeout=request.max_wait_ms / 1000)
+
+    # ------------------------------------------------------------------ reports
+
+    def replication_report(self) -> list[dict[str, object]]:
+        """The partitions this node leads, as their leader sees them."""
+        return [
+            role.report()
+            for ref, role in sorted(self.roles.items())
+            if isinstance(role, LeaderRole) and not role.deposed
+        ]
+
+    def partition_summary(self, topic: str, partition: int) -> dict[str, object]:
+        """leader/epoch/replicas/isr of GET /v1/topics/{topic} (PROTOCOL §7)."""
+        view = self.view(topic, partition)
+        if view is None:
+            return {"leader": None, "epoch": 0, "replicas": [], "isr": []}
+        return {
+            "leader": view.live_leader,
+            "epoch": view.state.epoch,
+            "replicas": list(view.state.replicas),
+            "isr": list(view.state.isr),
+        }
+
+    def require_leader(self, topic: str, partition: int) -> PartitionView:
+        view = self.view(topic, partition)
+        if view is None or view.live_leader is None:
+            raise LeaderUnavailable(f"partition {topic}/{partition} has no live leader")
+        return view
+
+    @property
+    def nodes_prefix(self) -> str:
+        return nodes_prefix(self.name)
+
+
+class _NotAReplica:
+    """The hooks of a partition this node does not replicate: it takes no appends."""
+
+    epoch = 0
+
+    def check_append(self, acks: object) -> None:
+        raise LeaderUnavailable("this node does not replicate the partition")
+
+    async def wait_commit(self, end_offset: int, acks: object) -> None:
+        raise LeaderUnavailable("this node does not replicate the partition")
+
+
+_NOT_A_REPLICA = _NotAReplica()
+
+
+def _ref_of(key: str, prefix: str) -> Ref | None:
+    if not key.startswith(prefix):
+        return None
+    name, _, number = key[len(prefix) :].rpartition("/")
+    return (name, int(number)) if number.isdigit() else None
