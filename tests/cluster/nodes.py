@@ -276,7 +276,7 @@ class HeraldCluster:
         self, name: str, *, via: ClusterNode | str | None = None, **config: Any
     ) -> dict[str, Any]:
         """PUT the topic on one node; returns once every serving node shows it with a
-        live leader for every partition."""
+        leader and a full ISR for every partition."""
         answer = self.put(via or self.any_serving(), f"/v1/topics/{name}", config or None)
         assert answer.status_code in (200, 201), answer.text
 
@@ -285,8 +285,10 @@ class HeraldCluster:
                 got = self.get(node, f"/v1/topics/{name}")
                 if got.status_code != 200:
                     return False
-                if any(p.get("leader") is None for p in got.json()["partitions"]):
-                    return False
+                for p in got.json()["partitions"]:
+                    # Ready: a leader, and every replica in the ISR (its followers fetch).
+                    if p.get("leader") is None or set(p["isr"]) != set(p["replicas"]):
+                        return False
             return True
 
         self.wait_for(everywhere, 30.0, f"topic {name} with leaders on every node")
@@ -378,7 +380,7 @@ class HeraldCluster:
             lines = node.log().splitlines()[-tail:]
             parts.append(f"===== {node.node_id} ({node.url}) =====\n" + "\n".join(lines))
         if self.etcd is not None:
-            lines = self.etcd.log().splitlines()[-40:]
+            lines = self.etcd.log().splitlines()[-20:]
             parts.append("===== etcd =====\n" + "\n".join(lines))
         return "\n".join(parts)
 
