@@ -210,25 +210,16 @@ def test_a_leader_frozen_past_its_lease_acknowledges_nothing_late_and_drops_its_
         for follower in followers:
             cluster.pause(follower)
         try:
-            with httpx.Client(timeout=10.0) as http:
-                for k in range(8):
-                    batch = [f"tail-{k}-{j}" for j in range(3)]
-                    messages = [
-                        {
-                            "id": i,
-                            "value_b64": base64.b64encode(i.encode()).decode(),
-                            "partition": 0,
-                        }
-                        for i in batch
-                    ]
-                    sent = time.monotonic()
-                    answer = http.post(
-                        f"{cluster.nodes[old].url}/v1/topics/events/messages",
-                        params={"acks": "1"},
-                        json={"messages": messages},
-                    )
-                    tail += acks_of(answer, batch, old, sent)
-                    time.sleep(0.05)
+            # A few batches, each sent once the last was answered (a follower's fetch
+            # that was waiting may carry the first away); well within the TTL.
+            frozen_at = time.monotonic()
+            for k in range(8):
+                if k >= 3 and time.monotonic() - frozen_at > 0.6:
+                    break
+                batch = [f"tail-{k}-{j}" for j in range(3)]
+                sent = time.monotonic()
+                tail += acks_of(publish(cluster, old, "events", batch, acks="1"), batch, old, sent)
+                time.sleep(0.03)
         finally:
             stopped_at = time.monotonic()
             cluster.pause(old)
@@ -415,32 +406,23 @@ def test_with_etcd_down_committed_records_stay_readable_and_etcd_work_answers_50
 
             # Once the leader cannot have renewed its lease, its writes answer 503
             # cluster_unavailable (a write before that may still be acknowledged).
-            attempt = 0
+            last: list[httpx.Response] = []
 
             def refused_by_leader() -> bool:
-                nonlocal attempt
-                attempt += 1
-                batch = [f"probe-{attempt}"]
+                batch = [f"probe-{len(last)}"]
                 sent = time.monotonic()
-                answer = http.post(
-                    f"{cluster.nodes[leader].url}/v1/topics/ledger/messages",
-                    json={
-                        "messages": [
-                            {
-                                "id": batch[0],
-                                "value_b64": base64.b64encode(batch[0].encode()).decode(),
-                                "partition": 0,
-                            }
-                        ]
-                    },
-                )
+                answer = publish(cluster, leader, "ledger", batch)
+                last.append(answer)
                 if answer.status_code == 200:
                     acks.extend(acks_of(answer, batch, leader, sent))
                     return False
-                assert answer.status_code == 503, answer.text
-                return problem_code(answer) == "cluster_unavailable"
+                return answer.status_code == 503 and problem_code(answer) == "cluster_unavailable"
 
-            refused_s = cluster.wait_for(refused_by_leader, 30.0, "the leader refusing writes")
+            try:
+                refused_s = cluster.wait_for(refused_by_leader, 30.0, "the leader refusing")
+            except AssertionError as exc:
+                detail = f"{last[-1].status_code} {last[-1].text}" if last else "-"
+                raise AssertionError(f"{exc}; its last answer: {detail}") from None
             print(
                 f"the leader refuses writes {time.monotonic() - down_at:.2f} s after etcd went "
                 f"down ({refused_s:.2f} s of probing; TTL {cluster.node_ttl_ms} ms)"
