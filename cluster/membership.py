@@ -137,6 +137,12 @@ class Membership:
             return float("-inf")
         return self._lease.valid_until() - self._margin
 
+    @property
+    def lease_id(self) -> int:
+        """The lease this node's key lives under now (it changes when a lost lease is
+        replaced: whatever this node decided under the old one must be decided again)."""
+        return self._lease.id if self._lease is not None else 0
+
     def holds_lease(self) -> bool:
         return self._clock() < self.lease_valid_until()
 

@@ -125,6 +125,8 @@ class ClusterNode:
         self._leaderless_since: dict[Ref, float] = {}
         self._spread: dict[str, int] = {}
         self._idle: set[Ref] = set()  # partitions this node does not replicate
+        self._seen: set[Ref] = set()  # partitions given a role at least once
+        self._lease_seen = 0  # the lease the roles were given under
         self._dirty = asyncio.Event()
         self._applied = asyncio.Condition()  # notified after each reconcile pass
         self._tasks: list[asyncio.Task[None]] = []
@@ -136,6 +138,7 @@ class ClusterNode:
         await self.membership.__aenter__()
         self._entered = True
         revision = await self._load()
+        self._lease_seen = self.membership.lease_id
         await self._reconcile()
         self._tasks = [
             asyncio.create_task(self._watch(revision + 1), name="herald-cluster-watch"),
@@ -202,7 +205,11 @@ class ClusterNode:
                 states.pop(ref, None)
                 return
             try:
-                states[ref] = VersionedState.from_kv(kv)
+                versioned = VersionedState.from_kv(kv)
+                current = states.get(ref)
+                # A watch event older than a full read made meanwhile changes nothing.
+                if current is None or versioned.mod_revision >= current.mod_revision:
+                    states[ref] = versioned
             except InvalidState as exc:
                 log.error("etcd key %s: %s", key, exc)
 
@@ -260,6 +267,16 @@ class ClusterNode:
                         log.exception("ISR check of %s failed", role.key)
 
     async def _reconcile(self) -> None:
+        lease = self.membership.lease_id
+        if lease != self._lease_seen:
+            # A new lease: the old one lapsed (a pause, a partition from etcd), and others
+            # may have taken this node's partitions meanwhile. Roles held under the old
+            # lease refuse writes already; the state is read afresh before any is given
+            # again, so no role is granted from a view older than the lease.
+            for ref in [r for r, role in self.roles.items() if isinstance(role, LeaderRole)]:
+                await self._drop_role(ref)
+            await self._load()
+            self._lease_seen = lease
         topics = dict(self.topics)
         for name, config in topics.items():
             local = self.storage.topic(name)
@@ -295,6 +312,7 @@ class ClusterNode:
         for ref in [r for r in self.roles if r not in self.states or r[0] not in topics]:
             await self._drop_role(ref)
         self._idle = {r for r in self._idle if r[0] in topics}
+        self._seen = {r for r in self._seen if r[0] in topics}
         if takeovers:
             await self._take_over(takeovers)
         async with self._applied:
@@ -304,6 +322,13 @@ class ClusterNode:
         state = versioned.state
         role = self.roles.get(ref)
         partition = topic.partitions[ref[1]]
+        if ref not in self._seen:
+            # A partition opened from disk shows nothing until its role says how far it
+            # is committed: its tail may be records no other replica has (Kafka starts
+            # from a checkpointed high watermark; this node learns it from its leader,
+            # or as leader once its followers have fetched).
+            self._seen.add(ref)
+            partition.replicate(_NOT_A_REPLICA, high_watermark=0)
         if state.leader == self.node_id or (
             self.node_id in state.replicas and state.leader is not None
         ):
@@ -322,7 +347,7 @@ class ClusterNode:
                 state=versioned,
                 key=partition_key(self.name, *ref),
                 etcd=self.etcd,
-                holds_lease=self.membership.holds_lease,
+                holds_lease=self._lease_check(),
                 replica_lag_ms=self.settings.replica_lag_ms,
                 counters=self.counters,
             )
@@ -362,6 +387,16 @@ class ClusterNode:
             if ref not in self._idle:
                 self._idle.add(ref)
                 partition.replicate(_NOT_A_REPLICA)
+
+    def _lease_check(self) -> Callable[[], bool]:
+        """True while this node holds the lease it holds now (not a later one)."""
+        lease = self.membership.lease_id
+        membership = self.membership
+
+        def holds() -> bool:
+            return membership.lease_id == lease and membership.holds_lease()
+
+        return holds
 
     async def _drop_role(self, ref: Ref) -> None:
         role = self.roles.pop(ref, None)
