@@ -274,18 +274,24 @@ class LeaderRole:
             or self.replica.high_watermark > known_high_watermark
         )
 
-    async def fetch(self, follower: str, request: FetchRequest) -> FetchResponse:
-        start = self.partition.start_offset
+    def note_fetch(self, follower: str, request: FetchRequest) -> FetchError | None:
+        """What a fetch says of its follower (written and fsynced ends), noted before the
+        fetch long-polls: its report may commit records, which is news to answer now."""
         if not self.active:
-            return FetchResponse(FetchError.UNKNOWN_LEADER_EPOCH, b"", 0, start)
+            return FetchError.UNKNOWN_LEADER_EPOCH
         decision = self.replica.on_fetch(
             follower, request.epoch, request.fetch_offset, request.fsynced_offset
         )
         self._apply(decision.progress)
-        if decision.error is not None:
-            if decision.error is FetchError.FENCED_LEADER_EPOCH:
-                self._counters.fenced_fetches += 1
-            return FetchResponse(decision.error, b"", self.replica.high_watermark, start)
+        if decision.error is FetchError.FENCED_LEADER_EPOCH:
+            self._counters.fenced_fetches += 1
+        return decision.error
+
+    async def answer_fetch(self, request: FetchRequest, error: FetchError | None) -> FetchResponse:
+        """The stored batches from the fetch offset, and the high watermark."""
+        start = self.partition.start_offset
+        if error is not None:
+            return FetchResponse(error, b"", self.replica.high_watermark, start)
         batches = b""
         end = self.partition.log_end_offset
         if start <= request.fetch_offset < end:

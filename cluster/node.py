@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from cluster.errors import LeaderUnavailable
 from cluster.etcd import EtcdClient, EtcdUnavailable, WatchCompacted
 from cluster.etcd_watch import EventType
-from cluster.follower import EpochAnswer, FetchResponse
+from cluster.follower import EpochAnswer, FetchRequest, FetchResponse
 from cluster.following import FetchSession, FollowerRole
 from cluster.leading import Counters, LeaderRole, monotonic_ms
 from cluster.membership import Member, Membership, nodes_prefix
@@ -550,17 +550,24 @@ class ClusterNode:
             else:
                 answer = role.answer_epoch(query)
             epochs.append((query, answer))
-        if not epochs and request.max_wait_ms > 0:
-            await self._long_poll(request)
-        fetches = []
+        noted: list[tuple[FetchRequest, LeaderRole | None, FetchError | None]] = []
         for entry in request.fetch:
             fetch = entry.request
             role = self.leader_role(fetch.topic, fetch.partition)
             if role is None:
-                error = self._no_role_error(fetch.topic, fetch.partition, fetch.epoch)
+                noted.append(
+                    (fetch, None, self._no_role_error(fetch.topic, fetch.partition, fetch.epoch))
+                )
+            else:
+                noted.append((fetch, role, role.note_fetch(request.node, fetch)))
+        if not epochs and request.max_wait_ms > 0 and all(e is None for _, _, e in noted):
+            await self._long_poll(request)
+        fetches = []
+        for fetch, role, error in noted:
+            if role is None:
                 fetches.append((fetch, FetchResponse(error, b"", 0, 0)))
             else:
-                fetches.append((fetch, await role.fetch(request.node, fetch)))
+                fetches.append((fetch, await role.answer_fetch(fetch, error)))
         return encode_answer(epochs, fetches)
 
     def _no_role_error(self, topic: str, partition: int, epoch: int) -> FetchError:

@@ -155,8 +155,14 @@ async def read_messages(request: Request) -> Response:
     if not 0 <= number < len(topic.partitions):
         raise PartitionNotFound(f"topic {name!r} has no partition {number}")
     partition = topic.partitions[number]
-    if state.cluster is not None and not state.cluster.leads(name, number):
-        return await _read_at_leader(request, state, name, number)
+    if state.cluster is not None:
+        if not state.cluster.leads(name, number):
+            return await _read_at_leader(request, state, name, number)
+        role = state.cluster.leader_role(name, number)
+        if role is not None and not role.replica.high_watermark_settled:
+            # A new leader until its followers fetched: the old leader may have committed
+            # more than the mark this node inherited (Kafka: OFFSET_NOT_AVAILABLE).
+            raise LeaderUnavailable(f"partition {number} of {name!r} has a new leader; try again")
     if query.offset is not None and query.offset > partition.end_offset:
         raise OffsetOutOfRange(
             f"offset {query.offset} is past the end of partition {number} ({partition.end_offset})",

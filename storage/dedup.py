@@ -74,6 +74,20 @@ class DedupIndex:
         self._entries[producer_id] = _entry(partition, offset, timestamp_ms)
         heapq.heappush(self._by_time, (timestamp_ms, producer_id))
 
+    def forget(self, partition: int, from_offset: int) -> int:
+        """Drop the ids whose first publish landed in ``partition`` at or after
+        ``from_offset`` (a replica truncated its log there: those records are gone, and
+        a retry must append them again). Returns how many were dropped. Their heap items
+        stay until due; expire() skips them as stale."""
+        gone = [
+            producer_id
+            for producer_id, entry in self._entries.items()
+            if entry.partition == partition and entry.offset >= from_offset
+        ]
+        for producer_id in gone:
+            del self._entries[producer_id]
+        return len(gone)
+
     def expire(self, now_ms: int) -> int:
         """Drop every entry whose window has passed; returns how many were dropped."""
         dropped = 0

@@ -197,7 +197,6 @@ class Partition:
         # What was recovered at open counts as fsynced (Partition.open fsyncs it first).
         self._fsynced = self._end
         self._hooks: ReplicationHooks | None = None
-        self._cache_bytes = cache_bytes
         self._cache = TailCache(self.partition, cache_bytes, self._end)
         self._listeners: list[AppendListener] = []
         self._log_listeners: list[LogListener] = []
@@ -238,6 +237,11 @@ class Partition:
         """The visible end: what readers may read below. On a single node the next offset
         to be written (advances once a batch is written); replicated, the high watermark."""
         return self._end
+
+    @property
+    def log_start_offset(self) -> int:
+        """The log's first offset, visible end or not (what a leader tells followers)."""
+        return self.log.start_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -289,15 +293,15 @@ class Partition:
         if not records:
             raise ValueError("append needs at least one record")
         self._check_open()
-        if self._hooks is not None:
+        if (hooks := self._hooks) is not None:
             first, timestamp = await self.append_local(records, acks)
-            await self.wait_commit(first + len(records), acks)
+            await hooks.wait_commit(first + len(records), acks)
             return first, timestamp
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[int, int]] = loop.create_future()
         self._writer.submit(
             AppendRequest(
-                self.log, records, acks, loop, future, self._on_written, 0, self._on_synced
+                self.log, records, acks, loop, future, self._on_written, None, self._on_synced
             )
         )
         return await future
@@ -312,7 +316,7 @@ class Partition:
             raise ValueError("append needs at least one record")
         self._check_open()
         hooks = self._hooks
-        epoch = 0
+        epoch: int | None = None  # not replicated: the log's latest epoch
         if hooks is not None:
             hooks.check_append(acks)
             epoch = hooks.epoch

@@ -120,18 +120,7 @@ class Topic:
         started = time.monotonic()
         since = self._wall_ms() - self.config.dedup_window_ms
         for partition in self.partitions:
-            offset = await partition.offset_for_timestamp(since)
-            end = partition.end_offset
-            while offset < end:
-                records = await partition.read(offset, _REBUILD_RECORDS, _REBUILD_BYTES)
-                if not records:
-                    break
-                for record in records:
-                    if record.producer_id is not None:
-                        self._dedup.add(
-                            record.producer_id, partition.partition, record.offset, record.timestamp
-                        )
-                offset = records[-1].offset + 1
+            await self._read_ids(partition, since)
         self._dedup.expire(self._wall_ms())
         took = time.monotonic() - started
         log.log(
@@ -141,6 +130,38 @@ class Topic:
             len(self._dedup),
             took,
         )
+
+    async def _read_ids(self, partition: Partition, since: int) -> None:
+        # Up to the log end, visible or not: an id written but not yet committed (or
+        # refused after its append) must not be appended twice by a retry (PROTOCOL §7).
+        offset = await partition.log_offset_for_timestamp(since)
+        end = partition.log_end_offset
+        while offset < end:
+            records = await partition.read_log(offset, _REBUILD_RECORDS, _REBUILD_BYTES)
+            if not records:
+                break
+            for record in records:
+                if record.producer_id is not None:
+                    self._dedup.add(
+                        record.producer_id, partition.partition, record.offset, record.timestamp
+                    )
+            offset = records[-1].offset + 1
+
+    async def rebuild_dedup(self, partition: int) -> None:
+        """Re-read the last dedup window of ``partition`` up to its log end (a node that
+        becomes its leader: ids that arrived by replication are deduplicated from now
+        on). Await it before letting publishes with ids through to the partition."""
+        if not 0 <= partition < len(self.partitions):
+            raise PartitionNotFound(f"partition {partition} of topic {self.name!r}")
+        await self._read_ids(
+            self.partitions[partition], self._wall_ms() - self.config.dedup_window_ms
+        )
+        self._dedup.expire(self._wall_ms())
+
+    def forget_dedup_from(self, partition: int, offset: int) -> int:
+        """A replica truncated ``partition`` at ``offset``: forget the ids whose records
+        were cut (a retry appends them again). Returns how many were forgotten."""
+        return self._dedup.forget(partition, offset)
 
     # --- partition choice -----------------------------------------------------------
 
@@ -186,7 +207,7 @@ class Topic:
         racing: list[tuple[int, _Landing]] = []  # (index, publish in flight elsewhere)
         owned: dict[str, _Landing] = {}  # ids this publish appends, promised to racers
         groups: dict[int, list[int]] = {}  # partition -> indexes to append there
-        originals: set[int] = set()  # partitions holding the records of duplicates
+        originals: dict[int, int] = {}  # partition -> end of the duplicates' records there
         spread: int | None = None
 
         for index, item in enumerate(items):
@@ -199,7 +220,7 @@ class Topic:
                 entry = self._dedup.lookup(producer_id, now)
                 if entry is not None:
                     results[index] = PublishResult(entry.partition, entry.offset, True)
-                    originals.add(entry.partition)
+                    _note_original(originals, entry.partition, entry.offset)
                     continue
                 landing = self._pending.get(producer_id)
                 if landing is not None:
@@ -231,7 +252,7 @@ class Topic:
                 retry.append(index)  # the racing append failed: this publish appends it
             else:
                 results[index] = PublishResult(landed[0], landed[1], True)
-                originals.add(landed[0])
+                _note_original(originals, landed[0], landed[1])
         if retry:
             again = await self.publish([items[i] for i in retry], acks)
             for index, result in zip(retry, again, strict=True):
@@ -239,8 +260,11 @@ class Topic:
 
         if originals and acks is Acks.ALL:
             # The first publish of an id may have been acks=1 (or is still unsynced after a
-            # restart): a duplicate answered at acks=all promises that it is on disk too.
-            await asyncio.gather(*(self.partitions[p].flush() for p in sorted(originals)))
+            # restart): a duplicate answered at acks=all promises that it is on disk too
+            # (replicated: committed, on every ISR member's disk).
+            await asyncio.gather(
+                *(self._make_durable(p, end, acks) for p, end in sorted(originals.items()))
+            )
 
         for index, first in repeats:
             original = results[first]
@@ -249,6 +273,13 @@ class Topic:
         final = [r for r in results if r is not None]
         assert len(final) == len(items)
         return final
+
+    async def _make_durable(self, partition: int, end: int, acks: Acks) -> None:
+        target = self.partitions[partition]
+        if target.replicated:
+            await target.wait_commit(min(end, target.log_end_offset), acks)
+        else:
+            await target.flush()
 
     def _partition_for(self, item: PublishItem) -> int | None:
         if item.partition is not None:
@@ -299,7 +330,11 @@ class Topic:
         results: list[PublishResult | None],
     ) -> None:
         records = [items[i].record for i in indexes]
-        first_offset, timestamp = await self.partitions[partition].append(records, acks)
+        target = self.partitions[partition]
+        hooks = target.hooks  # those the append runs under, if replicated
+        # Replicated, the commit is awaited after the bookkeeping below: records whose
+        # commit fails are in the log all the same, and a retry must find their ids.
+        first_offset, timestamp = await target.append_local(records, acks)
         for delta, (index, record) in enumerate(zip(indexes, records, strict=True)):
             offset = first_offset + delta
             results[index] = _publish_result(partition, offset, False)
@@ -308,6 +343,8 @@ class Topic:
                 owned[record.producer_id].set_result((partition, offset))
             self.bytes_total += message_size(record.value, record.key, record.headers)
         self.messages_total += len(records)
+        if hooks is not None:
+            await hooks.wait_commit(first_offset + len(records), acks)
 
     def _append_done(self, task: asyncio.Task[None]) -> None:
         self._appends.discard(task)
@@ -330,3 +367,8 @@ class Topic:
         for error in errors:
             if isinstance(error, BaseException):
                 raise error
+
+
+def _note_original(originals: dict[int, int], partition: int, offset: int) -> None:
+    if originals.get(partition, 0) <= offset:
+        originals[partition] = offset + 1

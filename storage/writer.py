@@ -46,7 +46,7 @@ class AppendRequest:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[AppendResult]
     on_written: OnWritten | None = None  # on the loop once written: the batch is visible
-    leader_epoch: int = 0  # stamped on the batch (0 on a single node)
+    leader_epoch: int | None = None  # stamped on the batch; None: the log's latest (or 0)
     on_synced: Callable[[int], None] | None = None  # on the loop: fsynced up to this end
 
 
@@ -149,7 +149,10 @@ class Writer:
         timestamp = self._clock_ms()
         if last is not None and last > timestamp:
             timestamp = last
-        first = request.log.append(request.records, timestamp, request.leader_epoch)
+        epoch = request.leader_epoch
+        if epoch is None:  # not replicated: go on under the epoch the log has (0 if none)
+            epoch = max(request.log.epochs.latest_epoch, 0)
+        first = request.log.append(request.records, timestamp, epoch)
         self._dirty.add(request.log)
         return first, timestamp
 
