@@ -43,7 +43,11 @@ def test_a_bytes_record_verifies_with_its_value_decoded(
     # published as bytes (value_b64 on the wire), as it would from a Consumer.
     topic, name = unique("vb"), unique("vbs")
     with Receiver([SECRET]) as receiver:
-        body = {"topic": topic, "start": "earliest", "push": {"url": receiver.url, "secret": SECRET}}
+        body = {
+            "topic": topic,
+            "start": "earliest",
+            "push": {"url": receiver.url, "secret": SECRET},
+        }
         created = httpx.put(f"{shared_herald.url}/v1/subscriptions/{name}", json=body)
         assert created.status_code == 201, created.text
         published = httpx.post(
