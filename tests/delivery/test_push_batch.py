@@ -135,3 +135,12 @@ def test_body_form_follows_batch_and_payload() -> None:
     assert body_form(push(1, PushPayload.ENVELOPE)) is BodyForm.ENVELOPE
     assert body_form(push(1, PushPayload.RAW)) is BodyForm.RAW
     assert body_form(push(2, PushPayload.ENVELOPE)) is BodyForm.BATCH
+
+
+def test_a_config_stored_before_batches_loads_with_the_defaults() -> None:
+    stored = config(5, max_wait_ms=20).to_storage()
+    assert SubscriptionConfig.from_storage(stored).push == config(5, max_wait_ms=20).push
+    del stored["push"]["batch"], stored["push"]["payload"]
+    push = SubscriptionConfig.from_storage(stored).push
+    assert push is not None
+    assert (push.batch, push.payload) == (PushBatch(1, 0), PushPayload.ENVELOPE)
