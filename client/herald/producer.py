@@ -9,7 +9,7 @@ import base64
 import functools
 import ssl
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -67,7 +67,7 @@ class Producer:
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | Sequence[str] = DEFAULT_URL,
         token: str | None = None,
         acks: str = "all",
         linger_ms: float = 0.0,
@@ -96,9 +96,15 @@ class Producer:
         self.max_in_flight = max_in_flight
         self.retries = retries
         self.max_retry_wait = max_retry_wait
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise ValueError("url must name at least one server")
         # Publishing is one POST on a warm keep-alive connection (herald/_transport.py).
-        self._pool = ConnectionPool(url, token=token, timeout=timeout, ssl_context=ssl_context)
-        self._reach = Reachability(url)
+        self._pools = [
+            ConnectionPool(u, token=token, timeout=timeout, ssl_context=ssl_context) for u in urls
+        ]
+        self._current = 0  # the node requests go to; the next one when it is unreachable
+        self._reach = Reachability(urls[0])
         self._query = f"/messages?acks={acks}"
         self._batches: dict[str, _Batch] = {}
         self._lingering: dict[str, asyncio.Handle] = {}  # a dispatch is scheduled
@@ -202,7 +208,7 @@ class Producer:
         try:
             await self.flush()
         finally:
-            await self._pool.close()
+            await asyncio.gather(*(pool.close() for pool in self._pools))
 
     def _dispatch(self, topic: str, *, force: bool = False) -> None:
         """Send the topic's batch, unless `max_in_flight` requests are out (then the
@@ -264,15 +270,17 @@ class Producer:
 
     async def _post(self, topic: str, messages: list[bytes]) -> list[SendResult | None]:
         body = b'{"messages":[' + b",".join(messages) + b"]}"
-        try:
-            response = await self._pool.request(
-                "POST",
-                f"/v1/topics/{quote(topic, safe='')}{self._query}",
-                body,
-                "application/json",
-            )
-        except TransportError as exc:
-            raise self._reach.unreachable(exc) from exc
+        path = f"/v1/topics/{quote(topic, safe='')}{self._query}"
+        for tried in range(len(self._pools)):
+            pool = self._pools[self._current]
+            try:
+                response = await pool.request("POST", path, body, "application/json")
+                break
+            except TransportError as exc:
+                # Another node of the cluster may answer: each is tried once per attempt.
+                self._current = (self._current + 1) % len(self._pools)
+                if tried == len(self._pools) - 1:
+                    raise self._reach.unreachable(exc) from exc
         self._reach.answered = True
         if response.status >= 400:
             raise HeraldClientError.from_answer(

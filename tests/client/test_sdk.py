@@ -425,3 +425,20 @@ async def test_send_refuses_past_max_pending_and_send_and_wait_waits_for_room(
         third = await asyncio.wait_for(producer.send_and_wait(topic, 3), 15)
         assert first.done() and second.done()
         assert third is not None and third.offset == 2
+
+
+async def test_producer_given_several_urls_goes_on_at_the_next_when_one_is_unreachable(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    # PROTOCOL §7: any node of a cluster takes any publish, so a producer given the
+    # nodes' URLs goes on with the next one when the one it used cannot be reached.
+    topic = unique("urls")
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with Producer([dead, shared_herald.url]) as producer:
+        first = await producer.send_and_wait(topic, "one")
+        second = await producer.send_and_wait(topic, "two")
+    assert first is not None and second is not None
+    assert (first.offset, second.offset) == (0, 1)
+    async with Producer([dead, f"http://127.0.0.1:{free_port()}"]) as producer:
+        with pytest.raises(HeraldConnectionError):
+            await producer.send_and_wait(topic, "three")

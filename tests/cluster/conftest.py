@@ -6,6 +6,8 @@
                 ``.kill()`` (SIGKILL), ``.restart()`` (same ports and data), ``.log()``.
 ``etcd``        (function scope) an :class:`EtcdClient` on both URLs, generous timeouts.
 ``etcd_cluster`` (function scope) three members forming one etcd cluster.
+``herald_cluster`` (function scope) etcd + three ``herald serve --cluster`` nodes, all
+                live (tests/cluster/nodes.py); a failed test's report carries their logs.
 
 No test is skipped when etcd is missing: it fails, saying ``make test`` installs it.
 """
@@ -17,14 +19,18 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from cluster.etcd import EtcdClient
 from tests.conftest import free_port
+
+if TYPE_CHECKING:
+    from tests.cluster.nodes import HeraldCluster
 
 START_TIMEOUT_S = 30.0
 # The fault tests' clients: a call's whole budget, and one HTTP request's.
@@ -262,3 +268,35 @@ async def etcd_gate(etcd_server: EtcdProcess) -> AsyncIterator[TcpGate]:
         yield gate
     finally:
         await gate.cut()
+
+
+# -- a Herald cluster: etcd + `herald serve --cluster` processes (tests/cluster/nodes.py) --
+
+
+@pytest.fixture
+def herald_cluster(tmp_path: Path) -> Iterator[HeraldCluster]:
+    """Three ``herald serve --cluster`` nodes (n1, n2, n3) on one fresh etcd, all live;
+    every process is stopped at teardown, whatever happened."""
+    from tests.cluster.nodes import HeraldCluster
+
+    cluster = HeraldCluster(tmp_path / "cluster", 3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that used a Herald cluster reports every node's log with it."""
+    from tests.cluster.nodes import HeraldCluster
+
+    report = yield
+    if report.when == "call" and report.failed:
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, HeraldCluster):
+                report.sections.append(("herald cluster logs", value.logs()))
+    return report
