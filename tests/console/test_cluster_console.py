@@ -5,6 +5,7 @@ dead replica out of sync, the header's count of live nodes down by one."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from tests.console.conftest import screenshot
 # A kill shows within the node's lease, the failover (node_ttl_ms + 2 s, PROTOCOL §7) and
 # a refresh of the page (1.5 s); generous on a loaded 2-core machine.
 FAILOVER_S = 60
+DIGITS = re.compile(r"^\d+$")
 
 
 @pytest.fixture
@@ -52,6 +54,12 @@ def test_a_killed_leader_shows_not_live_and_its_partition_moves(
         expect(row.locator("[data-live]")).to_have_text("live")
         expect(row.locator("a")).to_have_text(node.url)
     expect(page.locator("#nodes-table tr[data-node=n1]")).to_contain_text("this node")
+    # This node's replication counters come from its own /metrics (a page reads only its
+    # own origin); the other nodes' are on their consoles.
+    for counter in ("isr_shrinks", "isr_expands", "leader_changes", "lease_refusals"):
+        cell = f"[data-col=herald_{counter}_total]"
+        expect(page.locator(f"#nodes-table tr[data-node=n1] {cell}")).to_have_text(DIGITS)
+        expect(page.locator(f"#nodes-table tr[data-node=n2] {cell}")).to_have_text("—")
     for p in partitions:
         row = page.locator(f"#partitions-table tr[data-key='orders/{p['partition']}']")
         expect(row.locator("[data-col=leader]")).to_have_text(p["leader"])
