@@ -35,7 +35,9 @@ async function poll() {
   } finally {
     inFlight = false;
   }
-  for (const listener of listeners) listener(cluster);
+  for (const listener of listeners) {
+    try { listener(cluster); } catch (error) { console.error(error); }  // the next poll still comes
+  }
   schedule();
 }
 
