@@ -292,3 +292,33 @@ def test_a_tail_on_a_node_without_a_replica_shows_every_record(
         for partition in range(3):
             offsets = [o for p, o, _ in rows if p == partition]
             assert offsets == sorted(offsets) == list(range(len(offsets))), (node, partition)
+
+
+def test_start_latest_is_where_the_leaders_are_whichever_node_coordinates(
+    herald_cluster: HeraldCluster,
+) -> None:
+    # replication_factor 1: the coordinator lacks two of the three partitions and copies
+    # them only once it runs the subscription; "latest" is still the leaders' end.
+    cluster = herald_cluster
+    cluster.create_topic("late", partitions=3, replication_factor=1, min_insync_replicas=1)
+    asyncio.run(publish([cluster.nodes["n1"].url], "late", 90))
+    created = cluster.put("n2", "/v1/subscriptions/late-sub", {"topic": "late", "start": "latest"})
+    assert created.status_code == 201, created.text
+    wait_coordinated(cluster, "late-sub")
+    asyncio.run(publish([cluster.nodes["n3"].url], "late", 30, first=90))
+
+    async def take() -> list[int]:
+        values: list[int] = []
+        consumer = Consumer(cluster.nodes["n1"].url, "late-sub", credit=100)
+        try:
+            async with asyncio.timeout(30):
+                async for message in consumer:
+                    values.append(int(message.value))
+                    await message.ack()
+                    if len(values) == 30:
+                        break
+        finally:
+            await consumer.close()
+        return values
+
+    assert sorted(asyncio.run(take())) == list(range(90, 120))
