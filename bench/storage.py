@@ -128,7 +128,9 @@ def main() -> None:
 
 
 def run_all(root: Path, seconds: float, runs: int) -> None:
-    print(f"{RECORD_BYTES} B records, {BATCH_RECORDS} per batch, {seconds}s per run, median of {runs}")
+    print(
+        f"{RECORD_BYTES} B records, {BATCH_RECORDS} per batch, {seconds}s per run, median of {runs}"
+    )
     print(f"{'figure':<34}{'MB/s':>10}{'raw MB/s':>11}{'ratio':>8}   runs")
     for acks, fsync in ((Acks.LEADER, False), (Acks.ALL, True)):
         for appenders in CONCURRENCY:
@@ -151,7 +153,10 @@ def run_all(root: Path, seconds: float, runs: int) -> None:
     reads = [asyncio.run(read_run(source)) for _ in range(runs)]
     read_median = statistics.median(r[0] for r in reads)
     label = f"read from 0 ({reads[0][1] / MB:.0f} MB, cold)"
-    print(f"{label:<34}{read_median:>10.1f}{'':>11}{'':>8}   " + " ".join(f"{r[0]:.0f}" for r in reads))
+    print(
+        f"{label:<34}{read_median:>10.1f}{'':>11}{'':>8}   "
+        + " ".join(f"{r[0]:.0f}" for r in reads)
+    )
 
 
 if __name__ == "__main__":

@@ -279,6 +279,13 @@ class LeaderRole:
         fetch long-polls: its report may commit records, which is news to answer now."""
         if not self.active:
             return FetchError.UNKNOWN_LEADER_EPOCH
+        if follower not in self.replica.followers:
+            # An observer (a node running a subscription or a tail of the topic without
+            # being a replica): fenced like a follower, never counted in the ISR.
+            error = self._epoch_error(request.epoch)
+            if error is None and not 0 <= request.fetch_offset <= self.partition.log_end_offset:
+                error = FetchError.OFFSET_OUT_OF_RANGE
+            return error
         decision = self.replica.on_fetch(
             follower, request.epoch, request.fetch_offset, request.fsynced_offset
         )

@@ -30,14 +30,34 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
+import orjson
+
+from cluster.coordination import (
+    CLAIM_PAUSE_S,
+    CURSOR_EVERY_S,
+    Coordinator,
+    coordinators_prefix,
+    cursors_prefix,
+    preferred_coordinator,
+    subscriptions_prefix,
+)
 from cluster.errors import LeaderUnavailable
-from cluster.etcd import EtcdClient, EtcdUnavailable, WatchCompacted
+from cluster.etcd import (
+    Compare,
+    Delete,
+    EtcdClient,
+    EtcdUnavailable,
+    Get,
+    Put,
+    WatchCompacted,
+)
 from cluster.etcd_watch import EventType
 from cluster.follower import EpochAnswer, FetchRequest, FetchResponse
 from cluster.following import FetchSession, FollowerRole
 from cluster.leading import Counters, LeaderRole, monotonic_ms
-from cluster.membership import Member, Membership, nodes_prefix
+from cluster.membership import Member, Membership, node_key, nodes_prefix
 from cluster.replication import FetchError
 from cluster.state import (
     Change,
@@ -93,6 +113,19 @@ class PartitionView:
         return self.state.leader if self.leader_url is not None else None
 
 
+class SubscriptionHost(Protocol):
+    """What runs subscriptions on this node (the delivery engine and its webhooks, via
+    the server): the node tells it which ones to run, as etcd decides."""
+
+    def running(self) -> set[str]: ...
+
+    async def adopt(self, name: str, config: bytes, cursor: bytes | None) -> None: ...
+
+    async def release(self, name: str) -> None: ...
+
+    async def deleted(self, name: str) -> None: ...
+
+
 class ClusterNode:
     def __init__(
         self,
@@ -127,6 +160,16 @@ class ClusterNode:
         self._idle: set[Ref] = set()  # partitions this node does not replicate
         self._seen: set[Ref] = set()  # partitions given a role at least once
         self._lease_seen = 0  # the lease the roles were given under
+        # Subscriptions (cluster/coordination.py): configs, who coordinates each, and the
+        # cursors this node has to replicate.
+        self.subscriptions: dict[str, bytes] = {}
+        self.coordinators: dict[str, Coordinator] = {}
+        self._host: SubscriptionHost | None = None
+        self._unclaimed_since: dict[str, float] = {}
+        self._cursors: dict[str, bytes] = {}  # name -> latest cursor not yet in etcd
+        self._cursor_wake = asyncio.Event()
+        self._tails: dict[str, int] = {}  # topic -> tails open here (they need the data)
+        self._observed: set[str] = set()
         self._dirty = asyncio.Event()
         self._applied = asyncio.Condition()  # notified after each reconcile pass
         self._tasks: list[asyncio.Task[None]] = []
@@ -147,6 +190,11 @@ class ClusterNode:
         ]
 
     async def close(self) -> None:
+        if self._host is not None:
+            try:
+                await self.flush_cursors()
+            except Exception:
+                log.exception("replicating the last cursors failed")
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -167,6 +215,7 @@ class ClusterNode:
         result = await self.etcd.range(cluster_prefix(self.name), prefix=True)
         topics: dict[str, TopicConfig] = {}
         states: dict[Ref, VersionedState] = {}
+        self.subscriptions, self.coordinators = {}, {}
         for kv in result.kvs:
             self._read_kv(kv.key.decode(errors="replace"), kv, topics, states)
         self.topics, self.states, self.loaded = topics, states, True
@@ -195,6 +244,22 @@ class ClusterNode:
                 log.error("etcd key %s is not a topic config", key)
             else:
                 topics[name] = config
+        elif key.startswith(subscriptions_prefix(self.name)):
+            name = key[len(subscriptions_prefix(self.name)) :]
+            if deleted:
+                self.subscriptions.pop(name, None)
+            else:
+                self.subscriptions[name] = kv.value
+        elif key.startswith(coordinators_prefix(self.name)):
+            name = key[len(coordinators_prefix(self.name)) :]
+            if deleted:
+                self.coordinators.pop(name, None)
+            else:
+                current = self.coordinators.get(name)
+                if current is None or kv.mod_revision >= current.mod_revision:
+                    self.coordinators[name] = Coordinator(
+                        kv.value.decode(errors="replace"), kv.lease, kv.mod_revision
+                    )
         elif key.startswith(partitions_prefix(self.name)):
             rest = key[len(partitions_prefix(self.name)) :]
             name, _, number = rest.rpartition("/")
@@ -206,9 +271,9 @@ class ClusterNode:
                 return
             try:
                 versioned = VersionedState.from_kv(kv)
-                current = states.get(ref)
+                known = states.get(ref)
                 # A watch event older than a full read made meanwhile changes nothing.
-                if current is None or versioned.mod_revision >= current.mod_revision:
+                if known is None or versioned.mod_revision >= known.mod_revision:
                     states[ref] = versioned
             except InvalidState as exc:
                 log.error("etcd key %s: %s", key, exc)
@@ -298,6 +363,7 @@ class ClusterNode:
                     except Exception:
                         log.exception("deleting topic %s here failed", topic.name)
         members = self.membership.members
+        self._observed = self._observed_topics()
         takeovers: list[Change] = []
         for ref, versioned in list(self.states.items()):
             if ref[0] not in topics:
@@ -315,6 +381,7 @@ class ClusterNode:
         self._seen = {r for r in self._seen if r[0] in topics}
         if takeovers:
             await self._take_over(takeovers)
+        await self._reconcile_subscriptions(members)
         async with self._applied:
             self._applied.notify_all()
 
@@ -329,9 +396,10 @@ class ClusterNode:
             # or as leader once its followers have fetched).
             self._seen.add(ref)
             partition.replicate(_NOT_A_REPLICA, high_watermark=0)
-        if state.leader == self.node_id or (
-            self.node_id in state.replicas and state.leader is not None
-        ):
+        follows = (
+            self.node_id in state.replicas or ref[0] in self._observed
+        ) and state.leader not in (None, self.node_id)
+        if state.leader == self.node_id or follows:
             self._idle.discard(ref)
         if state.leader == self.node_id:
             if isinstance(role, LeaderRole) and role.epoch == state.epoch and not role.deposed:
@@ -354,7 +422,11 @@ class ClusterNode:
             self.roles[ref] = leader
             self.counters.leader_changes += 1
             await leader.start()
-        elif self.node_id in state.replicas and state.leader is not None:
+        elif follows:
+            # A follower (a replica), or an observer: a node that is not a replica but runs
+            # a subscription of the topic or serves a tail of it copies the log the same
+            # way, without counting in the ISR.
+            assert state.leader is not None
             if (
                 isinstance(role, FollowerRole)
                 and role.epoch == state.epoch
@@ -475,6 +547,184 @@ class ClusterNode:
         except TimeoutError:
             return False
 
+    # ------------------------------------------------------------------ subscriptions
+
+    def bind_subscriptions(self, host: SubscriptionHost) -> None:
+        """From now on run here the subscriptions this node coordinates."""
+        self._host = host
+        self._tasks.append(asyncio.create_task(self._cursor_loop(), name="herald-cluster-cursors"))
+        self._dirty.set()
+
+    def _topic_of(self, name: str) -> str | None:
+        try:
+            config = orjson.loads(self.subscriptions[name])
+        except (KeyError, orjson.JSONDecodeError):
+            return None
+        topic = config.get("topic") if isinstance(config, dict) else None
+        return topic if isinstance(topic, str) else None
+
+    def _observed_topics(self) -> set[str]:
+        topics = {t for t, n in self._tails.items() if n > 0}
+        for name in self.subscriptions:
+            if self.coordinates(name):
+                topic = self._topic_of(name)
+                if topic is not None:
+                    topics.add(topic)
+        return topics
+
+    def coordinates(self, name: str) -> bool:
+        """Whether this node is the subscription's coordinator, under its current lease."""
+        coordinator = self.coordinators.get(name)
+        return (
+            coordinator is not None
+            and coordinator.node == self.node_id
+            and coordinator.lease == self.membership.lease_id
+            and self.membership.holds_lease()
+        )
+
+    def coordinator_url(self, name: str) -> str | None:
+        """The URL of the subscription's live coordinator (None: none right now)."""
+        coordinator = self.coordinators.get(name)
+        return self.member_url(coordinator.node) if coordinator is not None else None
+
+    async def _reconcile_subscriptions(self, members: Mapping[str, Member]) -> None:
+        host = self._host
+        if host is None:
+            return
+        now = monotonic_ms() / 1000
+        live = sorted(members)
+        for name in list(self.subscriptions):
+            coordinator = self.coordinators.get(name)
+            if coordinator is not None and coordinator.node in members:
+                self._unclaimed_since.pop(name, None)
+                continue
+            since = self._unclaimed_since.setdefault(name, now)
+            preferred = preferred_coordinator(name, live)
+            if self.membership.holds_lease() and (
+                preferred == self.node_id or now - since > CLAIM_PAUSE_S
+            ):
+                await self._claim(name)
+        running = host.running()
+        for name in sorted(self.subscriptions):
+            mine = self.coordinates(name)
+            if mine and name not in running:
+                try:
+                    cursor = await self.etcd.get(cursors_prefix(self.name) + name)
+                    await host.adopt(
+                        name, self.subscriptions[name], cursor.value if cursor else None
+                    )
+                    log.info("coordinating subscription %s", name)
+                except EtcdUnavailable as exc:
+                    log.info("taking subscription %s: %s", name, exc)
+                except Exception:
+                    log.exception("running subscription %s here failed", name)
+            elif not mine and name in running:
+                log.info("subscription %s is coordinated elsewhere now", name)
+                self._cursors.pop(name, None)
+                await host.release(name)
+        for name in running - set(self.subscriptions):
+            self._cursors.pop(name, None)
+            await host.deleted(name)
+
+    async def _claim(self, name: str) -> None:
+        key = coordinators_prefix(self.name) + name
+        try:
+            result = await self.etcd.txn(
+                [
+                    Compare.version(key, "=", 0),
+                    Compare.version(node_key(self.name, self.node_id), ">", 0),
+                    Compare.version(subscriptions_prefix(self.name) + name, ">", 0),
+                ],
+                [Put.of(key, self.node_id, lease=self.membership.lease_id)],
+                [Get.of(key)],
+            )
+        except EtcdUnavailable as exc:
+            log.info("claiming subscription %s: %s", name, exc)
+            return
+        if result.succeeded:
+            self.coordinators[name] = Coordinator(
+                self.node_id, self.membership.lease_id, result.revision
+            )
+            self._dirty.set()
+
+    def cursor_saved(self, name: str, cursor: bytes) -> None:
+        """The engine persisted ``name``'s cursor: replicate it (the latest wins)."""
+        self._cursors[name] = cursor
+        self._cursor_wake.set()
+
+    async def _cursor_loop(self) -> None:
+        while True:
+            await self._cursor_wake.wait()
+            self._cursor_wake.clear()
+            await self.flush_cursors()
+            await asyncio.sleep(CURSOR_EVERY_S)
+
+    async def flush_cursors(self) -> None:
+        """Write the pending cursors to etcd, each only while this node coordinates it."""
+        pending, self._cursors = self._cursors, {}
+        lease = self.membership.lease_id
+        for name, cursor in pending.items():
+            key = coordinators_prefix(self.name) + name
+            try:
+                await self.etcd.txn(
+                    [Compare.value(key, "=", self.node_id), Compare.lease(key, "=", lease)],
+                    [Put.of(cursors_prefix(self.name) + name, cursor)],
+                )
+            except EtcdUnavailable as exc:
+                log.info("replicating the cursor of %s: %s", name, exc)
+                self._cursors.setdefault(name, cursor)  # the next round tries again
+
+    async def create_subscription(self, name: str, config: bytes) -> bool:
+        """Write a new subscription's config; False if one exists."""
+        key = subscriptions_prefix(self.name) + name
+        result = await self.etcd.txn([Compare.version(key, "=", 0)], [Put.of(key, config)])
+        if result.succeeded:
+            self.subscriptions[name] = config
+            self._dirty.set()
+        return result.succeeded
+
+    async def store_subscription(self, name: str, config: bytes) -> None:
+        """The coordinator changed a subscription in place: its config in etcd follows."""
+        key = subscriptions_prefix(self.name) + name
+        coordinator = coordinators_prefix(self.name) + name
+        await self.etcd.txn(
+            [Compare.version(key, ">", 0), Compare.value(coordinator, "=", self.node_id)],
+            [Put.of(key, config)],
+        )
+
+    async def delete_subscription(self, name: str) -> bool:
+        """Delete a subscription's config, coordinator and cursor; False if none."""
+        key = subscriptions_prefix(self.name) + name
+        result = await self.etcd.txn(
+            [Compare.version(key, ">", 0)],
+            [
+                Delete.of(key),
+                Delete.of(coordinators_prefix(self.name) + name),
+                Delete.of(cursors_prefix(self.name) + name),
+            ],
+        )
+        if result.succeeded:
+            self.subscriptions.pop(name, None)
+            self._dirty.set()
+        return result.succeeded
+
+    async def wait_coordinated(self, name: str) -> str | None:
+        """Wait (bounded) until the subscription has a live coordinator; its URL."""
+        await self.wait_applied(lambda: self.coordinator_url(name) is not None)
+        return self.coordinator_url(name)
+
+    def tail_opened(self, topic: str) -> None:
+        self._tails[topic] = self._tails.get(topic, 0) + 1
+        self._dirty.set()
+
+    def tail_closed(self, topic: str) -> None:
+        left = self._tails.get(topic, 0) - 1
+        if left > 0:
+            self._tails[topic] = left
+        else:
+            self._tails.pop(topic, None)
+        self._dirty.set()
+
     # ------------------------------------------------------------------ queries
 
     def member_url(self, node_id: str) -> str | None:
@@ -532,6 +782,9 @@ class ClusterNode:
 
     async def delete_topic(self, name: str) -> bool:
         deleted = await delete_topic(self.etcd, self.name, name)
+        if deleted:  # its subscriptions go with it, as on a single node (PROTOCOL §2)
+            for subscription in [s for s in self.subscriptions if self._topic_of(s) == name]:
+                await self.delete_subscription(subscription)
         await self.wait_applied(lambda: self.storage.topic(name) is None)
         return deleted
 

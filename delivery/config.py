@@ -33,6 +33,27 @@ MAX_PREVIOUS_SECRETS = 5  # docs/protocol.md `push.previous_secrets`
 
 
 @dataclass(frozen=True, slots=True)
+class PushBatch:
+    """PROTOCOL §8 `push.batch`: up to ``max_records`` records per request, sent once that
+    many are ready or ``max_wait_ms`` after the first of them was."""
+
+    max_records: int = 1
+    max_wait_ms: int = 0
+
+    @property
+    def batched(self) -> bool:
+        """With max_records > 1 every body is `{"messages":[M, …]}`, even of one record."""
+        return self.max_records > 1
+
+
+class PushPayload(enum.Enum):
+    """PROTOCOL §8 `push.payload`: what a request's body is."""
+
+    ENVELOPE = "envelope"  # the JSON of M (or of a batch of them)
+    RAW = "raw"  # the record's value; the rest of M in `herald-*` headers
+
+
+@dataclass(frozen=True, slots=True)
 class PreviousSecret:
     """docs/protocol.md `push.previous_secrets`: a secret still signed with, next to the
     current one, until ``expires_at`` (wall clock ms) — for rotating secrets."""
@@ -49,6 +70,8 @@ class PushConfig:
     timeout_ms: int = 10_000
     breaker: Breaker = field(default_factory=Breaker)
     previous_secrets: tuple[PreviousSecret, ...] = ()
+    batch: PushBatch = field(default_factory=PushBatch)
+    payload: PushPayload = PushPayload.ENVELOPE
 
     def public_dict(self) -> dict[str, Any]:
         """The push config as GET shows it: without the secret."""
@@ -61,6 +84,11 @@ class PushConfig:
                 "open_ms": self.breaker.open_ms,
                 "max_open_ms": self.breaker.max_open_ms,
             },
+            "batch": {
+                "max_records": self.batch.max_records,
+                "max_wait_ms": self.batch.max_wait_ms,
+            },
+            "payload": self.payload.value,
         }
         if self.previous_secrets:  # docs/protocol.md: shown only when given, without secrets
             shown["previous_secrets"] = [
@@ -152,6 +180,9 @@ class SubscriptionConfig:
                     PreviousSecret(p["secret"], p["expires_at"])
                     for p in push.get("previous_secrets", ())
                 ),
+                # Configs stored before PROTOCOL §8 batches have neither: the defaults.
+                batch=PushBatch(**push.get("batch", {})),
+                payload=PushPayload(push.get("payload", PushPayload.ENVELOPE.value)),
             ),
         )
 

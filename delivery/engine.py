@@ -50,8 +50,14 @@ class DeliveryEngine:
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = wall_clock_ms,
         cursor_flush_interval: float = 0.2,
+        load_local: bool = True,
+        cursor_saved: Callable[[str, CursorSnapshot], None] | None = None,
     ) -> None:
         self.storage = storage
+        # A cluster node runs only the subscriptions it coordinates (adopt/release), not
+        # those meta.db remembers; and each persisted cursor goes to etcd as well.
+        self._load_local = load_local
+        self._cursor_saved = cursor_saved
         self._clock = clock
         self._wall_ms = wall_ms
         self._flush_interval = cursor_flush_interval
@@ -67,6 +73,8 @@ class DeliveryEngine:
     async def start(self) -> None:
         """Load subscriptions from meta.db, restore their cursors, start delivering."""
         configs = await asyncio.to_thread(self.storage.metadata.subscriptions)
+        if not self._load_local:
+            configs = {}
         for name, data in configs.items():
             config = SubscriptionConfig.from_storage(data)
             topic = self.storage.topic(config.topic)
@@ -139,6 +147,48 @@ class DeliveryEngine:
         if not config_matches(runtime.config, config, given):
             raise SubscriptionConflict(f"subscription {name!r} exists with a different config")
         return runtime.config
+
+    async def adopt(
+        self, name: str, config: SubscriptionConfig, cursor: CursorSnapshot | None
+    ) -> CursorSnapshot:
+        """Cluster (PROTOCOL §7): run ``name`` here from ``cursor`` — the last one its
+        previous coordinator replicated — or, for a new subscription, from its start
+        position now. Returns the cursor it starts from. Raises TopicNotFound."""
+        async with self._admin:
+            runtime = self._runtimes.get(name)
+            if runtime is not None:
+                return runtime.core.snapshot(with_attempts=True)
+            topic = self.storage.topic(config.topic)
+            if topic is None:
+                raise TopicNotFound(f"topic {config.topic!r} does not exist")
+            if cursor is None:
+                cursor = await self._initial_cursor(topic, config.start)
+            cursor = _fit_cursor(cursor, topic)
+            await asyncio.to_thread(self.storage.cursors.save, name, cursor)
+            await asyncio.to_thread(
+                self.storage.metadata.put_subscription, name, config.to_storage()
+            )
+            self._open_runtime(name, config, topic, cursor)
+            return cursor
+
+    async def release(self, name: str) -> CursorSnapshot | None:
+        """Cluster: stop running ``name`` here (another node coordinates it now): its
+        consumers are closed with 1012 and its records in flight go back with it. Returns
+        its last cursor (attempt counts included), None if it did not run here."""
+        async with self._admin:
+            runtime = self._runtimes.pop(name, None)
+            if runtime is None:
+                return None
+            for consumer in runtime.close_sinks(
+                CloseCode.SERVICE_RESTART, "the subscription moved to another node"
+            ):
+                self._consumers.pop(consumer, None)
+            await runtime.stop()
+            async with runtime.save_lock:
+                snapshot = runtime.core.snapshot(with_attempts=True)
+                await asyncio.to_thread(self.storage.cursors.delete, name)
+            await asyncio.to_thread(self.storage.metadata.delete_subscription, name)
+            return snapshot
 
     async def delete_subscription(self, name: str) -> None:
         """Consumers are closed with 4410; the cursor and the config are deleted."""
@@ -408,6 +458,8 @@ class DeliveryEngine:
             except BaseException:
                 runtime.core.dirty = True  # try again on the next flush
                 raise
+            if self._cursor_saved is not None:
+                self._cursor_saved(runtime.name, snapshot)
 
     async def _flush_loop(self) -> None:
         """Persist dirty cursors at most every flush interval (PROTOCOL §3: acks are

@@ -1,33 +1,41 @@
-"""The push policy of one webhook endpoint (PROTOCOL §4), as a sans-I/O state machine.
+"""The push policy of one webhook endpoint (PROTOCOL §4, §8), as a sans-I/O state machine.
 
 Events in: records the core sent (``received``), the answer to a POST (``answered``), the
-clock (``poll``). Actions out: POST a record, extend ack deadlines, grant credit, ack or
-nack. subscribers/webhook.py carries the actions out with httpx and the DeliveryEngine;
-no sockets, no asyncio here, time passed in (STYLE 10).
+clock (``poll``). Actions out: POST a request of one record or a batch, extend ack
+deadlines, grant credit, ack or nack. subscribers/webhook.py carries the actions out with
+httpx and the DeliveryEngine; no sockets, no asyncio here, time passed in (STYLE 10).
 
 What it decides:
-- how many POSTs may be out: the endpoint's adaptive concurrency (delivery/endpoint_credit.py,
-  AIMD up to `push.max_in_flight`), 1 probe while the breaker (delivery/breaker.py) is half
-  open, none while it is open or a Retry-After pause runs;
-- credit: the core may send what leaves room under that limit, no more, so records wait in
-  the log — not in memory — and spend no attempts while the endpoint cannot take them;
-- deadlines: a POST may take `push.timeout_ms`, so its record's deadline is pushed past
-  that; a record received but held back (breaker, Retry-After) has its deadline extended
-  before it runs out, so holding it spends no attempt;
-- an answer: 2xx acks; anything else nacks, after the Retry-After of a 429/503 (capped by
-  `retry_backoff.max_ms`), else after the subscription's backoff.
+- how many requests may be out: the endpoint's adaptive concurrency
+  (delivery/endpoint_credit.py, AIMD up to `push.max_in_flight`), 1 probe while the breaker
+  (delivery/breaker.py) is half open, none while it is open or a Retry-After pause runs.
+  PROTOCOL §8: `push.max_in_flight` counts requests, and a batch is one;
+- batches (PROTOCOL §8 `push.batch`): a request takes up to `max_records` ready records,
+  and leaves once that many are ready or `max_wait_ms` after the first of them was;
+- the body's form: the JSON of M, `{"messages":[M, …]}` when `max_records` > 1, or the
+  raw value (`push.payload` "raw");
+- credit: the core may send what leaves room for the requests allowed at once, each
+  `max_records` long, no more, so records wait in the log — not in memory — and spend no
+  attempts while the endpoint cannot take them;
+- deadlines: a POST may take `push.timeout_ms`, so its records' deadlines are pushed past
+  that; a record received but held back (breaker, Retry-After, a batch filling up) has its
+  deadline extended before it runs out, so holding it spends no attempt;
+- an answer: 2xx acks every record of the request; anything else nacks every one of them
+  (each spends its attempt, as a failed single delivery), after the Retry-After of a
+  429/503 (capped by `retry_backoff.max_ms`), else after the subscription's backoff.
 """
 
 from __future__ import annotations
 
 import email.utils
+import enum
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from delivery.breaker import CircuitBreaker
-from delivery.config import SubscriptionConfig
+from delivery.config import PushConfig, PushPayload, SubscriptionConfig
 from delivery.endpoint_credit import EndpointCredit
 from delivery.events import Delivery
 
@@ -41,11 +49,24 @@ TIMER_SLACK_S = 0.001  # wake a hair after the breaker reopens, not a hair befor
 # ---------------------------------------------------------------- actions
 
 
+class BodyForm(enum.Enum):
+    """What a request's body is (PROTOCOL §4, §8)."""
+
+    ENVELOPE = "envelope"  # one record: the JSON of M
+    BATCH = "batch"  # `{"messages":[M, …]}`: push.batch.max_records > 1
+    RAW = "raw"  # one record's value, the rest of M in `herald-*` headers
+
+
 @dataclass(frozen=True, slots=True)
 class Post:
-    """POST this record now; answer with ``PushPolicy.answered``."""
+    """POST these records now in one request; answer with ``PushPolicy.answered``."""
 
-    delivery: Delivery
+    deliveries: tuple[Delivery, ...]
+    form: BodyForm = BodyForm.ENVELOPE
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(d.record.id for d in self.deliveries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +86,12 @@ class Grant:
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    id: str
+    ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Nack:
-    id: str
+    ids: tuple[str, ...]
     delay_ms: int | None  # None: the subscription's backoff
     reason: str | None = None  # PROTOCOL §8: the dead letter's herald-source-last-error
 
@@ -117,9 +138,12 @@ class PushPolicy:
         self.config = config
         self.breaker = CircuitBreaker(config.push.breaker)
         self.concurrency = EndpointCredit(config.push.max_in_flight)
-        self._ready: deque[Delivery] = deque()  # received, not POSTed yet
+        # Received, not POSTed yet, with when each was received (a batch's wait starts at
+        # its first record's).
+        self._ready: deque[tuple[Delivery, float]] = deque()
         self._held_since: dict[str, float] = {}  # ready record id -> last deadline extension
-        self.posting = 0  # POSTs out, not answered yet
+        self.posting = 0  # requests out, not answered yet
+        self.posting_records = 0  # the records of those requests
         self._not_before = 0.0  # a Retry-After of a 429/503 pauses the whole endpoint
         self.last_status: int | None = None
         self.last_error: str | None = None
@@ -127,7 +151,9 @@ class PushPolicy:
         self.failures_total = 0
 
     def use_config(self, config: SubscriptionConfig) -> None:
-        """New secrets (rotation): the breaker and concurrency keep their state."""
+        """New secrets (rotation), or a new batch size or payload (PROTOCOL §8 change in
+        place): the breaker, concurrency and records waiting keep their state; the next
+        request is formed by the new config."""
         self.config = config
 
     # ------------------------------------------------------------------ events
@@ -135,47 +161,54 @@ class PushPolicy:
     def received(self, deliveries: Iterable[Delivery], now: float) -> None:
         """The core sent these (it spent their credit); they wait for a POST slot."""
         for delivery in deliveries:
-            self._ready.append(delivery)
+            self._ready.append((delivery, now))
             self._held_since[delivery.record.id] = now
 
     def poll(self, now: float, credit: int) -> list[Action]:
         """What to do now. ``credit``: what the core may still send this endpoint."""
         config = self.config
-        assert config.push is not None
+        push = self._push
         limit = self._limit(now)
         actions: list[Action] = []
-        post_ms = config.push.timeout_ms + DEADLINE_SLACK_MS
-        while self._ready and self.posting < limit:
-            delivery = self._ready.popleft()
-            record_id = delivery.record.id
-            self._held_since.pop(record_id, None)  # a redelivered copy may share its id
+        post_ms = push.timeout_ms + DEADLINE_SLACK_MS
+        form = body_form(push)
+        while self._ready and self.posting < limit and self._batch_due(now):
+            count = min(push.batch.max_records, len(self._ready))
+            taken = tuple(self._ready.popleft()[0] for _ in range(count))
+            ids = tuple(d.record.id for d in taken)
+            for record_id in ids:
+                self._held_since.pop(record_id, None)  # a redelivered copy may share its id
             if post_ms > config.ack_deadline_ms:
                 # The POST may take timeout_ms: the core must not redeliver meanwhile.
-                actions.append(Extend((record_id,), post_ms))
-            actions.append(Post(delivery))
+                actions.append(Extend(ids, post_ms))
+            actions.append(Post(taken, form))
             self.posting += 1
+            self.posting_records += count
         due = now - self._hold_refresh_s()
         stale = tuple(i for i, since in self._held_since.items() if since <= due)
         if stale:
             actions.append(Extend(stale, config.ack_deadline_ms))
             for record_id in stale:
                 self._held_since[record_id] = now
-        want = limit - self.posting - len(self._ready) - credit
+        # Room for `limit` requests of max_records each (PROTOCOL §8: a batch is one).
+        room = limit * push.batch.max_records
+        want = room - self.posting_records - len(self._ready) - credit
         if want > 0:
             actions.append(Grant(want))
         return actions
 
-    def answered(self, delivery: Delivery, answer: Answer, now: float) -> Ack | Nack:
-        """A POST came back: the verdict for its record."""
+    def answered(self, post: Post, answer: Answer, now: float) -> Ack | Nack:
+        """A request came back: the verdict for every record it carried."""
         self.posting -= 1
+        self.posting_records -= len(post.deliveries)
         self.requests_total += 1
         error = answer.error
         self.last_status, self.last_error = answer.status, error
-        record_id = delivery.record.id
+        ids = post.ids
         if error is None:
             self.breaker.on_success()
             self.concurrency.on_success(answer.latency_s)
-            return Ack(record_id)
+            return Ack(ids)
         self.failures_total += 1
         self.breaker.on_failure(now)
         self.concurrency.on_failure()
@@ -186,13 +219,14 @@ class PushPolicy:
                 # Honoured, capped by the backoff maximum (PROTOCOL §4).
                 delay_ms = min(retry_after_ms, self.config.retry_backoff.max_ms)
                 self._not_before = max(self._not_before, now + delay_ms / 1000)
-        return Nack(record_id, delay_ms, answer.failure)
+        return Nack(ids, delay_ms, answer.failure)
 
     # ------------------------------------------------------------------ time
 
     def next_wakeup(self, now: float) -> float | None:
         """When ``poll`` may decide something new without any event: a Retry-After pause
-        or an open breaker ending, or a held record's deadline to extend."""
+        or an open breaker ending, a held record's deadline to extend, or a partial
+        batch's `max_wait_ms` running out."""
         times: list[float] = []
         if self._not_before > now:
             times.append(self._not_before)
@@ -201,6 +235,12 @@ class PushPolicy:
         reopens = self.breaker.reopens_at()
         if reopens is not None:
             times.append(reopens + TIMER_SLACK_S)
+        if self._ready:
+            # Only ahead of now: a batch already due waits for a free slot, and the answer
+            # that frees one wakes the dispatcher.
+            batch_due = self._ready[0][1] + self._push.batch.max_wait_ms / 1000
+            if batch_due > now:
+                times.append(batch_due)
         return min(times) if times else None
 
     # ------------------------------------------------------------------ observation
@@ -217,7 +257,8 @@ class PushPolicy:
             "last_status": self.last_status,
             "last_error": self.last_error,
             "endpoint_concurrency": self.concurrency.limit,
-            "endpoint_in_flight": self.posting,
+            "endpoint_in_flight": self.posting,  # requests (a batch is one)
+            "endpoint_in_flight_records": self.posting_records,
             "endpoint_waiting": len(self._ready),  # received, held (breaker, Retry-After)
             "endpoint_credit": credit,
             "endpoint_requests_total": self.requests_total,
@@ -226,6 +267,20 @@ class PushPolicy:
         }
 
     # ------------------------------------------------------------------ internals
+
+    @property
+    def _push(self) -> PushConfig:
+        push = self.config.push
+        assert push is not None
+        return push
+
+    def _batch_due(self, now: float) -> bool:
+        """PROTOCOL §8: a request leaves once max_records are ready, or max_wait_ms after
+        its first record was (with max_records 1, at once)."""
+        batch = self._push.batch
+        if len(self._ready) >= batch.max_records:
+            return True
+        return now >= self._ready[0][1] + batch.max_wait_ms / 1000
 
     def _limit(self, now: float) -> int:
         """How many POSTs may be out at once right now."""
@@ -237,6 +292,14 @@ class PushPolicy:
 
     def _hold_refresh_s(self) -> float:
         return self.config.ack_deadline_ms / 1000 / HOLD_REFRESH_PARTS
+
+
+def body_form(push: PushConfig) -> BodyForm:
+    """The form of the next request's body (PROTOCOL §8; validation refuses "raw" with
+    max_records > 1, so a batch is never raw)."""
+    if push.batch.batched:
+        return BodyForm.BATCH
+    return BodyForm.RAW if push.payload is PushPayload.RAW else BodyForm.ENVELOPE
 
 
 def parse_retry_after(value: str | None, now_ms: int) -> int | None:

@@ -32,6 +32,7 @@ from server import (
 )
 from server.access import AccessControlMiddleware, access_guard, watching
 from server.config import ServerConfig
+from server.coordinated import CoordinatorRouting
 from server.errors import EXCEPTION_HANDLERS, InternalErrorMiddleware, problem_response
 from server.http import push_stats
 from server.limits import ClientLimitsMiddleware
@@ -137,6 +138,7 @@ def create_app(
             *cors,
             Middleware(AccessControlMiddleware, guard=guard),
             Middleware(InternalErrorMiddleware),
+            Middleware(CoordinatorRouting),  # PROTOCOL §7: a subscription's requests
             Middleware(PublishEndpoint),  # the publish hot path, past every check above
         ],
         exception_handlers=dict(EXCEPTION_HANDLERS),

@@ -22,7 +22,13 @@ from typing import Any
 import orjson
 
 from delivery import redrive
-from delivery.config import MAX_PREVIOUS_SECRETS, DeliveryMode, PushConfig, SubscriptionConfig
+from delivery.config import (
+    MAX_PREVIOUS_SECRETS,
+    DeliveryMode,
+    PushConfig,
+    PushPayload,
+    SubscriptionConfig,
+)
 from delivery.dead_letter import MAX_NACK_REASON
 from delivery.filter import MAX_FILTER_CHARS
 from server import validation as v
@@ -240,6 +246,28 @@ def _breaker() -> dict[str, Any]:
     )
 
 
+def _batch() -> dict[str, Any]:
+    d = _PUSH_DEFAULTS["batch"]
+    return _nullable(
+        _object(
+            {
+                "max_records": _nullable(_int(v.BATCH_MAX_RECORDS, default=d["max_records"])),
+                "max_wait_ms": _nullable(_int(v.BATCH_MAX_WAIT_MS, default=d["max_wait_ms"])),
+            },
+            description="PROTOCOL §8: with max_records > 1 a request carries up to that many "
+            'records as {"messages":[M, …]}, sent once max_records are ready or max_wait_ms '
+            "after the first of them was",
+        )
+    )
+
+
+_PAYLOAD_DESCRIPTION = (
+    'PROTOCOL §8: "envelope" (the JSON of M) or "raw" (the record\'s value as the body, '
+    "the rest of M in herald-* headers); raw needs batch.max_records 1 (else 400 "
+    "validation_error)"
+)
+
+
 def _push_config() -> dict[str, Any]:
     d = _PUSH_DEFAULTS
     return _object(
@@ -249,6 +277,14 @@ def _push_config() -> dict[str, Any]:
             "max_in_flight": _nullable(_int(v.PUSH_MAX_IN_FLIGHT, default=d["max_in_flight"])),
             "timeout_ms": _nullable(_int(v.PUSH_TIMEOUT_MS, default=d["timeout_ms"])),
             "breaker": _breaker(),
+            "batch": _batch(),
+            "payload": _nullable(
+                {
+                    "enum": [p.value for p in PushPayload],
+                    "default": d["payload"],
+                    "description": _PAYLOAD_DESCRIPTION,
+                }
+            ),
             "previous_secrets": _nullable(
                 {
                     "type": "array",
@@ -516,8 +552,17 @@ def _subscription_view() -> dict[str, Any]:
                 "type": "array",
                 "items": _object({"expires_at": _int(v.TIMESTAMP)}, ("expires_at",)),
             },
+            "batch": _object(
+                {
+                    "max_records": _int(v.BATCH_MAX_RECORDS),
+                    "max_wait_ms": _int(v.BATCH_MAX_WAIT_MS),
+                },
+                ("max_records", "max_wait_ms"),
+                closed=False,
+            ),
+            "payload": {"enum": [p.value for p in PushPayload]},
         },
-        ("url", "max_in_flight", "timeout_ms", "breaker"),
+        ("url", "max_in_flight", "timeout_ms", "breaker", "batch", "payload"),
         closed=False,
         description="the push config without its secrets",
     )
@@ -701,13 +746,16 @@ def _attempts() -> dict[str, Any]:
     attempt = _object(
         {
             "time": _int(v.TIMESTAMP),
-            "id": {"type": "string"},
-            "attempt": _int(v.IntRange(1)),
+            "id": {"type": "string", "description": "the (first) record's id"},
+            "count": _int(
+                v.BATCH_MAX_RECORDS, description="records in the request (a batch: PROTOCOL §8)"
+            ),
+            "attempt": _int(v.IntRange(1), description="the highest attempt of its records"),
             "status": {"type": ["integer", "null"]},
             "latency_ms": {"type": "number"},
             "error": {"type": ["string", "null"]},
         },
-        ("time", "id", "attempt", "status", "latency_ms", "error"),
+        ("time", "id", "count", "attempt", "status", "latency_ms", "error"),
         closed=False,
     )
     return _object(
@@ -948,7 +996,7 @@ def _paths() -> dict[str, Any]:
         "/v1/subscriptions/{name}/attempts": {
             "parameters": [_SUBSCRIPTION],
             "get": {
-                "summary": "The last webhook POSTs of a push subscription, oldest first",
+                "summary": "The last webhook POSTs of a push subscription, newest first",
                 "responses": {
                     "200": _json(_attempts(), "the attempt log"),
                     "400": _problem("invalid_name"),
@@ -1047,12 +1095,44 @@ def _paths() -> dict[str, Any]:
                                         closed=False,
                                     ),
                                 },
+                                "partitions": {
+                                    "type": "array",
+                                    "description": "every partition as its leader reports "
+                                    "it (docs/protocol.md, Cluster)",
+                                    "items": {"type": "object"},
+                                },
+                                "subscriptions": {
+                                    "type": "array",
+                                    "description": "each subscription and the node that "
+                                    "coordinates it",
+                                    "items": {"type": "object"},
+                                },
                             },
                             ("name", "node", "nodes"),
                             closed=False,
                         ),
                         "the cluster",
                     )
+                },
+            }
+        },
+        "/v1/cluster/replication": {
+            "get": {
+                "summary": "Node to node (PROTOCOL §7): the partitions this node leads, with "
+                "each follower's lag; 404 on a single node",
+                "responses": {
+                    "200": _json(
+                        _object(
+                            {
+                                "node": {"type": "string"},
+                                "partitions": {"type": "array", "items": {"type": "object"}},
+                            },
+                            ("node", "partitions"),
+                            closed=False,
+                        ),
+                        "this node's led partitions",
+                    ),
+                    "404": _problem("not a cluster"),
                 },
             }
         },

@@ -110,6 +110,50 @@ class Peers:
                 f"the partition's leader at {url} did not answer: {exc}"
             ) from exc
 
+    async def forward(
+        self,
+        url: str,
+        method: str,
+        path: str,
+        query: bytes,
+        body: bytes,
+        headers: Mapping[str, str],
+    ) -> httpx.Response:
+        """A client's request passed on as it came (a subscription's, to its coordinator)."""
+        passed = {FORWARDED: "1"}
+        for key in ("authorization", "content-type", "x-request-id"):
+            if key in headers:
+                passed[key] = headers[key]
+        try:
+            return await self._http.request(
+                method,
+                f"{url}{path}" + (f"?{query.decode('latin-1')}" if query else ""),
+                content=body,
+                headers=passed,
+            )
+        except httpx.HTTPError as exc:
+            raise LeaderUnavailable(f"the node at {url} did not answer: {exc}") from exc
+
+    async def node_stats(self, urls: Iterable[str]) -> list[dict[str, Any]]:
+        """Each node's own ``GET /v1/stats?scope=node`` (within a second, else left out)."""
+
+        async def one(url: str) -> dict[str, Any]:
+            try:
+                response = await self._http.get(
+                    f"{url}/v1/stats",
+                    params={"scope": "node"},
+                    headers=self._own,
+                    timeout=_REPORT_TIMEOUT_S,
+                )
+                if response.status_code == 200:
+                    body: dict[str, Any] = response.json()
+                    return body
+            except (httpx.HTTPError, ValueError) as exc:
+                log.debug("stats of %s: %s", url, exc)
+            return {}
+
+        return list(await asyncio.gather(*(one(url) for url in urls)))
+
     async def replication(self, urls: Iterable[str]) -> list[dict[str, Any]]:
         """Every live node's led partitions (GET /v1/cluster/replication), gathered; a node
         that does not answer within a second is left out."""

@@ -54,6 +54,9 @@ async def get_cluster(request: Request) -> Response:
                 for topic in state.storage.topics()
                 for p in topic.partitions
             ],
+            "subscriptions": [
+                {"name": name, "coordinator": node} for name in sorted(state.engine.names())
+            ],
         }
         return Response(orjson.dumps(body), media_type="application/json")
     body = {
@@ -64,6 +67,17 @@ async def get_cluster(request: Request) -> Response:
             for member, url, leads in _members(state)
         ],
         "partitions": await cluster_partitions(state),
+        "subscriptions": [
+            {
+                "name": name,
+                "coordinator": (
+                    coordinator.node
+                    if (coordinator := state.cluster.coordinators.get(name)) is not None
+                    else None
+                ),
+            }
+            for name in sorted(state.cluster.subscriptions)
+        ],
     }
     return Response(orjson.dumps(body), media_type="application/json")
 

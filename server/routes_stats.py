@@ -125,7 +125,44 @@ async def snapshot(state: Services) -> dict[str, Any]:
 
 
 async def get_stats(request: Request) -> Response:
-    return json_response(await snapshot(services(request)))
+    state = services(request)
+    body = await snapshot(state)
+    if state.cluster is not None and request.query_params.get("scope") != "node":
+        await _with_cluster_subscriptions(state, body)
+    return json_response(body)
+
+
+async def _with_cluster_subscriptions(state: Services, body: dict[str, Any]) -> None:
+    """PROTOCOL §7: the stats of every subscription, from the node coordinating each
+    (``?scope=node`` asks a node for its own); a node that does not answer within a
+    second is left out."""
+    cluster, peers = state.cluster, state.peers
+    assert cluster is not None and peers is not None
+    urls = [
+        url
+        for node, url in sorted((n, m.url) for n, m in cluster.membership.members.items())
+        if node != cluster.node_id
+    ]
+    theirs = await peers.node_stats(urls)
+    mine = {s["name"] for s in body["subscriptions"]}
+    for report in theirs:
+        for subscription in report.get("subscriptions", ()):
+            if subscription.get("name") not in mine:
+                mine.add(subscription["name"])
+                body["subscriptions"].append(subscription)
+    body["subscriptions"].sort(key=lambda s: s["name"])
+    totals = body["totals"]
+    totals["subscriptions"] = len(body["subscriptions"])
+    for member in (
+        "delivered_total",
+        "acked_total",
+        "redelivered_total",
+        "dead_lettered_total",
+        "backlog",
+        "in_flight",
+        "consumers",
+    ):
+        totals[member] = sum(s["stats"].get(member, 0) for s in body["subscriptions"])
 
 
 async def stats_socket(websocket: WebSocket) -> None:

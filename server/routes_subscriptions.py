@@ -3,13 +3,16 @@ pull with its ack and nack."""
 
 from __future__ import annotations
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from cluster.errors import LeaderUnavailable
+from delivery.config import SubscriptionConfig
 from server.http import json_body, json_response, subscription_body
 from server.publish import ensure_topic
 from server.routing import method_route
-from server.runtime import services
+from server.runtime import Services, services
 from server.validation import (
     check_name,
     parse_ack,
@@ -19,6 +22,7 @@ from server.validation import (
     parse_subscription_config,
     parse_subscription_patch,
 )
+from storage.errors import SubscriptionNotFound
 from subscribers.frames import is_message_id
 from subscribers.wire import json_array, record_json
 
@@ -28,6 +32,8 @@ async def put_subscription(request: Request) -> Response:
     config, given = parse_subscription_config(await json_body(request))
     state = services(request)
     engine = state.engine
+    if state.cluster is not None and engine.existing(name, config, given) is None:
+        return await _create_in_cluster(request, state, name, config)
     # Decided before any topic is auto-created: a refused PUT changes nothing (409 raised).
     if engine.existing(name, config, given) is not None:
         return json_response(subscription_body(engine, name), 200)
@@ -42,8 +48,51 @@ async def put_subscription(request: Request) -> Response:
     return json_response(subscription_body(engine, name, state.webhooks), 201)
 
 
+async def _create_in_cluster(
+    request: Request, state: Services, name: str, config: SubscriptionConfig
+) -> Response:
+    """PROTOCOL §7: the config goes to etcd; the subscription's coordinator (this node or
+    another) starts it, and answers for it. A name taken meanwhile is the existing
+    subscription's: its coordinator compares the configs (200 or 409)."""
+    cluster, peers = state.cluster, state.peers
+    assert cluster is not None and peers is not None
+    await ensure_topic(state, config.topic)
+    created = await cluster.create_subscription(name, orjson.dumps(config.to_storage()))
+    url = await cluster.wait_coordinated(name)
+    if cluster.coordinates(name):
+        await cluster.wait_applied(lambda: name in state.engine.names())
+        if not created:
+            state.engine.existing(name, config)  # 409 when it differs
+        return json_response(
+            subscription_body(state.engine, name, state.webhooks), 201 if created else 200
+        )
+    if url is None:
+        raise LeaderUnavailable(f"subscription {name!r} has no coordinator yet; try again")
+    headers = {k: v for k, v in request.headers.items()}
+    method, body = ("GET", b"") if created else ("PUT", await request.body())
+    answer = await peers.forward(url, method, request.url.path, b"", body, headers)
+    status = 201 if created and answer.status_code == 200 else answer.status_code
+    return Response(
+        answer.content, status_code=status, media_type=answer.headers.get("content-type")
+    )
+
+
 async def list_subscriptions(request: Request) -> Response:
-    engine = services(request).engine
+    state = services(request)
+    if state.cluster is not None:  # etcd's list: every node answers the same
+        configs = {
+            name: SubscriptionConfig.from_storage(orjson.loads(data))
+            for name, data in state.cluster.subscriptions.items()
+        }
+        return json_response(
+            {
+                "subscriptions": [
+                    {"name": name, "config": configs[name].public_dict()}
+                    for name in sorted(configs)
+                ]
+            }
+        )
+    engine = state.engine
     return json_response(
         {
             "subscriptions": [
@@ -69,12 +118,20 @@ async def patch_subscription(request: Request) -> Response:
         old, new = await state.engine.update_subscription(name, patch.apply)
         # push given starts pushing; push: null stops it (WebSocket and pull drain it).
         await state.webhooks.reconfigured(name, old, new)
+        if state.cluster is not None and new != old:
+            await state.cluster.store_subscription(name, orjson.dumps(new.to_storage()))
     return json_response(subscription_body(state.engine, name, state.webhooks))
 
 
 async def delete_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     state = services(request)
+    if state.cluster is not None:
+        # etcd first; the coordinator then closes its consumers with 4410 (PROTOCOL §3).
+        if not await state.cluster.delete_subscription(name):
+            raise SubscriptionNotFound(f"subscription {name!r} does not exist")
+        await state.cluster.wait_applied(lambda: name not in state.engine.names())
+        return Response(status_code=204)
     async with state.admin_lock:
         await state.engine.delete_subscription(name)
     return Response(status_code=204)

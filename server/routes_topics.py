@@ -57,13 +57,13 @@ async def put_topic(request: Request) -> Response:
     check_single_node_replication(config)
     topic, created = await state.storage.ensure_topic(name, config)
     if created:
-        return json_response(topic_body(topic), 201)
+        return json_response(single_node_body(state, topic), 201)
     # PROTOCOL §2: 200 only if every field *given* equals the existing config.
     if not topic_config_matches(topic.config, config, given):
         raise TopicConflict(
             f"topic {name!r} exists with a different config", config=topic.config.to_dict()
         )
-    return json_response(topic_body(topic), 200)
+    return json_response(single_node_body(state, topic), 200)
 
 
 async def _put_topic_cluster(
@@ -110,11 +110,16 @@ async def get_topic_route(request: Request) -> Response:
     topic = get_topic(request, name)
     if state.cluster is not None:
         return json_response(await cluster_topic_body(state, topic))
+    return json_response(single_node_body(state, topic))
+
+
+def single_node_body(state: Services, topic: Topic) -> dict[str, Any]:
+    """PROTOCOL §7: a single node leads every partition it has, alone, at epoch 0."""
     body = topic_body(topic)
     node = state.config.node_id
-    for entry in body["partitions"]:  # PROTOCOL §7: a single node leads all it has
+    for entry in body["partitions"]:
         entry.update({"leader": node, "epoch": 0, "replicas": [node], "isr": [node]})
-    return json_response(body)
+    return body
 
 
 async def list_topics(request: Request) -> Response:

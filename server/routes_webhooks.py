@@ -3,6 +3,7 @@ subscription, rotating its secret, and the push members its stats carry."""
 
 from __future__ import annotations
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -32,9 +33,11 @@ async def rotate_secret(request: Request) -> Response:
     rotation = parse_secret_rotation(await json_body(request))
     state = services(request)
     now_ms = wall_clock_ms()
-    await state.webhooks.update_push(
+    config = await state.webhooks.update_push(
         name, lambda push: push.rotated(rotation.secret, now_ms + rotation.previous_ttl_ms, now_ms)
     )
+    if state.cluster is not None:  # PROTOCOL §7: etcd holds the config
+        await state.cluster.store_subscription(name, orjson.dumps(config.to_storage()))
     return json_response(subscription_body(state.engine, name, state.webhooks))
 
 

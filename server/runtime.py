@@ -16,9 +16,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from starlette.requests import HTTPConnection
 
 from cluster.node import ClusterNode, ClusterSettings
+from delivery.config import SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.redrive import Redrives
 from server.config import ServerConfig
@@ -26,6 +28,7 @@ from server.errors import ServiceStopping
 from server.metrics import Histogram
 from server.peers import Peers
 from server.tasks import cancel_and_wait
+from storage.cursors import decode_snapshot, encode_snapshot
 from storage.engine import Storage
 from storage.lock import DataDirLock
 from subscribers.tail import TailRegistry
@@ -120,6 +123,31 @@ async def _every(seconds: float, work: Callable[[], Awaitable[None]], what: str)
             log.exception("%s failed", what)
 
 
+class EngineHost:
+    """A cluster node's subscriptions (cluster/node.py SubscriptionHost): the delivery
+    engine runs those this node coordinates, with their webhook dispatchers."""
+
+    def __init__(self, engine: DeliveryEngine, webhooks: WebhookDispatchers) -> None:
+        self.engine = engine
+        self.webhooks = webhooks
+
+    def running(self) -> set[str]:
+        return set(self.engine.names())
+
+    async def adopt(self, name: str, config: bytes, cursor: bytes | None) -> None:
+        settings = SubscriptionConfig.from_storage(orjson.loads(config))
+        await self.engine.adopt(name, settings, decode_snapshot(cursor) if cursor else None)
+        self.webhooks.ensure(name)
+
+    async def release(self, name: str) -> None:
+        await self.webhooks.stop_one(name)  # its records out to the endpoint go back first
+        await self.engine.release(name)
+
+    async def deleted(self, name: str) -> None:
+        await self.webhooks.stop_one(name)
+        await self.engine.delete_subscription(name)
+
+
 class Runtime:
     """The app-wide workers and their start/stop order; owns the Services."""
 
@@ -166,11 +194,25 @@ class Runtime:
                     ),
                 )
                 await self._cluster.start()
-            engine = DeliveryEngine(storage)
+            cluster = self._cluster
+            engine = DeliveryEngine(
+                storage,
+                # PROTOCOL §7: a node runs the subscriptions it coordinates, not meta.db's,
+                # and every cursor it persists goes to etcd too.
+                load_local=cluster is None,
+                cursor_saved=(
+                    None
+                    if cluster is None
+                    else lambda name, cursor: cluster.cursor_saved(name, encode_snapshot(cursor))
+                ),
+            )
             await engine.start()
             verify = await asyncio.to_thread(webhook_verify, self.config.webhook_ca_file)
             webhooks = WebhookDispatchers(engine, verify=verify)
             await webhooks.start()
+            if cluster is not None:
+                self.tails.on_first, self.tails.on_last = cluster.tail_opened, cluster.tail_closed
+                cluster.bind_subscriptions(EngineHost(engine, webhooks))
         except BaseException:
             await self._close_cluster()
             await storage.close()

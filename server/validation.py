@@ -35,7 +35,9 @@ from delivery.config import (
     Breaker,
     DeliveryMode,
     PreviousSecret,
+    PushBatch,
     PushConfig,
+    PushPayload,
     SubscriptionConfig,
     SubscriptionPatch,
 )
@@ -126,6 +128,8 @@ MAX_DELIVERIES = IntRange(0, 1000)
 BACKOFF_MS = IntRange(1, 3_600_000)  # retry_backoff.min_ms / max_ms
 PUSH_MAX_IN_FLIGHT = IntRange(1, 1000)
 PUSH_TIMEOUT_MS = IntRange(100, 60_000)
+BATCH_MAX_RECORDS = IntRange(1, 1000)  # PROTOCOL §8 push.batch
+BATCH_MAX_WAIT_MS = IntRange(0, 10_000)
 BREAKER_FAILURES = IntRange(1, 1000)
 BREAKER_OPEN_MS = IntRange(100, 3_600_000)  # breaker.open_ms / max_open_ms
 PREVIOUS_TTL_MS = IntRange(0, 30 * 86_400_000)  # rotate-secret, 30 days
@@ -511,8 +515,18 @@ _SUB_FIELDS = frozenset(
     }
 )
 _PUSH_FIELDS = frozenset(
-    {"url", "secret", "max_in_flight", "timeout_ms", "breaker", "previous_secrets"}
+    {
+        "url",
+        "secret",
+        "max_in_flight",
+        "timeout_ms",
+        "breaker",
+        "previous_secrets",
+        "batch",
+        "payload",
+    }
 )
+_BATCH_FIELDS = frozenset({"max_records", "max_wait_ms"})
 _PREVIOUS_SECRET_FIELDS = frozenset({"secret", "expires_at"})
 # Standard Webhooks: keys of 24..64 bytes; 16 (128 bits) is the least HMAC-SHA256 should get.
 SECRET_BYTES = (16, 64)
@@ -675,7 +689,39 @@ def _parse_push(value: Any, *, secret_required: bool = True) -> PushConfig:
         values["timeout_ms"] = _int_in(v, "push.timeout_ms", PUSH_TIMEOUT_MS)
     if (v := _given(obj, "breaker")) is not _MISSING:
         values["breaker"] = _parse_breaker(v)
-    return PushConfig(**values)
+    if (v := _given(obj, "batch")) is not _MISSING:
+        values["batch"] = _parse_batch(v)
+    if (v := _given(obj, "payload")) is not _MISSING:
+        values["payload"] = _parse_payload(v)
+    push = PushConfig(**values)
+    if push.payload is PushPayload.RAW and push.batch.batched:
+        # PROTOCOL §8: a raw body is one record's value.
+        raise ValidationError('push.payload "raw" needs push.batch.max_records 1')
+    return push
+
+
+def _parse_batch(value: Any) -> PushBatch:
+    """PROTOCOL §8 `push.batch`; a member left out or null takes its default."""
+    obj = _as_object(value, "push.batch")
+    _check_fields(obj, _BATCH_FIELDS, "push.batch")
+    default = PushBatch()
+    max_records = _given(obj, "max_records")
+    max_wait_ms = _given(obj, "max_wait_ms")
+    return PushBatch(
+        max_records=default.max_records
+        if max_records is _MISSING
+        else _int_in(max_records, "push.batch.max_records", BATCH_MAX_RECORDS),
+        max_wait_ms=default.max_wait_ms
+        if max_wait_ms is _MISSING
+        else _int_in(max_wait_ms, "push.batch.max_wait_ms", BATCH_MAX_WAIT_MS),
+    )
+
+
+def _parse_payload(value: Any) -> PushPayload:
+    try:
+        return PushPayload(_as_str(value, "push.payload"))
+    except ValueError:
+        raise BadRequest('push.payload must be "envelope" or "raw"') from None
 
 
 def _parse_push_url(value: Any) -> str:

@@ -31,17 +31,23 @@ FLUSH_INTERVAL_S = 1.0  # PROTOCOL §8: after kill -9 at most the last second ma
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
+    """One webhook request. A batch (PROTOCOL §8) is one attempt: ``id`` is its first
+    record's (as in its `webhook-id`), ``count`` how many records it carried and
+    ``attempt`` the highest attempt among them."""
+
     time_ms: int  # wall clock when the request was sent
     id: str  # the record id "{partition}-{offset}"
     attempt: int
     status: int | None  # the HTTP status; None when no response came
     latency_ms: float
     error: str | None  # "timeout", "connection refused"… or "http 500"; None on success
+    count: int = 1  # records in the request
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "time": self.time_ms,
             "id": self.id,
+            "count": self.count,
             "attempt": self.attempt,
             "status": self.status,
             "latency_ms": round(self.latency_ms, 3),
@@ -57,6 +63,7 @@ class Attempt:
             None if data["status"] is None else int(data["status"]),
             float(data["latency_ms"]),
             None if data["error"] is None else str(data["error"]),
+            int(data.get("count", 1)),  # lines written before batches have none
         )
 
 

@@ -35,10 +35,14 @@ def signature_header(keys: Sequence[bytes], webhook_id: str, timestamp: int, bod
 
 
 def webhook_headers(
-    keys: Sequence[bytes], webhook_id: str, timestamp: int, body: bytes
+    keys: Sequence[bytes],
+    webhook_id: str,
+    timestamp: int,
+    body: bytes,
+    content_type: str = "application/json",
 ) -> dict[str, str]:
     return {
-        "content-type": "application/json",
+        "content-type": content_type,
         "webhook-id": webhook_id,
         "webhook-timestamp": str(timestamp),
         "webhook-signature": signature_header(keys, webhook_id, timestamp, body),

@@ -141,16 +141,25 @@ class TailRegistry:
 
     def __init__(self) -> None:
         self._tails: dict[str, set[TailSession]] = {}
+        # In a cluster, told when a topic gains its first tail here and loses its last:
+        # the node then copies (observes) the topic's partitions it does not replicate.
+        self.on_first: Callable[[str], None] | None = None
+        self.on_last: Callable[[str], None] | None = None
 
     def add(self, tail: TailSession) -> None:
-        self._tails.setdefault(tail.topic.name, set()).add(tail)
+        tails = self._tails.setdefault(tail.topic.name, set())
+        if not tails and self.on_first is not None:
+            self.on_first(tail.topic.name)
+        tails.add(tail)
 
     def discard(self, tail: TailSession) -> None:
         tails = self._tails.get(tail.topic.name)
-        if tails is not None:
+        if tails is not None and tail in tails:
             tails.discard(tail)
             if not tails:
                 del self._tails[tail.topic.name]
+                if self.on_last is not None:
+                    self.on_last(tail.topic.name)
 
     def topic_deleted(self, topic: str) -> None:
         for tail in list(self._tails.get(topic, ())):

@@ -1,8 +1,9 @@
-"""Webhook push (PROTOCOL §4): one dispatcher per push subscription.
+"""Webhook push (PROTOCOL §4, §8): one dispatcher per push subscription.
 
 A dispatcher is a ConsumerSink attached to the DeliveryEngine like a WebSocket consumer,
 so deadlines, backoff, max_deliveries, dead-letter, ordered_by_key and seek are the same
-core. It turns each delivery into one signed POST and each answer into an ack or a nack;
+core. It turns each Post of its policy — one record or a batch — into one signed POST
+(subscribers/webhook_request.py builds it) and each answer into acks or nacks of its records;
 credit is granted back only as answers return, so at most the endpoint's current
 concurrency limit (delivery/endpoint_credit.py, AIMD up to `push.max_in_flight`) is
 out at once. While the breaker (delivery/breaker.py) is open no credit is granted:
@@ -34,7 +35,7 @@ from storage.errors import SubscriptionNotFound
 from storage.writer import wall_clock_ms
 from subscribers.attempt_log import FLUSH_INTERVAL_S, Attempt, AttemptLog
 from subscribers.signing import secret_key, webhook_headers
-from subscribers.wire import record_json
+from subscribers.webhook_request import build_request
 
 log = logging.getLogger("herald.webhook")
 
@@ -123,14 +124,16 @@ class WebhookDispatcher:
     # ------------------------------------------------------------------ state
 
     def use_config(self, config: SubscriptionConfig) -> None:
-        """The subscription's push secrets changed (docs/protocol.md, rotating the secret):
-        every request signed from now on uses the new set. Requests already out keep the
-        signatures they were sent with; nothing else of the dispatcher restarts (its HTTP
-        client, breaker and credit keep the settings they were built with)."""
+        """The subscription's push secrets, batch or payload changed (docs/protocol.md,
+        rotating the secret; PROTOCOL §8 change in place): every request signed from now
+        on uses the new secrets and takes the new form. Requests already out keep what
+        they were sent with; nothing else of the dispatcher restarts (its HTTP client,
+        breaker and credit keep the settings they were built with)."""
         assert config.push is not None
         self.config, self.push = config, config.push
         self.policy.use_config(config)
         self._keys = _signing_keys(config.push)
+        self._wake.set()  # a smaller batch may be due now
 
     def stats(self) -> dict[str, Any]:
         """The push members of the subscription's stats (docs/protocol.md)."""
@@ -202,7 +205,7 @@ class WebhookDispatcher:
     ) -> None:
         for action in actions:
             if isinstance(action, Post):
-                task = requests.create_task(self._post(client, action.delivery))
+                task = requests.create_task(self._post(client, action))
                 self._running.add(task)
                 task.add_done_callback(self._request_done)
             else:
@@ -218,9 +221,9 @@ class WebhookDispatcher:
             elif isinstance(action, Grant):
                 self.engine.grant_credit(consumer, action.n)
             elif isinstance(action, Ack):
-                self.engine.ack(consumer, [action.id])
+                self.engine.ack(consumer, list(action.ids))
             else:
-                self.engine.nack(consumer, [action.id], action.delay_ms, action.reason)
+                self.engine.nack(consumer, list(action.ids), action.delay_ms, action.reason)
         except SubscriptionNotFound:
             # Detached under us (shutdown, delete): its records are redelivered later.
             if isinstance(action, Grant):
@@ -231,13 +234,18 @@ class WebhookDispatcher:
         self._running.discard(task)
         self._wake.set()
 
-    async def _post(self, client: httpx.AsyncClient, delivery: Delivery) -> None:
-        record_id = delivery.record.id
-        body = record_json(self.topic, delivery.record, self.name, delivery.attempt)
+    async def _post(self, client: httpx.AsyncClient, post: Post) -> None:
+        request = build_request(post, self.topic, self.name)
+        body = request.body
         wall_ms = self._wall_ms()
         headers = webhook_headers(
-            self._live_keys(wall_ms), f"{self.name}:{record_id}", wall_ms // 1000, body
+            self._live_keys(wall_ms),
+            request.webhook_id,
+            wall_ms // 1000,
+            body,
+            request.content_type,
         )
+        headers.update(request.headers)
         started = self._clock()
         status: int | None = None
         retry_after: str | None = None
@@ -267,10 +275,18 @@ class WebhookDispatcher:
             error = f"invalid url: {exc}"
         now = self._clock()
         answer = Answer(status, now - started, error, retry_after, wall_ms)
-        verdict = self.policy.answered(delivery, answer, now)
+        verdict = self.policy.answered(post, answer, now)
+        deliveries = post.deliveries
         self.attempts.add(
             Attempt(
-                wall_ms, record_id, delivery.attempt, status, answer.latency_s * 1000, answer.error
+                wall_ms,
+                deliveries[0].record.id,
+                # A batch's records may be on different attempts: the highest is shown.
+                max(d.attempt for d in deliveries),
+                status,
+                answer.latency_s * 1000,
+                answer.error,
+                count=len(deliveries),
             )
         )
         self._tell_engine(verdict)
@@ -307,7 +323,8 @@ async def _drain(response: httpx.Response) -> None:
 
 def _same_endpoint(old: PushConfig, new: PushConfig) -> bool:
     """Whether a running dispatcher can take ``new`` without a restart: it differs from
-    ``old`` only in its secrets (its HTTP client and policy are built from the rest)."""
+    ``old`` only in its secrets, batch or payload (its HTTP client and policy are built
+    from the rest; the policy forms each request from the config of the moment)."""
     return (old.url, old.max_in_flight, old.timeout_ms, old.breaker) == (
         new.url,
         new.max_in_flight,
@@ -382,7 +399,8 @@ class WebhookDispatchers:
         """PROTOCOL §8 change in place, after the engine applied it: push given starts
         pushing; push set to null stops (the records out to the endpoint go back at once,
         for the subscription's other consumers); a new url or new limits restart the
-        dispatcher with them; only new secrets, or no push change, keep it running."""
+        dispatcher with them; only new secrets, batch or payload, or no push change, keep
+        it running (records waiting for a request go in the new form)."""
         if old.push == new.push:
             return
         dispatcher = self._dispatchers.get(name)

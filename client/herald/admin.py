@@ -105,7 +105,11 @@ class Admin:
     async def create_subscription(self, name: str, topic: str, **config: Any) -> dict[str, Any]:
         """Create (or confirm) a subscription; `config` takes the fields of PROTOCOL §2
         (start, delivery, ack_deadline_ms, max_in_flight, max_deliveries, retry_backoff,
-        dead_letter_topic, ordered_by_key, push)."""
+        dead_letter_topic, ordered_by_key, push, filter). `push` is a dict of §4 and §8:
+        url, secret, max_in_flight, timeout_ms, breaker, batch
+        (`{"max_records": 1..1000, "max_wait_ms": 0..10000}`) and payload
+        ("envelope" or "raw"), e.g.
+        `push={"url": …, "secret": …, "batch": {"max_records": 100, "max_wait_ms": 500}}`."""
         body = {"topic": topic, **config}
         result: dict[str, Any] = await self._call("PUT", _subscription(name), body=body)
         return result
@@ -123,8 +127,10 @@ class Admin:
     async def update_subscription(self, name: str, **changes: Any) -> dict[str, Any]:
         """Change a subscription in place (PROTOCOL §8, JSON Merge Patch): any of
         ack_deadline_ms, max_in_flight, max_deliveries, retry_backoff, dead_letter_topic,
-        push; a value of None sets the field back to its default (push=None stops
-        pushing). A push dict without "secret" keeps the current secret."""
+        filter, push; a value of None sets the field back to its default (push=None stops
+        pushing). A push dict replaces the old one whole (its batch and payload included:
+        left out, they go back to one record per request, as an envelope); without
+        "secret" it keeps the current secret."""
         result: dict[str, Any] = await self._call("PATCH", _subscription(name), body=changes)
         return result
 

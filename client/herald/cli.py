@@ -121,6 +121,7 @@ def _subscriptions(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     push.add_argument(
         "--push-breaker-failures", type=int, help="consecutive failures that open the breaker"
     )
+    _push_body_arguments(push)
     create.add_argument(
         "--config", type=orjson.loads, help="more fields as a JSON object, e.g. retry_backoff"
     )
@@ -199,11 +200,31 @@ def _update_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser])
     push.add_argument(
         "--push-breaker-failures", type=int, help="consecutive failures that open the breaker"
     )
+    _push_body_arguments(push)
     push.add_argument(
         "--no-push", action="store_true", help="stop pushing: WebSocket and pull consumers drain it"
     )
     update.add_argument(
         "--config", type=orjson.loads, help="more changes as a JSON merge patch, e.g. retry_backoff"
+    )
+
+
+def _push_body_arguments(push: argparse._ArgumentGroup) -> None:
+    """PROTOCOL §8 `push.batch` and `push.payload`."""
+    push.add_argument(
+        "--push-batch-max-records",
+        type=int,
+        help='records per request (1..1000, default 1); over 1 the body is {"messages":[…]}',
+    )
+    push.add_argument(
+        "--push-batch-max-wait-ms",
+        type=int,
+        help="send a batch that is not full this long after its first record (0..10000)",
+    )
+    push.add_argument(
+        "--push-payload",
+        choices=["envelope", "raw"],
+        help="raw: the body is the record's value, the rest in herald-* headers",
     )
 
 
@@ -321,6 +342,18 @@ def _push_config(args: argparse.Namespace) -> dict[str, Any]:
             push[field] = getattr(args, flag)
     if args.push_breaker_failures is not None:
         push["breaker"] = {"failures": args.push_breaker_failures}
+    batch = {
+        field: getattr(args, flag)
+        for flag, field in (
+            ("push_batch_max_records", "max_records"),
+            ("push_batch_max_wait_ms", "max_wait_ms"),
+        )
+        if getattr(args, flag) is not None
+    }
+    if batch:
+        push["batch"] = batch
+    if args.push_payload is not None:
+        push["payload"] = args.push_payload
     if args.push_secret is not None and not push:
         raise HeraldClientError("bad_request", 0, "--push-secret needs --push-url")
     secret = args.push_secret or os.environ.get("HERALD_PUSH_SECRET")
@@ -348,6 +381,9 @@ async def _subs_update(args: argparse.Namespace) -> Any:
             "push_max_in_flight",
             "push_timeout_ms",
             "push_breaker_failures",
+            "push_batch_max_records",
+            "push_batch_max_wait_ms",
+            "push_payload",
         )
     ):
         raise HeraldClientError(

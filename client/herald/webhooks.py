@@ -1,10 +1,13 @@
-"""Verify Herald's webhook requests (PROTOCOL §4, Standard Webhooks) in one call.
+"""Verify Herald's webhook requests (PROTOCOL §4, §8, Standard Webhooks) in one call.
 
     from herald.webhooks import verify
 
     message = verify(body_bytes, request.headers, "whsec_…")  # raises on a bad request
     message.value  # a herald.Message, as a Consumer yields: bytes records decoded
 
+Every body form of PROTOCOL §8 is understood: the JSON of one record (a Message), a
+batch `{"messages":[…]}` (`push.batch.max_records` > 1: a list of Message), and a raw
+body (`push.payload` "raw": a Message built from the body and the `herald-*` headers).
 ``secret`` may be a list during a rotation: the request is good if any secret signed it.
 """
 
@@ -17,10 +20,13 @@ import hmac
 import json
 import time
 from collections.abc import Mapping
+from typing import Any
+from urllib.parse import unquote
 
 from herald.consumer import Message
 
 SECRET_PREFIX = "whsec_"
+HEADER_PREFIX = "herald-header-"  # a raw body's record headers (docs/protocol.md)
 
 
 class WebhookVerificationError(Exception):
@@ -34,11 +40,14 @@ def verify(
     tolerance_s: float = 300,
     *,
     now: float | None = None,
-) -> Message:
+) -> Message | list[Message]:
     """The record as a Message (the shape a Consumer yields: `value` is the JSON value
     or, for a record published as bytes, the decoded bytes) if the request is genuine,
-    else WebhookVerificationError. It has no consumer: the answer's status acks it. ``tolerance_s`` bounds how far `webhook-timestamp` may be
-    from now, against replays."""
+    else WebhookVerificationError; for a batch body (PROTOCOL §8 `push.batch`) a list of
+    them, in the order sent. A raw body (`push.payload` "raw") gives the same Message
+    as its envelope would. It has no consumer: the answer's status acks it (a batch's
+    acks or fails all of its records). ``tolerance_s`` bounds how far
+    `webhook-timestamp` may be from now, against replays."""
     lowered = {k.lower(): v for k, v in headers.items()}
     msg_id = lowered.get("webhook-id")
     timestamp = lowered.get("webhook-timestamp")
@@ -69,16 +78,59 @@ def verify(
             continue
         if any(hmac.compare_digest(given, e) for e in expected):
             try:
-                message = json.loads(payload)
-            except ValueError:
-                raise WebhookVerificationError("the body is not JSON") from None
-            if not isinstance(message, dict):
-                raise WebhookVerificationError("the body is not a JSON object")
-            try:
-                return Message.from_json(message)
+                if "herald-id" in lowered:
+                    return _raw_message(payload, lowered)
+                return _envelope(payload)
             except (KeyError, TypeError, ValueError):
                 raise WebhookVerificationError("the body is not a Herald record") from None
     raise WebhookVerificationError("no signature matches the secret")
+
+
+def _envelope(payload: bytes) -> Message | list[Message]:
+    """The JSON of M, or a batch `{"messages":[M, …]}`."""
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        raise WebhookVerificationError("the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise WebhookVerificationError("the body is not a JSON object")
+    if "id" not in body and isinstance(body.get("messages"), list):
+        messages = body["messages"]
+        if not all(isinstance(m, dict) for m in messages):
+            raise WebhookVerificationError("a batch holds something other than records")
+        return [Message.from_json(m) for m in messages]
+    return Message.from_json(body)
+
+
+def _raw_message(payload: bytes, headers: Mapping[str, str]) -> Message:
+    """PROTOCOL §8 raw: the body is the value (JSON text, or bytes sent as
+    application/octet-stream); the rest of M is in percent-encoded `herald-*` headers."""
+    record_id = headers["herald-id"]
+    partition, _, offset = record_id.partition("-")
+    data: dict[str, Any] = {
+        "topic": headers["herald-topic"],
+        "id": record_id,
+        "partition": int(partition),
+        "offset": int(offset),
+        "timestamp": int(headers["herald-timestamp"]),
+        "key": unquote(headers["herald-key"]) if "herald-key" in headers else None,
+        "headers": {
+            unquote(name[len(HEADER_PREFIX) :]): unquote(value)
+            for name, value in headers.items()
+            if name.startswith(HEADER_PREFIX)
+        },
+        "subscription": headers.get("herald-subscription"),
+        "attempt": int(headers["herald-attempt"]),
+    }
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/octet-stream":
+        data["value_b64"] = base64.b64encode(payload).decode("ascii")
+    else:
+        try:
+            data["value"] = json.loads(payload)
+        except ValueError:
+            raise WebhookVerificationError("the raw body is not JSON") from None
+    return Message.from_json(data)
 
 
 def _key(secret: str) -> bytes:

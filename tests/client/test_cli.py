@@ -206,6 +206,32 @@ def test_subscriptions_create_with_push_flags(
     assert alone.returncode == 1 and "--push-url" in alone.stderr
 
 
+def test_subscriptions_push_batch_and_payload_flags(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    """PROTOCOL §8 push.batch and push.payload, from create and from update."""
+    name, url = unique("bpush"), shared_herald.url
+    secret = "whsec_" + base64.b64encode(b"0123456789abcdef0123").decode()
+    created = herald(
+        "subscriptions", "create", name, "--topic", unique("bpusht"),
+        "--push-url", "http://127.0.0.1:9/hook", "--push-secret", secret,
+        "--push-batch-max-records", "50", "--push-batch-max-wait-ms", "250", url=url,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    push = json.loads(created.stdout)["config"]["push"]
+    assert (push["batch"], push["payload"]) == ({"max_records": 50, "max_wait_ms": 250}, "envelope")
+    raw = herald("subscriptions", "update", name, "--push-url", "http://127.0.0.1:9/hook",
+                 "--push-payload", "raw", url=url)  # fmt: skip
+    assert raw.returncode == 0, raw.stderr
+    push = json.loads(raw.stdout)["config"]["push"]
+    assert (push["batch"], push["payload"]) == ({"max_records": 1, "max_wait_ms": 0}, "raw")
+    both = herald("subscriptions", "update", name, "--push-url", "http://127.0.0.1:9/hook",
+                  "--push-payload", "raw", "--push-batch-max-records", "2", url=url)  # fmt: skip
+    assert both.returncode == 1 and "validation_error" in both.stderr
+    alone = herald("subscriptions", "update", name, "--push-batch-max-records", "2", url=url)
+    assert alone.returncode == 1 and "--push-url" in alone.stderr
+
+
 def test_subscriptions_redrive(shared_herald: HeraldProcess, unique: Callable[[str], str]) -> None:
     topic, dlq, name, url = unique("rd"), unique("rdq"), unique("rds"), shared_herald.url
     created = herald("subscriptions", "create", name, "--topic", topic, "--dead-letter-topic", dlq,

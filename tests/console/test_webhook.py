@@ -66,3 +66,31 @@ def test_push_subscription_shows_circuit_open_and_its_attempt_log(
     assert "nothing is sent until a probe" in page.inner_text("#endpoint-state-why")
     screenshot(page, "webhook")
     assert page.console_errors == []
+
+
+def test_a_batching_subscription_shows_its_batches_and_their_size(
+    herald_url: str, failing_endpoint: str, page: Any
+) -> None:
+    """PROTOCOL §8 push.batch: the panel says what a request carries; the attempt log
+    shows a batch as its first record and how many more it carried."""
+    secret = "whsec_" + base64.b64encode(b"0123456789abcdef0123").decode()
+    push = {
+        "url": failing_endpoint,
+        "secret": secret,
+        "batch": {"max_records": 5, "max_wait_ms": 200},
+        "breaker": {"failures": 1, "open_ms": 60_000},
+    }
+    with httpx.Client(base_url=herald_url) as http:
+        response = http.put("/v1/subscriptions/batched", json={"topic": "bevents", "push": push})
+        assert response.status_code == 201, response.text
+        published = http.post(
+            "/v1/topics/bevents/messages", json={"messages": [{"value": i} for i in range(3)]}
+        )
+        assert published.status_code == 200, published.text
+
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    page.click("tr[data-subscription=batched]")
+    expect(page.locator("#push-body")).to_contain_text("up to 5 records per request")
+    expect(page.locator("#push-body")).to_contain_text("200 ms")
+    expect(page.locator("#attempts tbody tr").first).to_contain_text("0-0 +2 more")
+    assert page.console_errors == []

@@ -18,13 +18,46 @@ def test_a_single_node_is_a_nameless_cluster_of_one_that_leads_every_partition(
     with httpx.Client(base_url=herald_server.url, timeout=10) as http:
         assert http.put("/v1/topics/a", json={"partitions": 3}).status_code == 201
         assert http.put("/v1/topics/b").status_code == 201
+        http.post("/v1/topics/b/messages", json={"messages": [{"value": 1}, {"value": 2}]})
         answer = http.get("/v1/cluster")
+        topic = http.get("/v1/topics/a").json()
     assert answer.status_code == 200
-    assert answer.json() == {
+    body = answer.json()
+    assert body.pop("partitions") == [
+        {
+            "topic": name,
+            "partition": n,
+            "leader": "local",
+            "epoch": 0,
+            "replicas": ["local"],
+            "isr": ["local"],
+            "high_watermark": end,
+            "log_end": end,
+            "lag": {},
+        }
+        for name, n, end in [("a", 0, 0), ("a", 1, 0), ("a", 2, 0), ("b", 0, 2)]
+    ]
+    assert body == {
         "name": None,
         "node": "local",
         "nodes": [{"id": "local", "url": herald_server.url, "live": True, "leads": 4}],
     }
+    # PROTOCOL §7: replication settings shown as 1, each partition led by the node.
+    assert topic["config"]["replication_factor"] == topic["config"]["min_insync_replicas"] == 1
+    assert [(p["leader"], p["epoch"], p["replicas"], p["isr"]) for p in topic["partitions"]] == [
+        ("local", 0, ["local"], ["local"])
+    ] * 3
+
+
+def test_a_single_node_accepts_only_one_replica(herald_server: HeraldProcess) -> None:
+    with httpx.Client(base_url=herald_server.url, timeout=10) as http:
+        for field in ("replication_factor", "min_insync_replicas"):
+            refused = http.put("/v1/topics/r", json={field: 2})
+            assert refused.status_code == 400
+            assert refused.json()["code"] == "validation_error"
+            assert field in refused.json()["detail"]
+        assert http.get("/v1/topics/r").status_code == 404
+        assert http.put("/v1/topics/r", json={"replication_factor": 1}).status_code == 201
 
 
 def test_node_id_names_the_node(herald_factory: Callable[..., HeraldProcess]) -> None:

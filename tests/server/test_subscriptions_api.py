@@ -128,6 +128,8 @@ def test_push_config_is_shown_without_its_secret(
         "max_in_flight": 16,
         "timeout_ms": 10000,
         "breaker": {"failures": 5, "open_ms": 1000, "max_open_ms": 60000},
+        "batch": {"max_records": 1, "max_wait_ms": 0},  # PROTOCOL §8 defaults
+        "payload": "envelope",
     }
     assert SECRET not in http.get(f"/v1/subscriptions/{name}").text
     assert SECRET not in http.get("/v1/subscriptions").text

@@ -15,6 +15,8 @@ DEFAULT_CONFIG = {
     "retention_ms": 1209600000,
     "retention_bytes": None,
     "dedup_window_ms": 120000,
+    "replication_factor": 1,  # PROTOCOL §7: a single node shows them as 1
+    "min_insync_replicas": 1,
 }
 
 
@@ -40,6 +42,10 @@ def test_create_topic_with_defaults_answers_201_with_the_get_body(
                 "start_offset": 0,
                 "end_offset": 0,
                 "bytes": body["partitions"][0]["bytes"],
+                "leader": "local",  # PROTOCOL §7: a single node leads all, alone
+                "epoch": 0,
+                "replicas": ["local"],
+                "isr": ["local"],
             }
         ],
         "messages_total": 0,
@@ -71,7 +77,8 @@ def test_put_again_is_200_when_given_fields_match_and_409_otherwise(
     assert_problem(
         http.put(f"/v1/topics/{name}", json={"retention_bytes": None}), 409, "topic_conflict"
     )
-    assert http.get(f"/v1/topics/{name}").json()["config"] == config
+    single_node = {"replication_factor": 1, "min_insync_replicas": 1}
+    assert http.get(f"/v1/topics/{name}").json()["config"] == {**config, **single_node}
 
 
 def test_list_topics(http: httpx.Client, unique: Callable[[str], str]) -> None:

@@ -1,5 +1,6 @@
 """A real webhook receiver on a free loopback port, as a user would run one: every
-request is verified with the official `standardwebhooks` package."""
+request is verified with the official `standardwebhooks` package, whatever its body
+(the JSON of M, a batch, a raw value)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,21 @@ class Received:
     at: float  # time.monotonic()
     headers: dict[str, str]
     body: bytes
-    message: dict[str, Any] | None  # None: the signature did not verify
+    # The body's JSON object; None when the signature did not verify (or, for a raw body,
+    # the value is not a JSON object).
+    message: dict[str, Any] | None
     status: int = 0
+    verified: bool = False
+
+    def ids(self) -> list[str]:
+        """The ids of the records the request carried, whatever its body form."""
+        if "herald-id" in self.headers:  # PROTOCOL §8 raw
+            return [self.headers["herald-id"]]
+        if self.message is None:
+            return []
+        if "messages" in self.message and "id" not in self.message:  # a batch
+            return [m["id"] for m in self.message["messages"]]
+        return [self.message["id"]]
 
 
 @dataclass
@@ -50,7 +64,11 @@ class Receiver:
                 length = int(self.headers.get("content-length", "0"))
                 body = self.rfile.read(length)
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                received = Received(time.monotonic(), headers, body, receiver.verify(body, headers))
+                verified = receiver.verify(body, headers)
+                received = Received(
+                    time.monotonic(), headers, body, _json_object(body) if verified else None
+                )
+                received.verified = verified
                 with receiver.lock:
                     receiver.received.append(received)
                 answer = receiver.behaviour(received)
@@ -77,15 +95,16 @@ class Receiver:
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def verify(self, body: bytes, headers: dict[str, str]) -> dict[str, Any] | None:
+    def verify(self, body: bytes, headers: dict[str, str]) -> bool:
         for webhook in self.webhooks:
             try:
-                message = webhook.verify(body, headers)
+                # Not parsed here: a raw body need not be JSON. (standardwebhooks reads
+                # the body as UTF-8 text, so it cannot verify a raw body of other bytes.)
+                webhook.verify(body, headers, json_parse=False)
             except Exception:
                 continue
-            assert isinstance(message, dict)
-            return message
-        return None
+            return True
+        return False
 
     @property
     def url(self) -> str:
@@ -104,10 +123,18 @@ class Receiver:
             return list(self.received)
 
     def acked_ids(self) -> set[str]:
-        return {r.message["id"] for r in self.snapshot() if r.message and 200 <= r.status < 300}
+        return {i for r in self.snapshot() if r.verified and 200 <= r.status < 300 for i in r.ids()}
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         wait_until_sync(predicate, timeout, "the receiver's condition")
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def body_json(received: Received) -> dict[str, Any]:

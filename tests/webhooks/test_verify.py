@@ -8,12 +8,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import httpx
+import orjson
 import pytest
 from standardwebhooks import Webhook
 
+from delivery.events import Delivery
+from delivery.push import BodyForm, Post
 from herald import Message
 from herald.webhooks import WebhookVerificationError, verify
+from storage.record import Record, ValueKind
 from subscribers.signing import secret_key, webhook_headers
+from subscribers.webhook_request import build_request
+from subscribers.wire import record_json
 from tests.conftest import HeraldProcess
 from tests.webhooks.receiver import Receiver
 
@@ -43,7 +49,11 @@ def test_a_bytes_record_verifies_with_its_value_decoded(
     # published as bytes (value_b64 on the wire), as it would from a Consumer.
     topic, name = unique("vb"), unique("vbs")
     with Receiver([SECRET]) as receiver:
-        body = {"topic": topic, "start": "earliest", "push": {"url": receiver.url, "secret": SECRET}}
+        body = {
+            "topic": topic,
+            "start": "earliest",
+            "push": {"url": receiver.url, "secret": SECRET},
+        }
         created = httpx.put(f"{shared_herald.url}/v1/subscriptions/{name}", json=body)
         assert created.status_code == 201, created.text
         published = httpx.post(
@@ -116,3 +126,44 @@ def test_rotation_either_secret_verifies() -> None:
     assert verify(BODY, headers, OTHER)
     assert verify(BODY, signed([OTHER]), [SECRET, OTHER])
     assert Webhook(OTHER).verify(BODY, headers)
+
+
+def test_a_batch_body_verifies_as_a_list_of_messages() -> None:
+    second = BODY.replace(b'"0-1"', b'"0-2"').replace(b'"offset":1', b'"offset":2')
+    batch = b'{"messages":[' + BODY + b"," + second + b"]}"
+    records = verify(batch, signed([SECRET], batch), SECRET)
+    assert isinstance(records, list)
+    assert [(r.id, r.value) for r in records] == [("0-1", {"a": 1}), ("0-2", {"a": 1})]
+    assert verify(b'{"messages":[]}', signed([SECRET], b'{"messages":[]}'), SECRET) == []
+    odd = b'{"messages":[1]}'
+    with pytest.raises(WebhookVerificationError, match="batch"):
+        verify(odd, signed([SECRET], odd), SECRET)
+
+
+def raw_request(record: Record) -> tuple[bytes, dict[str, str]]:
+    """A raw request as the dispatcher builds and signs it (subscribers/webhook_request.py)."""
+    request = build_request(Post((Delivery(record, 2),), BodyForm.RAW), "t", "sub")
+    headers = webhook_headers(
+        [secret_key(SECRET)],
+        request.webhook_id,
+        int(time.time()),
+        request.body,
+        request.content_type,
+    )
+    return request.body, headers | request.headers
+
+
+def test_a_raw_body_verifies_as_the_message_its_envelope_would_be() -> None:
+    headers = {"Trace-Id": " x ", "ü/%": "✓ 100%", "": "empty name"}
+    for record in (
+        Record(3, 9, 1_700_000_000_000, b'{"a":[1,2]}', key="k ü", headers=headers),
+        Record(0, 1, 1_700_000_000_000, b"\x00\xff", ValueKind.BYTES),
+    ):
+        body, sent = raw_request(record)
+        envelope = orjson.loads(record_json("t", record, "sub", 2))
+        message = verify(body, sent, SECRET)
+        assert isinstance(message, Message)
+        assert message.to_json() == envelope
+        # Header names are case-insensitive in HTTP: a receiver may lower-case them all.
+        lowered = verify(body, {k.lower(): v for k, v in sent.items()}, SECRET)
+        assert isinstance(lowered, Message) and lowered.to_json() == envelope

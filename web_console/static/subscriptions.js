@@ -176,6 +176,18 @@ export function subscriptionsPage(main) {
     ];
   }
 
+  // PROTOCOL §8 push.batch and push.payload: what each request to the endpoint carries.
+  function pushBody(push) {
+    const batch = push.batch || { max_records: 1, max_wait_ms: 0 };
+    if (batch.max_records > 1) {
+      const wait = batch.max_wait_ms ? `, or after ${num(batch.max_wait_ms)} ms` : ", or what is ready";
+      return `Batches: up to ${num(batch.max_records)} records per request${wait} ({"messages":[…]}).`;
+    }
+    return push.payload === "raw"
+      ? "Raw bodies: one record's value per request, the rest in herald-* headers."
+      : "One record per request, as JSON.";
+  }
+
   function dlqHeld(dlq) {
     const topic = store.snapshot?.topics.find((t) => t.name === dlq);
     return topic ? topic.partitions.reduce((n, p) => n + p.end_offset - p.start_offset, 0) : null;
@@ -240,6 +252,7 @@ export function subscriptionsPage(main) {
     const push = sub.config.push;
     const webhook = h("div.panel", { id: "webhook" }, h("h2", {}, "Webhook"),
       push ? h("p", {}, "Endpoint ", h("code", {}, push.url || JSON.stringify(push))) : h("p.muted", {}, "Not a push subscription."),
+      push ? h("p.muted", { id: "push-body" }, pushBody(push)) : null,
       push ? h("table", {}, h("tbody", { id: "push-stats" }, pushRows(sub))) : null,
       h("div", { id: "attempts" }, push ? "Loading attempt log…" : null));
     if (push) loadAttempts(n, webhook.querySelector("#attempts"));
@@ -282,7 +295,9 @@ async function loadAttempts(n, box) {
       attempts.length ? h("table", {}, h("thead", {}, h("tr", {}, ...["Time", "Record", "Attempt", "Status", "Latency", "Error"].map((x) => h("th", {}, x)))),
         h("tbody", {}, attempts.slice(0, 50).map((a) => h("tr", {},
           h("td", {}, a.time ? new Date(a.time).toLocaleTimeString() : "—"),
-          h("td", {}, a.id ?? "—"), h("td", {}, a.attempt ?? "—"), h("td", {}, a.status ?? "—"),
+          // A batch (PROTOCOL §8) is one request: its first record and how many it carried.
+          h("td", {}, a.id ?? "—", a.count > 1 ? h("span.muted", {}, ` +${a.count - 1} more`) : null),
+          h("td", {}, a.attempt ?? "—"), h("td", {}, a.status ?? "—"),
           h("td", {}, a.latency_ms != null ? `${Number(a.latency_ms).toFixed(1)} ms` : "—"), h("td", {}, a.error ?? ""))))) :
         h("p.muted", {}, "No attempts yet.")]);
   } catch (error) {

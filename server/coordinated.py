@@ -1,0 +1,199 @@
+"""Subscriptions on any node of a cluster (PROTOCOL §7 "Any node serves everything").
+
+Each subscription runs on its coordinator (cluster/coordination.py). A request about a
+subscription that arrives at another node is passed to the coordinator, as it came:
+
+- HTTP (`GET`/`PATCH`/`PUT` of an existing `/v1/subscriptions/{name}`, and every
+  `/v1/subscriptions/{name}/…` route: seek, pull, ack, nack, redrive, attempts, rotate
+  secret) is forwarded with the client's `Authorization` and `herald-forwarded: 1`, and
+  the coordinator's answer returned;
+- a WebSocket consumer (`/v1/subscriptions/{name}/ws`) is accepted here and *relayed*:
+  this node opens the same socket to the coordinator and copies frames both ways
+  (browsers cannot follow a redirect on an upgrade). When the coordinator goes away the
+  consumer's socket is closed with 1012 (service restart): its records in flight are
+  redelivered by the next coordinator, and the SDK reconnects.
+
+Creating (`PUT` of a new name), deleting and listing are answered from etcd by any node
+(server/routes_subscriptions.py). The access check runs before this layer, on the node
+the client called (and again on the coordinator, for forwarded HTTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+
+import websockets
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.asyncio.client import connect
+
+from cluster.errors import LeaderUnavailable
+from delivery.close_codes import CloseCode
+from server.errors import herald_error_response
+from server.peers import FORWARDED
+from server.runtime import Services, app_services
+from storage.errors import HeraldError
+
+log = logging.getLogger("herald.server")
+
+_SUBSCRIPTION = re.compile(r"^/v1/subscriptions/([^/]+)(/.*)?$")
+_WAIT_S = 5.0
+
+
+class CoordinatorRouting:
+    """ASGI layer: a request about a subscription this node does not run goes to the
+    node that does."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        match = _SUBSCRIPTION.match(scope["path"])
+        state = app_services(scope["app"]) if match else None
+        if match is None or state is None or state.cluster is None:
+            await self.app(scope, receive, send)
+            return
+        name, rest = match.group(1), match.group(2) or ""
+        cluster = state.cluster
+        if name not in cluster.subscriptions:
+            await self.app(scope, receive, send)  # 404 or a creation: the routes decide
+            return
+        if scope["type"] == "http" and not rest and scope["method"] == "DELETE":
+            await self.app(scope, receive, send)  # etcd first, from any node
+            return
+        try:
+            url = await _coordinator(state, name)
+        except HeraldError as exc:
+            if scope["type"] == "http":
+                await herald_error_response(exc)(scope, receive, send)
+            else:
+                await WebSocket(scope, receive, send).close(
+                    CloseCode.SERVICE_RESTART, exc.detail[:120]
+                )
+            return
+        if url is None:
+            await self.app(scope, receive, send)  # this node coordinates it
+        elif scope["type"] == "http":
+            await _forward_http(state, url, scope, receive, send)
+        else:
+            await _relay(url, WebSocket(scope, receive, send))
+
+
+async def _coordinator(state: Services, name: str) -> str | None:
+    """None when this node runs the subscription (once it does); else its coordinator's URL."""
+    cluster = state.cluster
+    assert cluster is not None
+    if cluster.coordinates(name):
+        await cluster.wait_applied(lambda: name in state.engine.names())
+        return None
+    url = cluster.coordinator_url(name) or await cluster.wait_coordinated(name)
+    if cluster.coordinates(name):
+        return None
+    if url is None:
+        raise LeaderUnavailable(f"subscription {name!r} has no live coordinator; try again")
+    return url
+
+
+async def _forward_http(
+    state: Services, url: str, scope: Scope, receive: Receive, send: Send
+) -> None:
+    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    if FORWARDED in headers:
+        # It was sent here as the coordinator, which this node no longer is.
+        await herald_error_response(
+            LeaderUnavailable("the subscription's coordinator moved; try again")
+        )(scope, receive, send)
+        return
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    assert state.peers is not None
+    try:
+        answer = await state.peers.forward(
+            url, scope["method"], scope["path"], scope["query_string"], body, headers
+        )
+    except HeraldError as exc:
+        await herald_error_response(exc)(scope, receive, send)
+        return
+    out = [(b"content-length", str(len(answer.content)).encode())]
+    for key in ("content-type", "retry-after", "etag"):
+        if key in answer.headers:
+            out.append((key.encode(), answer.headers[key].encode("latin-1")))
+    await send({"type": "http.response.start", "status": answer.status_code, "headers": out})
+    await send({"type": "http.response.body", "body": answer.content})
+
+
+async def _refuse(client: WebSocket, reason: str) -> None:
+    """1012 (service restart): the consumer comes back shortly. Accepted first: a close
+    before the handshake would be an HTTP 403, which clients take as final."""
+    await client.accept()
+    await client.close(CloseCode.SERVICE_RESTART, reason[:120])
+
+
+async def _relay(url: str, client: WebSocket) -> None:
+    """Copy a consumer's frames to the coordinator's socket and back."""
+    scope = client.scope
+    target = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + scope["path"]
+    if scope["query_string"]:
+        target += "?" + scope["query_string"].decode("latin-1")
+    headers = {FORWARDED: "1"}
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            headers["authorization"] = value.decode("latin-1")
+    try:
+        upstream = await connect(target, additional_headers=headers, max_size=None, open_timeout=5)
+    except (OSError, TimeoutError, websockets.WebSocketException) as exc:
+        log.info("relaying a consumer to %s: %s", url, exc)
+        await client.close(
+            CloseCode.SERVICE_RESTART, "the subscription's coordinator is unreachable"
+        )
+        return
+    await client.accept()
+    code, reason = int(CloseCode.SERVICE_RESTART), "the subscription's coordinator went away"
+
+    async def down() -> None:
+        nonlocal code, reason
+        try:
+            async for frame in upstream:
+                if isinstance(frame, bytes):
+                    await client.send_bytes(frame)
+                else:
+                    await client.send_text(frame)
+        except websockets.ConnectionClosed:
+            pass
+        received = upstream.close_code
+        if received is not None and received not in (1006, 1011):
+            code, reason = received, upstream.close_reason or ""
+
+    async def up() -> None:
+        try:
+            while True:
+                message = await client.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                data = message.get("text")
+                await upstream.send(data if data is not None else message.get("bytes") or b"")
+        except (WebSocketDisconnect, websockets.ConnectionClosed):
+            return
+
+    tasks = [asyncio.create_task(down()), asyncio.create_task(up())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await upstream.close()
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+            await client.close(code, reason[:120])
