@@ -62,6 +62,9 @@ class FollowerRole:
         )
         self.stopped = False
         self.retry_at = 0.0  # loop time before which it is left out of requests
+        # The leader's high watermark at the first answer of this role: once the log
+        # reaches it, this copy holds all that was committed when it started following.
+        self.first_leader_hw = -1
 
     # the hooks Partition.append calls: a follower's log is written by replication only
     def check_append(self, acks: Acks) -> None:
@@ -82,7 +85,14 @@ class FollowerRole:
 
     async def on_fetch_response(self, response: FetchResponse) -> None:
         step = self.replica.on_fetch_response(response)
+        if response.error is None and self.first_leader_hw < 0:
+            self.first_leader_hw = response.high_watermark
         await self._do(step)
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether this copy holds everything committed when it started following."""
+        return 0 <= self.first_leader_hw <= self.partition.end_offset
 
     async def _do(self, step: Step) -> None:
         partition = self.partition

@@ -572,6 +572,21 @@ class ClusterNode:
                     topics.add(topic)
         return topics
 
+    def caught_up(self, topic: str) -> bool:
+        """Whether every partition of ``topic`` here holds what its leader had committed
+        when this node started copying it (or this node leads it, settled)."""
+        local = self.storage.topic(topic)
+        if local is None:
+            return False
+        for partition in local.partitions:
+            role = self.roles.get((topic, partition.partition))
+            if isinstance(role, LeaderRole):
+                if not (role.active and role.replica.high_watermark_settled):
+                    return False
+            elif not (isinstance(role, FollowerRole) and role.caught_up):
+                return False
+        return True
+
     def coordinates(self, name: str) -> bool:
         """Whether this node is the subscription's coordinator, under its current lease."""
         coordinator = self.coordinators.get(name)
@@ -608,8 +623,14 @@ class ClusterNode:
         for name in sorted(self.subscriptions):
             mine = self.coordinates(name)
             if mine and name not in running:
+                topic = self._topic_of(name)
                 try:
                     cursor = await self.etcd.get(cursors_prefix(self.name) + name)
+                    if cursor is None and topic is not None and not self.caught_up(topic):
+                        # A new subscription starts at "latest" (or a time) as the
+                        # leaders have it: wait until this node's copies hold that (the
+                        # next pass, within half a second, looks again).
+                        continue
                     await host.adopt(
                         name, self.subscriptions[name], cursor.value if cursor else None
                     )

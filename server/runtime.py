@@ -127,16 +127,26 @@ class EngineHost:
     """A cluster node's subscriptions (cluster/node.py SubscriptionHost): the delivery
     engine runs those this node coordinates, with their webhook dispatchers."""
 
-    def __init__(self, engine: DeliveryEngine, webhooks: WebhookDispatchers) -> None:
+    def __init__(
+        self,
+        engine: DeliveryEngine,
+        webhooks: WebhookDispatchers,
+        replicate: Callable[[str, bytes], None],
+    ) -> None:
         self.engine = engine
         self.webhooks = webhooks
+        self._replicate = replicate  # a cursor to etcd
 
     def running(self) -> set[str]:
         return set(self.engine.names())
 
     async def adopt(self, name: str, config: bytes, cursor: bytes | None) -> None:
         settings = SubscriptionConfig.from_storage(orjson.loads(config))
-        await self.engine.adopt(name, settings, decode_snapshot(cursor) if cursor else None)
+        start = await self.engine.adopt(name, settings, decode_snapshot(cursor) if cursor else None)
+        if cursor is None:
+            # Where a new subscription starts is fixed now, for every later coordinator
+            # ("latest" must not move if this node dies before the first ack).
+            self._replicate(name, encode_snapshot(start))
         self.webhooks.ensure(name)
 
     async def release(self, name: str) -> None:
@@ -212,7 +222,7 @@ class Runtime:
             await webhooks.start()
             if cluster is not None:
                 self.tails.on_first, self.tails.on_last = cluster.tail_opened, cluster.tail_closed
-                cluster.bind_subscriptions(EngineHost(engine, webhooks))
+                cluster.bind_subscriptions(EngineHost(engine, webhooks, cluster.cursor_saved))
         except BaseException:
             await self._close_cluster()
             await storage.close()

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from herald import Consumer, Producer
+from herald import Consumer, Producer, Tail
 from tests.cluster.nodes import HeraldCluster
 from tests.webhooks.receiver import Answer, Received, Receiver, body_json
 
@@ -256,3 +256,69 @@ def test_a_webhook_subscription_goes_on_from_the_next_coordinator(
     again = [v for v, at in lock_free if v in early and at > kill]
     assert again == [], f"{len(again)} record(s) acked > 1 s before the kill pushed again"
     assert set(answered) == set(range(count + count // 2))
+
+
+def test_a_tail_on_a_node_without_a_replica_shows_every_record(
+    herald_cluster: HeraldCluster,
+) -> None:
+    # replication_factor 1: each partition lives on one node only. A tail on any node
+    # still shows every record of every partition (the node observes the partitions it
+    # lacks while the tail is open), once each, in order per partition.
+    cluster = herald_cluster
+    cluster.create_topic("solo", partitions=3, replication_factor=1, min_insync_replicas=1)
+    leaders = {cluster.partition_state("solo", p)["leader"] for p in range(3)}
+    assert leaders == {"n1", "n2", "n3"}  # spread: every node lacks two partitions
+    count = 300
+
+    async def tail_all() -> dict[str, list[tuple[int, int, int]]]:
+        seen: dict[str, list[tuple[int, int, int]]] = {}
+
+        async def one(node: str) -> None:
+            rows = seen.setdefault(node, [])
+            async with Tail(cluster.nodes[node].url, "solo", start="earliest", limit=count) as tail:
+                async with asyncio.timeout(60):
+                    async for message in tail:
+                        rows.append((message.partition, message.offset, int(message.value)))
+
+        tails = [asyncio.create_task(one(n)) for n in ("n1", "n2", "n3")]
+        await asyncio.sleep(1.0)  # the tails are open (and observing) before the records
+        await publish([cluster.nodes["n1"].url], "solo", count)
+        await asyncio.gather(*tails)
+        return seen
+
+    seen = asyncio.run(tail_all())
+    for node, rows in seen.items():
+        assert sorted(v for _, _, v in rows) == list(range(count)), node
+        for partition in range(3):
+            offsets = [o for p, o, _ in rows if p == partition]
+            assert offsets == sorted(offsets) == list(range(len(offsets))), (node, partition)
+
+
+def test_start_latest_is_where_the_leaders_are_whichever_node_coordinates(
+    herald_cluster: HeraldCluster,
+) -> None:
+    # replication_factor 1: the coordinator lacks two of the three partitions and copies
+    # them only once it runs the subscription; "latest" is still the leaders' end.
+    cluster = herald_cluster
+    cluster.create_topic("late", partitions=3, replication_factor=1, min_insync_replicas=1)
+    asyncio.run(publish([cluster.nodes["n1"].url], "late", 90))
+    created = cluster.put("n2", "/v1/subscriptions/late-sub", {"topic": "late", "start": "latest"})
+    assert created.status_code == 201, created.text
+    wait_coordinated(cluster, "late-sub")
+    asyncio.run(publish([cluster.nodes["n3"].url], "late", 30, first=90))
+
+    async def take() -> list[int]:
+        values: list[int] = []
+        consumer = Consumer(cluster.nodes["n1"].url, "late-sub", credit=100)
+        try:
+            async with asyncio.timeout(30):
+                async for message in consumer:
+                    values.append(int(message.value))
+                    await message.ack()
+                    if len(values) == 30:
+                        break
+        finally:
+            await consumer.close()
+        return values
+
+    assert sorted(asyncio.run(take())) == list(range(90, 120))

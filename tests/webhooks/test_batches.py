@@ -306,12 +306,9 @@ def test_patch_switches_batches_on_and_off_live(herald_url: str, unique: Any) ->
         assert stats(herald_url, name)["endpoint_requests_total"] == len(received) == 4
     assert all(r.verified for r in received)
     forms = [("messages" in (r.message or {}), r.ids()) for r in received]
-    assert forms == [
-        (False, ["0-0"]),
-        (False, ["0-1"]),
-        (True, ["0-2", "0-3", "0-4"]),
-        (False, ["0-5"]),
-    ]
+    # The first two go out side by side (push.max_in_flight > 1): either may land first.
+    assert sorted(forms[:2]) == [(False, ["0-0"]), (False, ["0-1"])]
+    assert forms[2:] == [(True, ["0-2", "0-3", "0-4"]), (False, ["0-5"])]
     assert received[2].headers["webhook-id"] == f"{name}:0-2:3"
     assert received[3].headers["webhook-id"] == f"{name}:0-5"
 
