@@ -89,12 +89,16 @@ async def _coordinator(state: Services, name: str) -> str | None:
     """None when this node runs the subscription (once it does); else its coordinator's URL."""
     cluster = state.cluster
     assert cluster is not None
-    if cluster.coordinates(name):
-        await cluster.wait_applied(lambda: name in state.engine.names())
+    if cluster.coordinates(name) or (
+        cluster.coordinator_url(name) is None
+        and await cluster.wait_coordinated(name) is not None
+        and cluster.coordinates(name)
+    ):
+        if not await cluster.wait_applied(lambda: name in state.engine.names()):
+            # Claimed here, not yet started (its copies catching up): come back shortly.
+            raise LeaderUnavailable(f"subscription {name!r} is starting; try again")
         return None
-    url = cluster.coordinator_url(name) or await cluster.wait_coordinated(name)
-    if cluster.coordinates(name):
-        return None
+    url = cluster.coordinator_url(name)
     if url is None:
         raise LeaderUnavailable(f"subscription {name!r} has no live coordinator; try again")
     return url
