@@ -73,16 +73,20 @@ class CoordinatorRouting:
             if scope["type"] == "http":
                 await herald_error_response(exc)(scope, receive, send)
             else:
-                await WebSocket(scope, receive, send).close(
-                    CloseCode.SERVICE_RESTART, exc.detail[:120]
-                )
+                await _refuse(WebSocket(scope, receive, send), exc.detail)
             return
         if url is None:
             await self.app(scope, receive, send)  # this node coordinates it
         elif scope["type"] == "http":
             await _forward_http(state, url, scope, receive, send)
         else:
-            await _relay(url, WebSocket(scope, receive, send))
+            client = WebSocket(scope, receive, send)
+            try:
+                await _relay(url, client)
+            except Exception:
+                log.exception("relaying a consumer of %s to %s failed", name, url)
+                if client.client_state.name == "CONNECTING":
+                    await _refuse(client, "the subscription's coordinator is unreachable")
 
 
 async def _coordinator(state: Services, name: str) -> str | None:
@@ -159,9 +163,7 @@ async def _relay(url: str, client: WebSocket) -> None:
         upstream = await connect(target, additional_headers=headers, max_size=None, open_timeout=5)
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
         log.info("relaying a consumer to %s: %s", url, exc)
-        await client.close(
-            CloseCode.SERVICE_RESTART, "the subscription's coordinator is unreachable"
-        )
+        await _refuse(client, "the subscription's coordinator is unreachable")
         return
     await client.accept()
     code, reason = int(CloseCode.SERVICE_RESTART), "the subscription's coordinator went away"
