@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from storage import encryption
 from storage.batch import (
     HEADER_SIZE,
     REC_DELAYED,
@@ -22,6 +23,7 @@ from storage.batch import (
 )
 from storage.errors import CorruptLog
 from storage.partition import Partition
+from storage.partition_log import LogConfig, PartitionLog
 from storage.record import MAX_DELAY_MS, Acks, NewRecord, ValueKind
 from storage.writer import WriterPool
 
@@ -73,6 +75,15 @@ def test_unknown_record_flags_are_corruption():
         decode(bytes(data))
 
 
+def test_an_encrypted_batch_keeps_the_delay():
+    encryption.configure(encryption.Keyring.parse(encryption.new_key_line(1)))
+    try:
+        sealed = encode_batch(0, [NewRecord(b"x", delay_ms=10), NewRecord(b"y")], 1).data
+        assert [r.deliver_at for r in decode(sealed)] == [11, None]
+    finally:
+        encryption.configure(None)
+
+
 def test_a_delay_beyond_the_maximum_is_refused():
     with pytest.raises(ValueError):
         encode_batch(0, [NewRecord(b"x", delay_ms=MAX_DELAY_MS + 1)], 1)
@@ -96,3 +107,15 @@ async def test_deliver_at_survives_a_reopen(tmp_path, pool):
     assert partition.read_cached(0, 10, 10**6) is None
     assert await partition.read(0, 10, 10**6) == cached
     await partition.close()
+
+
+def test_a_truncation_inside_a_batch_keeps_the_delays_it_rewrites(tmp_path):
+    log = PartitionLog(tmp_path / "t" / "0", 0, LogConfig())
+    batch = [NewRecord(b"a", delay_ms=100), NewRecord(b"b"), NewRecord(b"c", delay_ms=5)]
+    log.append(batch, 1000)
+    log.truncate_to(2)  # rewrites the first two records of the batch
+    assert [(r.value, r.deliver_at) for r in log.read(0, 10, 10**6)] == [
+        (b"a", 1100),
+        (b"b", None),
+    ]
+    log.close()
