@@ -151,6 +151,8 @@ export function subscriptionsPage(main) {
       row("Delivery", pause(sub), "sub-pause"),
       row("Backlog", num(sub.stats.backlog), "sub-backlog"),
       row("In flight", num(sub.stats.in_flight)),
+      // PROTOCOL §8 delayed delivery: read, waiting for their deliver_at (in the backlog).
+      row("Delayed", num(sub.stats.delayed ?? 0), "sub-delayed"),
       row("Delivered", `${num(sub.stats.delivered_total)} (${compact(r.delivered || 0)}/s)`),
       row("Acked", `${num(sub.stats.acked_total)} (${compact(r.acked || 0)}/s)`, "sub-acked"),
       row("Redelivered", `${num(sub.stats.redelivered_total)} (${compact(r.redelivered || 0)}/s)`),
