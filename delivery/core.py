@@ -511,6 +511,8 @@ class SubscriptionCore:
         # waits out a retry delay beside them.
         if len(self._redelivery) and not self._in_flight:
             return PauseReason.BACKOFF
+        if self._delayed and not self._in_flight:
+            return PauseReason.DELAYED
         return PauseReason.NONE
 
     @property

@@ -70,6 +70,7 @@ class PauseReason(enum.Enum):
     NO_CREDIT = "no_credit"
     MAX_IN_FLIGHT = "max_in_flight"
     BACKOFF = "backoff"
+    DELAYED = "delayed"  # PROTOCOL §8: what is left waits for its deliver_at
 
 
 @dataclass(frozen=True, slots=True)

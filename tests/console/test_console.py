@@ -242,8 +242,11 @@ def test_a_subscription_shows_its_delayed_records(herald_url: str, page: Any) ->
         # A pull reads the log: the plain record goes, the delayed one is set aside.
         pulled = http.post("/v1/subscriptions/later/pull", json={"wait_ms": 1000})
         assert [m["value"] for m in pulled.json()["messages"]] == [2]
+        acked = http.post("/v1/subscriptions/later/ack", json={"ids": ["0-1"]})
+        assert acked.json()["ok"] == ["0-1"]
     page.goto(f"{herald_url}/console/#/subscriptions")
     page.click("tr[data-subscription=later]")
     wait_for_text(page, "sub-delayed", "1")
-    wait_for_text(page, "sub-backlog", "2")
+    wait_for_text(page, "sub-pause", "waiting: delayed records")
+    wait_for_text(page, "sub-backlog", "1")
     assert page.console_errors == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from delivery.config import SubscriptionConfig
 from delivery.core import SubscriptionCore
+from delivery.events import PauseReason
 
 from .harness import Harness
 
@@ -107,6 +108,16 @@ def test_the_look_ahead_is_bounded_and_reading_resumes_as_records_come_due():
     assert h.core.stats().delayed == 2
     h.advance(2)
     assert h.ids("c1") == ["0-0", "0-3", "0-1", "0-2"]
+
+
+def test_the_pause_reason_says_delayed_when_only_delayed_records_wait():
+    h = Harness(delays=True)
+    h.publish(delay_ms=5000)
+    h.publish()
+    h.attach("c1", credit=10)
+    assert h.core.pause_reason() is PauseReason.NONE  # 0-1 in flight
+    h.ack("0-1")
+    assert h.core.pause_reason() is PauseReason.DELAYED
 
 
 def test_a_seek_drops_delayed_records():

@@ -8,6 +8,7 @@ const PAUSE = {
   no_credit: ["paused: no consumer credit", "warn"],
   max_in_flight: ["paused: max_in_flight reached", "warn"],
   backoff: ["paused: backoff", "warn"],
+  delayed: ["waiting: delayed records", "ok"],
   circuit_open: ["paused: webhook circuit open", "bad"],
 };
 
