@@ -174,6 +174,12 @@ def _publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--header", action="append", metavar="NAME=VALUE", type=_header, help="repeatable"
     )
     publish.add_argument("--partition", type=int)
+    publish.add_argument(
+        "--delay-ms",
+        type=int,
+        metavar="MS",
+        help="deliver to subscriptions no earlier than MS after the append (0..2592000000)",
+    )
 
 
 def _update_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -431,6 +437,7 @@ async def _run_publish(args: argparse.Namespace) -> None:
                     key=args.key,
                     headers=headers,
                     partition=args.partition,
+                    delay_ms=args.delay_ms,
                 )
                 for line in chunk
             ]

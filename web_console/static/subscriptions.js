@@ -8,6 +8,7 @@ const PAUSE = {
   no_credit: ["paused: no consumer credit", "warn"],
   max_in_flight: ["paused: max_in_flight reached", "warn"],
   backoff: ["paused: backoff", "warn"],
+  delayed: ["waiting: delayed records", "ok"],
   circuit_open: ["paused: webhook circuit open", "bad"],
 };
 
@@ -151,6 +152,8 @@ export function subscriptionsPage(main) {
       row("Delivery", pause(sub), "sub-pause"),
       row("Backlog", num(sub.stats.backlog), "sub-backlog"),
       row("In flight", num(sub.stats.in_flight)),
+      // PROTOCOL §8 delayed delivery: read, waiting for their deliver_at (in the backlog).
+      row("Delayed", num(sub.stats.delayed ?? 0), "sub-delayed"),
       row("Delivered", `${num(sub.stats.delivered_total)} (${compact(r.delivered || 0)}/s)`),
       row("Acked", `${num(sub.stats.acked_total)} (${compact(r.acked || 0)}/s)`, "sub-acked"),
       row("Redelivered", `${num(sub.stats.redelivered_total)} (${compact(r.redelivered || 0)}/s)`),
