@@ -104,6 +104,7 @@ export function editPanel(sub, onSaved) {
   const form = h("form", {
     id: "edit-form",
     novalidate: true,
+    oninput: (event) => { event.currentTarget.dataset.touched = "1"; },
     onsubmit: async (event) => {
       event.preventDefault();
       clearProblem(error);

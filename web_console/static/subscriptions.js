@@ -44,6 +44,11 @@ export function subscriptionsPage(main) {
   let selected = null;
   let rendered = null;  // the name whose detail is on screen
   let ticks = 0;
+  // The config the detail was drawn with; after a save, the one the snapshots should
+  // catch up to (one taken before the PATCH may still arrive) and until when to wait.
+  let drawnConfig = null;
+  let awaited = null;
+  let awaitedUntil = 0;
   const table = h("div.panel", { id: "subs-table" });
   const detail = h("div", { id: "sub-detail" });
   const create = createForm((made) => { toast(`Subscription ${made.name} ready`); selectItem("subscriptions", made.name); });
@@ -132,6 +137,7 @@ export function subscriptionsPage(main) {
         return;
       }
       if (sub && rendered !== sub.name) { show(sub); return; }
+      if (sub && changedElsewhere(sub)) { render(sub); return; }
       const stats = document.getElementById("sub-stats");
       if (sub && stats) patchChildren(stats, statRows(sub));
       const size = document.getElementById("dlq-size");
@@ -221,8 +227,18 @@ export function subscriptionsPage(main) {
       "earlier records are skipped, later ones are delivered again, including those already acked.";
   }
 
+  // Changed by someone else (the CLI, another tab): drawn again, unless the settings
+  // form is being edited (the user's typing wins; saving sends only what differs).
+  function changedElsewhere(sub) {
+    const now = JSON.stringify(sub.config);
+    if (awaited && (now === awaited || Date.now() > awaitedUntil)) awaited = null;
+    return !awaited && now !== drawnConfig && !document.getElementById("edit-form")?.dataset.touched;
+  }
+
   // PROTOCOL §8: PATCH answers with the GET body; the detail is drawn again from it.
   function saved(body, changed) {
+    awaited = JSON.stringify(body.config);
+    awaitedUntil = Date.now() + 5000;
     const latest = store.snapshot?.subscriptions.find((x) => x.name === body.name);
     show({ ...(latest || {}), ...body, stats: { ...(latest?.stats || {}), ...body.stats }, config: body.config });
     const text = `Saved: ${changed.join(", ")}.`;
@@ -231,6 +247,7 @@ export function subscriptionsPage(main) {
   }
 
   function render(sub) {
+    drawnConfig = JSON.stringify(sub.config);
     const n = encodeURIComponent(sub.name);
     const when = h("input", { id: "seek-time", type: "datetime-local", step: 1 });
     const seek = async (target, label) => {
