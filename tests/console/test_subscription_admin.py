@@ -114,6 +114,13 @@ def test_editing_a_subscription_patches_it_and_shows_the_servers_errors(
     expect(page.locator("#sub-backlog")).to_have_text("1")
     expect(page.locator("#edit-max_deliveries")).to_have_value("9")
     expect(page.locator("#edit-max_in_flight")).to_have_value("77")
+    # What is not a number is said so, not sent as an empty field (a reset to the default).
+    sent = len(patches)
+    page.fill("#edit-max_deliveries", "")
+    page.type("#edit-max_deliveries", "1e")
+    page.click("#edit-save")
+    expect(error).to_contain_text("Max deliveries (0: never) is not a number")
+    assert len(patches) == sent
     assert only_refused_requests(page.console_errors)
 
 

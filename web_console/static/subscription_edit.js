@@ -108,6 +108,13 @@ export function editPanel(sub, onSaved) {
     onsubmit: async (event) => {
       event.preventDefault();
       clearProblem(error);
+      // A number field holding what is not a number reads as "": that would be a null,
+      // a reset to the default the user never asked for.
+      const garbled = [...form.querySelectorAll("input[type=number]")].find((i) => i.validity.badInput);
+      if (garbled) {
+        showProblem(error, new Error(`${garbled.closest("label")?.firstChild?.textContent || garbled.id} is not a number`));
+        return;
+      }
       const body = patch();
       if (!Object.keys(body).length) { result.textContent = "Nothing changed."; return; }
       result.textContent = "Saving…";
