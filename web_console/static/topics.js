@@ -177,7 +177,7 @@ function topicDetail(topic) {
     const held = latest.partitions.reduce((n, p) => n + p.end_offset - p.start_offset, 0);
     const subs = (store.snapshot?.subscriptions || []).filter((s) => s.topic === topic.name).map((s) => s.name);
     const ok = await confirmDialog(`Delete topic ${topic.name}?`,
-      `Its ${plural(held, "record")} are deleted for good` +
+      (held === 1 ? "Its one record is deleted for good" : `Its ${plural(held, "record")} are deleted for good`) +
       (subs.length ? `, and its ${plural(subs.length, "subscription")} with it: ${subs.join(", ")}.` : ".") +
       " This cannot be undone.", "Delete");
     if (!ok) return;
