@@ -448,6 +448,14 @@ def _redrive_request() -> dict[str, Any]:
             "max_records": _nullable(
                 _int(v.REDRIVE_MAX_RECORDS, default=redrive.DEFAULT_MAX_RECORDS)
             ),
+            "reason": _nullable(
+                {
+                    "type": "string",
+                    "maxLength": redrive.MAX_REASON,
+                    "description": "only the dead letters whose herald-source-last-error "
+                    'is exactly this ("" also matches records without it)',
+                }
+            ),
         },
         description="optional: no body is all defaults",
     )
@@ -779,7 +787,7 @@ def _attempts() -> dict[str, Any]:
 
 
 def _redrive_response() -> dict[str, Any]:
-    counts = ("scanned", "republished", "duplicates", "skipped")
+    counts = ("scanned", "republished", "duplicates", "skipped", "other_reasons")
     return _object(
         {"subscription": _NAME, "dead_letter_topic": _NAME, **{k: _COUNT for k in counts}},
         ("subscription", "dead_letter_topic", *counts),

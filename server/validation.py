@@ -843,19 +843,25 @@ def _parse_breaker(value: Any) -> Breaker:
 class RedriveRequest:
     rate: int = redrive.DEFAULT_RATE
     max_records: int = redrive.DEFAULT_MAX_RECORDS
+    reason: str | None = None  # only the dead letters whose last error is this one
 
 
 def parse_redrive(body: Any) -> RedriveRequest:
     """`POST /v1/subscriptions/{name}/redrive` (docs/protocol.md): an optional body
-    `{"rate": 1..10000, "max_records": 1..1000000}`."""
+    `{"rate": 1..10000, "max_records": 1..1000000, "reason": "…"}`."""
     obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"rate", "max_records"}), "the redrive request")
-    values: dict[str, int] = {}
+    _check_fields(obj, frozenset({"rate", "max_records", "reason"}), "the redrive request")
+    rate, max_records = redrive.DEFAULT_RATE, redrive.DEFAULT_MAX_RECORDS
     if (v := _given(obj, "rate")) is not _MISSING:
-        values["rate"] = _int_in(v, "rate", REDRIVE_RATE)
+        rate = _int_in(v, "rate", REDRIVE_RATE)
     if (v := _given(obj, "max_records")) is not _MISSING:
-        values["max_records"] = _int_in(v, "max_records", REDRIVE_MAX_RECORDS)
-    return RedriveRequest(**values)
+        max_records = _int_in(v, "max_records", REDRIVE_MAX_RECORDS)
+    reason = None
+    if (v := _given(obj, "reason")) is not _MISSING:
+        reason = _as_str(v, "reason")
+        if len(reason) > redrive.MAX_REASON:
+            raise ValidationError(f"reason is over {redrive.MAX_REASON} characters")
+    return RedriveRequest(rate, max_records, reason)
 
 
 # ---------------------------------------------------------------- pull (PROTOCOL §8)

@@ -151,6 +151,11 @@ def _subscriptions(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     redrive.add_argument("subscription")
     redrive.add_argument("--rate", type=int, help="records per second (1..10000)")
     redrive.add_argument("--max-records", type=int, help="at most this many (1..1000000)")
+    redrive.add_argument(
+        "--reason",
+        help="only the dead letters whose herald-source-last-error is exactly this "
+        "(e.g. 'http 500', 'timeout', a nack's reason)",
+    )
 
 
 def _publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -401,7 +406,9 @@ async def _subs_update(args: argparse.Namespace) -> Any:
 
 async def _subs_redrive(args: argparse.Namespace) -> Any:
     async with Admin(args.url, args.token) as admin:
-        return await admin.redrive(args.subscription, rate=args.rate, max_records=args.max_records)
+        return await admin.redrive(
+            args.subscription, rate=args.rate, max_records=args.max_records, reason=args.reason
+        )
 
 
 async def _subs_get(args: argparse.Namespace) -> Any:
