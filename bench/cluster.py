@@ -23,6 +23,10 @@ Figures:
   and back in the ISR in between); the issue's target is node_ttl_ms + 2 s. Once more
   through the SDK: a Producer given every node's URL (the leader's first) sending one
   record at a time, its retries honouring Retry-After.
+- ``consume`` and ``coordinator`` (issue 15, bench/cluster_subscriptions.py): records/s
+  end to end through the SDK with the consumer on another node than the producer and
+  the subscription's coordinator (relayed), RF 3; and kill -9 of a subscription's
+  coordinator to the first redelivered record.
 - ``catch-up``: a follower killed, ``--catchup-mib`` MiB (1 GiB) published at acks=all
   while it is down, then restarted: from its start to its return to the ISR, and MiB/s.
 
@@ -53,6 +57,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent / "client"))
 sys.path.insert(0, str(_HERE.parent))
 
+from bench.cluster_subscriptions import consume_throughput, coordinator_failover  # noqa: E402
 from herald import Producer, Tail  # noqa: E402
 from tests.cluster.nodes import HeraldCluster  # noqa: E402
 from tests.conftest import HeraldProcess  # noqa: E402
@@ -280,11 +285,11 @@ def main() -> None:
     parser.add_argument("--failovers", type=int, default=3)
     parser.add_argument("--catchup-mib", type=int, default=1024)
     parser.add_argument("--node-ttl-ms", type=int, default=5000)
-    parser.add_argument(
-        "--only", choices=["throughput", "latency", "failover", "catchup"], action="append"
-    )
+    parser.add_argument("--records", type=int, default=100_000, help="for consume")
+    figures = ["throughput", "latency", "failover", "consume", "coordinator", "catchup"]
+    parser.add_argument("--only", choices=figures, action="append")
     args = parser.parse_args()
-    only = set(args.only or ["throughput", "latency", "failover", "catchup"])
+    only = set(args.only or figures)
     root = Path(tempfile.mkdtemp(prefix="herald-cluster-bench-"))
     print(f"3 nodes + etcd on {os.cpu_count()} CPUs, data under {root}", flush=True)
     try:
@@ -297,6 +302,10 @@ def main() -> None:
                 publish_to_deliver(cluster, args.rate, args.seconds)
             if "failover" in only:
                 failover(cluster, args.failovers)
+            if "consume" in only:
+                consume_throughput(cluster, args.records)
+            if "coordinator" in only:
+                coordinator_failover(cluster, args.failovers)
             if "catchup" in only:
                 catch_up(cluster, args.catchup_mib)
     finally:

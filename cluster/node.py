@@ -563,6 +563,13 @@ class ClusterNode:
         topic = config.get("topic") if isinstance(config, dict) else None
         return topic if isinstance(topic, str) else None
 
+    def _start_of(self, name: str) -> object:
+        try:
+            config = orjson.loads(self.subscriptions[name])
+        except (KeyError, orjson.JSONDecodeError):
+            return None
+        return config.get("start") if isinstance(config, dict) else None
+
     def _observed_topics(self) -> set[str]:
         topics = {t for t, n in self._tails.items() if n > 0}
         for name in self.subscriptions:
@@ -626,7 +633,12 @@ class ClusterNode:
                 topic = self._topic_of(name)
                 try:
                     cursor = await self.etcd.get(cursors_prefix(self.name) + name)
-                    if cursor is None and topic is not None and not self.caught_up(topic):
+                    if (
+                        cursor is None
+                        and topic is not None
+                        and self._start_of(name) != "earliest"
+                        and not self.caught_up(topic)
+                    ):
                         # A new subscription starts at "latest" (or a time) as the
                         # leaders have it: wait until this node's copies hold that (the
                         # next pass, within half a second, looks again).

@@ -8,10 +8,12 @@ records it asked for, calls it on acks/credit/timers, and carries out what it de
 - ``pump(now)``: deliveries to hand to consumer sinks, within credit and max_in_flight;
 - ``take_reads()``: log reads it needs (first deliveries by range, redeliveries by offset);
 - ``take_dead_letters()``: records to dead-letter (report back with ``dead_letter_done``);
-- ``next_wakeup()``: when the nearest deadline or backoff ends.
+- ``next_wakeup()``: when the nearest deadline, backoff or delayed record's deliver_at
+  comes.
 
 It keeps no backlog in memory: only records in flight (≤ max_in_flight), a bounded read
-buffer, and small refs for records waiting for redelivery or for their key.
+buffer, and small refs for records waiting for redelivery, for their key, or for their
+deliver_at (PROTOCOL §8 delayed delivery; at most MAX_DELAYED of those).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from delivery.config import DeliveryMode, SubscriptionConfig
 from delivery.credit import Consumers
 from delivery.cursor import PartitionState
 from delivery.dead_letter import ACK_DEADLINE, BEFORE_RESTART, DISCONNECT, NACKED
+from delivery.delay import DelayQueue
 from delivery.events import (
     DeadLetter,
     Delivery,
@@ -42,6 +45,10 @@ from storage.cursors import CursorSnapshot
 from storage.record import Record, slot_constructor
 
 READ_BATCH = 1000  # most records one ReadRequest asks for
+# Delayed records one subscription keeps as refs, waiting for their deliver_at: the
+# look-ahead of PROTOCOL §8 delayed delivery. Past it, a partition's first deliveries wait
+# at the next delayed record (still in the log) until one of those held comes due.
+MAX_DELAYED = 10_000
 DEAD_LETTER_RETRY_S = 1.0  # a failed dead-letter publish is tried again after this
 _delivery = slot_constructor(Delivery)  # per sent record: skips the frozen __init__
 
@@ -55,9 +62,18 @@ class SubscriptionCore:
         cursor: CursorSnapshot,
         *,
         rand: Callable[[], float] = random.random,
+        wall_ms: Callable[[], int] | None = None,
+        max_delayed: int = MAX_DELAYED,
     ) -> None:
+        """``wall_ms``: the wall clock (ms since the epoch) that deliver_at is compared
+        with; None sends delayed records at once (an ephemeral tail: PROTOCOL §8 delays
+        first sends to subscriptions only)."""
         self.config = config
         self._rand = rand
+        self._wall_ms = wall_ms
+        self._max_delayed = max_delayed
+        self._delayed = DelayQueue()  # PROTOCOL §8: waiting for their deliver_at
+        self._now = 0.0  # the clock at the last tick or pump: deliver_at -> a wake-up time
         self._at_most_once = config.delivery is DeliveryMode.AT_MOST_ONCE
         self._deadline_s = config.ack_deadline_ms / 1000
         self._max_in_flight = config.max_in_flight
@@ -186,7 +202,18 @@ class SubscriptionCore:
     # ------------------------------------------------------------------ time
 
     def tick(self, now: float) -> None:
-        """Expire deadlines and release records whose backoff is over."""
+        """Expire deadlines and release records whose backoff is over or whose
+        deliver_at has come."""
+        self._now = now
+        if self._delayed and self._wall_ms is not None:
+            for ref in self._delayed.pop_due(self._wall_ms()):
+                state = self._parts.get(ref.partition)
+                if state is None or state.epoch != ref.epoch:
+                    continue  # a seek dropped it
+                if state.is_done(ref.offset):
+                    self._release_ref_key(ref)
+                    continue
+                self._refetch_wait.append(ref)
         for entry in self._in_flight.pop_expired(now):
             self._give_back(entry, now, None, ACK_DEADLINE)
         for ref in self._redelivery.pop_ready(now):
@@ -200,13 +227,11 @@ class SubscriptionCore:
             self._refetch_wait.append(ref)
 
     def next_wakeup(self) -> float | None:
-        deadline = self._in_flight.next_deadline()
-        ready = self._redelivery.next_ready()
-        if deadline is None:
-            return ready
-        if ready is None:
-            return deadline
-        return min(deadline, ready)
+        times = [self._in_flight.next_deadline(), self._redelivery.next_ready()]
+        due = self._delayed.next_due()
+        if due is not None and self._wall_ms is not None:
+            times.append(self._now + max(0, due - self._wall_ms()) / 1000)
+        return min((t for t in times if t is not None), default=None)
 
     # ------------------------------------------------------------------ the log
 
@@ -247,6 +272,12 @@ class SubscriptionCore:
             else:
                 kept.append(item)
         self._refetched = kept
+        if self._delayed:
+            # Delayed records may wait for days: free their room now.
+            for ref in self._delayed.remove_where(
+                lambda r: r.partition == partition and r.offset < start_offset
+            ):
+                self._release_ref_key(ref)
         # Refs waiting for backoff, refetch or their key are checked when they come due.
 
     def take_reads(self) -> list[ReadRequest | RefetchRequest]:
@@ -324,6 +355,7 @@ class SubscriptionCore:
     def pump(self, now: float) -> list[tuple[str, list[Delivery]]]:
         """Hand out what credit and max_in_flight allow (PROTOCOL §3 Rules): redeliveries
         first (they are older), then first deliveries, each partition in offset order."""
+        self._now = now
         room = self._room()
         if room <= 0:
             return []
@@ -331,6 +363,7 @@ class SubscriptionCore:
         refetched = self._refetched
         max_deliveries = self._max_deliveries
         match = self._match
+        wall_now = self._wall_now()
         while refetched and len(picked) < room:
             record, prior, epoch = refetched.popleft()
             if match is not None and not match(record):
@@ -338,12 +371,19 @@ class SubscriptionCore:
                 self._filter_out(record)
                 self._release_record_key(record)
                 continue
+            deliver_at = record.deliver_at
+            if deliver_at is not None and deliver_at > wall_now:
+                # A delayed record that waited for its key: it holds the key now, and
+                # waits for its deliver_at (PROTOCOL §8).
+                ref = RedeliveryRef(record.partition, record.offset, prior, epoch, record.key)
+                self._delayed.schedule(deliver_at, ref)
+                continue
             if max_deliveries and prior >= max_deliveries:
                 self._dead_letter(record, prior, epoch)
                 continue
             picked.append((record, prior + 1))
         if len(picked) < room and self._buffered:
-            self._pick_first_deliveries(picked, room)
+            self._pick_first_deliveries(picked, room, wall_now)
         if not picked:
             return []
         return self._send(picked, now)
@@ -393,6 +433,7 @@ class SubscriptionCore:
         self._refetched = deque(i for i in self._refetched if i[0].partition not in targets)
         self._prior = {ref: n for ref, n in self._prior.items() if ref[0] not in targets}
         self._last_error = {r: e for r, e in self._last_error.items() if r[0] not in targets}
+        self._delayed.remove_where(lambda r: r.partition in targets)
         # Refs in the redelivery heap and pending dead letters carry the old epoch.
         if self._gate is not None:
             for key, ref in self._gate.drop_partitions(targets):
@@ -410,7 +451,7 @@ class SubscriptionCore:
         for entry in self._in_flight:
             attempts[(entry.record.partition, entry.record.offset)] = entry.attempt
         current = {p: state.epoch for p, state in self._parts.items()}
-        for ref in [*self._redelivery.refs(), *self._refetch_wait]:
+        for ref in [*self._redelivery.refs(), *self._refetch_wait, *self._delayed.refs()]:
             if current.get(ref.partition) == ref.epoch and ref.prior:
                 attempts[(ref.partition, ref.offset)] = ref.prior
         for record, prior, epoch in self._refetched:
@@ -448,6 +489,7 @@ class SubscriptionCore:
             dead_lettered_total=self.dead_lettered_total,
             expired_total=self.expired_total,
             filtered_total=self.filtered_total,
+            delayed=len(self._delayed),
             partitions=tuple(PartitionStats(p, s.ack_floor) for p, s in self._parts.items()),
         )
 
@@ -469,9 +511,20 @@ class SubscriptionCore:
         # waits out a retry delay beside them.
         if len(self._redelivery) and not self._in_flight:
             return PauseReason.BACKOFF
+        if self._delayed and not self._in_flight:
+            return PauseReason.DELAYED
         return PauseReason.NONE
 
+    @property
+    def delayed(self) -> int:
+        """Records read from the log and waiting for their deliver_at (PROTOCOL §8)."""
+        return len(self._delayed)
+
     # ------------------------------------------------------------------ internals
+
+    def _wall_now(self) -> int:
+        """The wall clock for deliver_at; with delays off (a tail) every record is due."""
+        return _NO_DELAYS if self._wall_ms is None else self._wall_ms()
 
     def _room(self) -> int:
         # PROTOCOL §3 Rules: a record is sent only while the consumer has credit and the
@@ -583,9 +636,12 @@ class SubscriptionCore:
             room -= n
             requests.append(ReadRequest(state.partition, state.fetch_offset, n, state.epoch))
 
-    def _pick_first_deliveries(self, picked: list[tuple[Record, int]], room: int) -> None:
+    def _pick_first_deliveries(
+        self, picked: list[tuple[Record, int]], room: int, wall_now: int
+    ) -> None:
         """Take first deliveries from the partition buffers, round-robin across
-        partitions; within a partition in offset order (PROTOCOL §3 Rules)."""
+        partitions; within a partition in offset order (PROTOCOL §3 Rules). A record
+        whose deliver_at is after ``wall_now`` is set aside as a ref (PROTOCOL §8)."""
         parts = [s for s in self._parts.values() if s.buffer]
         if not parts:
             return
@@ -595,6 +651,7 @@ class SubscriptionCore:
         prior_of = self._prior
         max_deliveries = self._max_deliveries
         match = self._match
+        delayed = self._delayed
         want = room - len(picked)
         consumed = 0
         while want > 0 and parts:
@@ -606,6 +663,7 @@ class SubscriptionCore:
                 done = state.done
                 limit = min(share, want)
                 taken = 0
+                stalled = False
                 while buffer and taken < limit:
                     record = buffer.popleft()
                     consumed += 1
@@ -619,6 +677,26 @@ class SubscriptionCore:
                             prior_of.pop((p, offset), None)
                         continue
                     key = record.key
+                    deliver_at = record.deliver_at
+                    if deliver_at is not None and deliver_at > wall_now:
+                        # PROTOCOL §8: not sent before deliver_at; later records of other
+                        # keys go on, later records of its key wait behind it.
+                        if len(delayed) >= self._max_delayed:
+                            buffer.appendleft(record)  # no room: wait here, in the log
+                            consumed -= 1
+                            stalled = True
+                            break
+                        if (
+                            gate is not None
+                            and key is not None
+                            and not gate.try_take(key, (p, offset))
+                        ):
+                            continue  # waits behind its key; its delay is checked again
+                        prior = prior_of.pop((p, offset), 0) if prior_of else 0
+                        delayed.schedule(
+                            deliver_at, RedeliveryRef(p, offset, prior, state.epoch, key)
+                        )
+                        continue
                     if gate is not None and key is not None and not gate.try_take(key, (p, offset)):
                         continue  # waits, as a ref, behind its key (PROTOCOL §2)
                     prior = prior_of.pop((p, offset), 0) if prior_of else 0
@@ -628,7 +706,7 @@ class SubscriptionCore:
                     picked.append((record, prior + 1))
                     taken += 1
                 want -= taken
-                if buffer:
+                if buffer and not stalled:
                     still.append(state)
                 if want <= 0:
                     break
@@ -672,6 +750,9 @@ class SubscriptionCore:
         self.delivered_total += index
         self.redelivered_total += redelivered
         return out
+
+
+_NO_DELAYS = 2**63  # a wall clock past every deliver_at: nothing waits
 
 
 def _matcher(config: SubscriptionConfig) -> Matcher | None:

@@ -8,10 +8,98 @@ never be sent again. Snapshots use storage/cursors.py's half-open ranges.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
+from collections.abc import Iterable
 
-from storage.cursors import PartitionCursor, offsets_to_ranges, ranges_to_offsets
+from storage.cursors import PartitionCursor, Range
 from storage.record import Record
+
+
+class OffsetRuns:
+    """A set of offsets kept as sorted, disjoint, non-adjacent half-open runs.
+
+    The done offsets above an ack floor: usually a few gaps, but a record that stays
+    unacked for long (a delayed record waiting days for its deliver_at, PROTOCOL §8)
+    keeps the floor below it while everything after it is acked — one run, however many
+    offsets, instead of a set of millions of ints (and of a sort per cursor flush).
+    """
+
+    __slots__ = ("_count", "_ends", "_starts")
+
+    def __init__(self, runs: Iterable[Range] = ()) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._count = 0
+        for start, end in runs:
+            if end > start:
+                self._starts.append(start)
+                self._ends.append(end)
+                self._count += end - start
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __contains__(self, offset: int) -> bool:
+        i = bisect_right(self._starts, offset)
+        return i > 0 and offset < self._ends[i - 1]
+
+    def add(self, offset: int) -> bool:
+        """Add ``offset``; False if it was there already."""
+        starts, ends = self._starts, self._ends
+        i = bisect_right(starts, offset)
+        if i > 0 and offset < ends[i - 1]:
+            return False
+        joins_left = i > 0 and ends[i - 1] == offset
+        joins_right = i < len(starts) and starts[i] == offset + 1
+        if joins_left and joins_right:
+            ends[i - 1] = ends[i]
+            del starts[i], ends[i]
+        elif joins_left:
+            ends[i - 1] = offset + 1
+        elif joins_right:
+            starts[i] = offset
+        else:
+            starts.insert(i, offset)
+            ends.insert(i, offset + 1)
+        self._count += 1
+        return True
+
+    def take_run_at(self, offset: int) -> int:
+        """If a run starts at ``offset``, remove it and return its end; else ``offset``.
+        For an ack floor: nothing is stored below ``offset``."""
+        if self._starts and self._starts[0] == offset:
+            end = self._ends[0]
+            del self._starts[0], self._ends[0]
+            self._count -= end - offset
+            return end
+        return offset
+
+    def remove_below(self, offset: int) -> int:
+        """Remove every offset below ``offset``; returns how many there were."""
+        starts, ends = self._starts, self._ends
+        removed = 0
+        i = 0
+        while i < len(starts) and ends[i] <= offset:
+            removed += ends[i] - starts[i]
+            i += 1
+        del starts[:i], ends[:i]
+        if starts and starts[0] < offset:
+            removed += offset - starts[0]
+            starts[0] = offset
+        self._count -= removed
+        return removed
+
+    def clear(self) -> None:
+        self._starts.clear()
+        self._ends.clear()
+        self._count = 0
+
+    def runs(self) -> tuple[Range, ...]:
+        return tuple(zip(self._starts, self._ends, strict=True))
 
 
 class PartitionState:
@@ -34,13 +122,15 @@ class PartitionState:
         self.ack_floor = cursor.ack_floor
         # Done offsets above the floor: only the gaps left by records still in flight or
         # waiting, so this stays small; the floor swallows runs as they close.
-        self.done: set[int] = set(ranges_to_offsets(cursor.acked))
+        self.done = OffsetRuns(cursor.acked)
+        self.done.remove_below(self.ack_floor)
+        self.ack_floor = self.done.take_run_at(self.ack_floor)
         # Next offset to read for a first delivery; everything in [floor, fetch_offset)
         # not done is in flight, waiting for redelivery, held by key or buffered.
-        self.fetch_offset = cursor.ack_floor
+        self.fetch_offset = self.ack_floor
         self.buffer: deque[Record] = deque()  # read, not yet sent; offsets ascending
         self.start_offset = 0
-        self.end_offset = cursor.ack_floor
+        self.end_offset = self.ack_floor
         self.reading = False  # a ReadRequest is out
         # Bumped by a seek: reads, redelivery refs and dead letters of an older epoch
         # are stale and dropped when they come back.
@@ -50,18 +140,12 @@ class PartitionState:
         """Record that ``offset`` will never be sent again; False if it already was."""
         floor = self.ack_floor
         if offset == floor:
-            floor += 1
             done = self.done
-            if done:
-                while floor in done:
-                    done.remove(floor)
-                    floor += 1
-            self.ack_floor = floor
+            self.ack_floor = done.take_run_at(floor + 1) if done else floor + 1
             return True
-        if offset < floor or offset in self.done:
+        if offset < floor:
             return False
-        self.done.add(offset)
-        return True
+        return self.done.add(offset)
 
     def is_done(self, offset: int) -> bool:
         return offset < self.ack_floor or offset in self.done
@@ -74,7 +158,7 @@ class PartitionState:
         return self.fetch_offset < self.end_offset
 
     def snapshot(self) -> PartitionCursor:
-        return PartitionCursor(self.ack_floor, offsets_to_ranges(sorted(self.done)))
+        return PartitionCursor(self.ack_floor, self.done.runs())
 
     def reset(self, offset: int) -> int:
         """Seek: replay from ``offset`` (PROTOCOL §2 seek). Returns buffered records dropped."""
@@ -93,13 +177,9 @@ class PartitionState:
         self.start_offset = max(self.start_offset, start)
         if start <= self.ack_floor:
             return 0, 0
-        below = [offset for offset in self.done if offset < start]
-        expired = start - self.ack_floor - len(below)
-        self.done.difference_update(below)
-        self.ack_floor = start
-        while self.ack_floor in self.done:
-            self.done.remove(self.ack_floor)
-            self.ack_floor += 1
+        below = self.done.remove_below(start)
+        expired = start - self.ack_floor - below
+        self.ack_floor = self.done.take_run_at(start)
         dropped = 0
         buffer = self.buffer
         if self.fetch_offset < start:

@@ -431,7 +431,7 @@ class DeliveryEngine:
     def _open_runtime(
         self, name: str, config: SubscriptionConfig, topic: Topic, cursor: CursorSnapshot
     ) -> None:
-        core = SubscriptionCore(config, cursor)
+        core = SubscriptionCore(config, cursor, wall_ms=self._wall_ms)
         runtime = SubscriptionRuntime(name, config, topic, core, self.storage, self._clock)
         self._runtimes[name] = runtime
         runtime.refresh_bounds()

@@ -70,6 +70,7 @@ class PauseReason(enum.Enum):
     NO_CREDIT = "no_credit"
     MAX_IN_FLIGHT = "max_in_flight"
     BACKOFF = "backoff"
+    DELAYED = "delayed"  # PROTOCOL §8: what is left waits for its deliver_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class SubscriptionStats:
     expired_total: int
     partitions: tuple[PartitionStats, ...]
     filtered_total: int = 0  # PROTOCOL §8: acked unsent, not matching the filter
+    delayed: int = 0  # PROTOCOL §8: read, waiting for their deliver_at
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +106,7 @@ class SubscriptionStats:
             "dead_lettered_total": self.dead_lettered_total,
             "expired_total": self.expired_total,
             "filtered_total": self.filtered_total,
+            "delayed": self.delayed,
             "partitions": [
                 {"partition": p.partition, "ack_floor": p.ack_floor} for p in self.partitions
             ],

@@ -31,7 +31,9 @@ class FilterError(BadRequest):
     """A malformed filter; ``position`` is where (0-based) the fault is."""
 
     def __init__(self, message: str, position: int) -> None:
-        super().__init__(f"filter: {message} at position {position}")
+        # The position is also a problem member (docs/protocol.md "Filter"): the console
+        # points at it without parsing the detail.
+        super().__init__(f"filter: {message} at position {position}", position=position)
         self.position = position
 
 

@@ -8,7 +8,10 @@ subscription's topic are republished there with their value, key and headers
 (without the ``herald-source-*`` ones), at most ``rate`` per second; others are
 skipped. Each republished record's id is derived from its dead-letter offset, so a
 retried redrive is deduplicated (PROTOCOL §2 ``id``) instead of publishing twice.
-One redrive per subscription at a time.
+Given a ``reason``, only the records whose ``herald-source-last-error`` is exactly that
+are republished (PROTOCOL §8 "Dead letters say why": the console redrives one reason's
+records); a record without the header has the reason ``""``. One redrive per
+subscription at a time.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from delivery.dead_letter import SOURCE_HEADER_PREFIX, SOURCE_TOPIC
+from delivery.dead_letter import SOURCE_HEADER_PREFIX, SOURCE_LAST_ERROR, SOURCE_TOPIC
 from delivery.engine import DeliveryEngine
 from storage.errors import HeraldError, TopicNotFound
 from storage.record import Acks, NewRecord, Record
@@ -32,6 +35,7 @@ DEFAULT_MAX_RECORDS = 10_000
 MAX_RECORDS = 1_000_000
 BATCH = 100  # records read and republished at once
 READ_BYTES = 1 << 22
+MAX_REASON = 4096  # characters of a `reason` to redrive (longer than any a dead letter says)
 
 
 class RedriveConflict(HeraldError):
@@ -44,7 +48,8 @@ class RedriveResult:
     scanned: int
     republished: int
     duplicates: int
-    skipped: int
+    skipped: int  # dead-lettered from another topic
+    other_reasons: int  # from this topic, left because their reason is not the one asked
 
 
 def redriven_record(record: Record, dlq: str) -> NewRecord:
@@ -79,8 +84,10 @@ class Redrives:
         rate: int = DEFAULT_RATE,
         max_records: int = DEFAULT_MAX_RECORDS,
         stopping: Callable[[], bool] = lambda: False,
+        reason: str | None = None,
     ) -> RedriveResult:
-        """Redrive ``subscription``'s dead letters; ``stopping`` ends it early (SIGTERM).
+        """Redrive ``subscription``'s dead letters (only those whose last error is
+        ``reason``, when given); ``stopping`` ends it early (SIGTERM).
 
         Raises SubscriptionNotFound, TopicNotFound (its topic or dead-letter topic is
         gone) or RedriveConflict (no dead_letter_topic; a redrive of it is running)."""
@@ -93,7 +100,7 @@ class Redrives:
             raise RedriveConflict(f"a redrive of {subscription!r} is already running")
         self._running.add(subscription)
         try:
-            return await self._scan(dlq, source, rate, max_records, stopping)
+            return await self._scan(dlq, source, rate, max_records, stopping, reason)
         finally:
             self._running.discard(subscription)
 
@@ -104,10 +111,16 @@ class Redrives:
         return topic
 
     async def _scan(
-        self, dlq: Topic, source: Topic, rate: int, limit: int, stopping: Callable[[], bool]
+        self,
+        dlq: Topic,
+        source: Topic,
+        rate: int,
+        limit: int,
+        stopping: Callable[[], bool],
+        reason: str | None,
     ) -> RedriveResult:
         ends = [p.end_offset for p in dlq.partitions]  # the end as of now: it always ends
-        scanned = republished = duplicates = skipped = 0
+        scanned = republished = duplicates = skipped = other_reasons = 0
         started = self._clock()
         for partition, end in zip(dlq.partitions, ends, strict=True):
             offset = partition.start_offset
@@ -122,6 +135,10 @@ class Redrives:
                 scanned += len(records)
                 mine = [r for r in records if r.headers.get(SOURCE_TOPIC) == source.name]
                 skipped += len(records) - len(mine)
+                if reason is not None:
+                    wanted = [r for r in mine if r.headers.get(SOURCE_LAST_ERROR, "") == reason]
+                    other_reasons += len(mine) - len(wanted)
+                    mine = wanted
                 if mine:
                     items = [PublishItem(redriven_record(r, dlq.name)) for r in mine]
                     results = await source.publish(items, Acks.ALL)
@@ -132,4 +149,4 @@ class Redrives:
                 ahead = scanned / rate - (self._clock() - started)
                 if ahead > 0:
                     await self._sleep(ahead)
-        return RedriveResult(dlq.name, scanned, republished, duplicates, skipped)
+        return RedriveResult(dlq.name, scanned, republished, duplicates, skipped, other_reasons)

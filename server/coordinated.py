@@ -73,28 +73,36 @@ class CoordinatorRouting:
             if scope["type"] == "http":
                 await herald_error_response(exc)(scope, receive, send)
             else:
-                await WebSocket(scope, receive, send).close(
-                    CloseCode.SERVICE_RESTART, exc.detail[:120]
-                )
+                await _refuse(WebSocket(scope, receive, send), exc.detail)
             return
         if url is None:
             await self.app(scope, receive, send)  # this node coordinates it
         elif scope["type"] == "http":
             await _forward_http(state, url, scope, receive, send)
         else:
-            await _relay(url, WebSocket(scope, receive, send))
+            client = WebSocket(scope, receive, send)
+            try:
+                await _relay(url, client)
+            except Exception:
+                log.exception("relaying a consumer of %s to %s failed", name, url)
+                if client.client_state.name == "CONNECTING":
+                    await _refuse(client, "the subscription's coordinator is unreachable")
 
 
 async def _coordinator(state: Services, name: str) -> str | None:
     """None when this node runs the subscription (once it does); else its coordinator's URL."""
     cluster = state.cluster
     assert cluster is not None
-    if cluster.coordinates(name):
-        await cluster.wait_applied(lambda: name in state.engine.names())
+    if cluster.coordinates(name) or (
+        cluster.coordinator_url(name) is None
+        and await cluster.wait_coordinated(name) is not None
+        and cluster.coordinates(name)
+    ):
+        if not await cluster.wait_applied(lambda: name in state.engine.names()):
+            # Claimed here, not yet started (its copies catching up): come back shortly.
+            raise LeaderUnavailable(f"subscription {name!r} is starting; try again")
         return None
-    url = cluster.coordinator_url(name) or await cluster.wait_coordinated(name)
-    if cluster.coordinates(name):
-        return None
+    url = cluster.coordinator_url(name)
     if url is None:
         raise LeaderUnavailable(f"subscription {name!r} has no live coordinator; try again")
     return url
@@ -155,9 +163,7 @@ async def _relay(url: str, client: WebSocket) -> None:
         upstream = await connect(target, additional_headers=headers, max_size=None, open_timeout=5)
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
         log.info("relaying a consumer to %s: %s", url, exc)
-        await client.close(
-            CloseCode.SERVICE_RESTART, "the subscription's coordinator is unreachable"
-        )
+        await _refuse(client, "the subscription's coordinator is unreachable")
         return
     await client.accept()
     code, reason = int(CloseCode.SERVICE_RESTART), "the subscription's coordinator went away"

@@ -100,6 +100,7 @@ _SUBSCRIPTION_FAMILIES = (
     ("herald_filtered_records_total", "filtered_total", "counter", "Records acked unsent: not matching the subscription's filter."),
     ("herald_backlog_records", "backlog", "gauge", "Records not yet acked, in-flight included."),
     ("herald_in_flight_records", "in_flight", "gauge", "Records sent and not yet acked."),
+    ("herald_delayed_records", "delayed", "gauge", "Records read and waiting for their deliver_at (delay_ms)."),
     ("herald_consumers", "consumers", "gauge", "Consumers attached to the subscription."),
     # Push subscriptions only (docs/protocol.md "Webhook push").
     ("herald_webhook_requests_total", "endpoint_requests_total", "counter", "Webhook POSTs answered, failed or timed out."),

@@ -197,6 +197,14 @@ def _message() -> dict[str, Any]:
                 )
             ),
             "id": _nullable({"type": "string", "minLength": 1, "maxLength": v.MAX_ID_CHARS}),
+            "delay_ms": _nullable(
+                _int(
+                    v.DELAY_MS,
+                    description="PROTOCOL §8 delayed delivery: appended at once, first sent to "
+                    "subscriptions no earlier than the record's timestamp + delay_ms "
+                    "(its deliver_at); 0 or absent: no delay",
+                )
+            ),
         },
         description="exactly one of value (null included) and value_b64",
         # `"value": null` is a value; `"value_b64": null` is absent (PROTOCOL §1, §2).
@@ -440,6 +448,14 @@ def _redrive_request() -> dict[str, Any]:
             "max_records": _nullable(
                 _int(v.REDRIVE_MAX_RECORDS, default=redrive.DEFAULT_MAX_RECORDS)
             ),
+            "reason": _nullable(
+                {
+                    "type": "string",
+                    "maxLength": redrive.MAX_REASON,
+                    "description": "only the dead letters whose herald-source-last-error "
+                    'is exactly this ("" also matches records without it)',
+                }
+            ),
         },
         description="optional: no body is all defaults",
     )
@@ -521,6 +537,11 @@ def _record() -> dict[str, Any]:
             "partition": _COUNT,
             "offset": _COUNT,
             "timestamp": _int(v.TIMESTAMP, description="broker append time, ms since the epoch"),
+            "deliver_at": _int(
+                v.TIMESTAMP,
+                description="PROTOCOL §8: timestamp + delay_ms of a record published with a "
+                "delay_ms > 0 (absent otherwise); not sent to subscriptions before it",
+            ),
             "key": {"type": ["string", "null"]},
             "headers": _STRINGS,
             "value": {"description": "any JSON value"},
@@ -766,7 +787,7 @@ def _attempts() -> dict[str, Any]:
 
 
 def _redrive_response() -> dict[str, Any]:
-    counts = ("scanned", "republished", "duplicates", "skipped")
+    counts = ("scanned", "republished", "duplicates", "skipped", "other_reasons")
     return _object(
         {"subscription": _NAME, "dead_letter_topic": _NAME, **{k: _COUNT for k in counts}},
         ("subscription", "dead_letter_topic", *counts),

@@ -211,7 +211,11 @@ async def redrive(request: Request) -> Response:
     wanted = parse_redrive(await json_body(request, optional=True))
     state = services(request)
     result = await state.redrives.run(
-        name, wanted.rate, wanted.max_records, stopping=state.stopping.is_set
+        name,
+        wanted.rate,
+        wanted.max_records,
+        stopping=state.stopping.is_set,
+        reason=wanted.reason,
     )
     return json_response({"subscription": name, **asdict(result)})
 

@@ -3,6 +3,8 @@ pull with its ack and nack."""
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -60,7 +62,8 @@ async def _create_in_cluster(
     created = await cluster.create_subscription(name, orjson.dumps(config.to_storage()))
     url = await cluster.wait_coordinated(name)
     if cluster.coordinates(name):
-        await cluster.wait_applied(lambda: name in state.engine.names())
+        if not await cluster.wait_applied(lambda: name in state.engine.names()):
+            raise LeaderUnavailable(f"subscription {name!r} is starting; try again")
         if not created:
             state.engine.existing(name, config)  # 409 when it differs
         return json_response(
@@ -70,11 +73,18 @@ async def _create_in_cluster(
         raise LeaderUnavailable(f"subscription {name!r} has no coordinator yet; try again")
     headers = {k: v for k, v in request.headers.items()}
     method, body = ("GET", b"") if created else ("PUT", await request.body())
-    answer = await peers.forward(url, method, request.url.path, b"", body, headers)
+    for _ in range(_STARTING_TRIES):
+        answer = await peers.forward(url, method, request.url.path, b"", body, headers)
+        if answer.status_code != 503:
+            break
+        await asyncio.sleep(0.5)  # its coordinator is starting it: bounded, then the 503
     status = 201 if created and answer.status_code == 200 else answer.status_code
     return Response(
         answer.content, status_code=status, media_type=answer.headers.get("content-type")
     )
+
+
+_STARTING_TRIES = 20
 
 
 async def list_subscriptions(request: Request) -> Response:

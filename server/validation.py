@@ -51,7 +51,14 @@ from storage.errors import (
     MessageTooLarge,
     ValidationError,
 )
-from storage.record import Acks, NewRecord, ValueKind, message_size, new_record
+from storage.record import (
+    MAX_DELAY_MS,
+    Acks,
+    NewRecord,
+    ValueKind,
+    message_size,
+    new_record,
+)
 from storage.topic import PublishItem
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
@@ -113,6 +120,7 @@ PUSH_URL_PATTERN = (
 # Every integer range of PROTOCOL §2-§4 and docs/protocol.md, in one place.
 PARTITIONS = IntRange(1, MAX_PARTITIONS)
 PARTITION = IntRange(0, MAX_PARTITIONS - 1)  # one named in a published message
+DELAY_MS = IntRange(0, MAX_DELAY_MS)  # PROTOCOL §8 delayed delivery, 30 days
 DEDUP_WINDOW_MS = IntRange(1000, 604_800_000)
 REPLICATION_FACTOR = IntRange(1, 16)  # PROTOCOL §7; also at most the live nodes
 MIN_INSYNC_REPLICAS = IntRange(1, 16)  # at most replication_factor
@@ -320,7 +328,7 @@ class PublishBatch:
     total_bytes: int
 
 
-_MESSAGE_FIELDS = frozenset({"value", "value_b64", "key", "headers", "partition", "id"})
+_MESSAGE_FIELDS = frozenset({"value", "value_b64", "key", "headers", "partition", "id", "delay_ms"})
 _EMPTY_HEADERS: Mapping[str, str] = {}
 
 
@@ -431,7 +439,7 @@ def _parse_message(
             raise MessageTooLarge(
                 f"a message of {len(value)} bytes is over max_message_bytes ({max_message_bytes})"
             )
-        return new_record(value, ValueKind.JSON, None, _EMPTY_HEADERS, None), None
+        return new_record(value, ValueKind.JSON, None, _EMPTY_HEADERS, None, 0), None
     if not isinstance(message, dict):
         raise BadRequest("a message must be a JSON object")
     if not message.keys() <= _MESSAGE_FIELDS:
@@ -466,12 +474,14 @@ def _parse_message(
         producer_id = _as_str(producer_id, "id")
         if not 1 <= len(producer_id) <= MAX_ID_CHARS:
             raise ValidationError(f"id must be 1..{MAX_ID_CHARS} characters")
+    delay_ms = message.get("delay_ms")
+    delay_ms = 0 if delay_ms is None else _int_in(delay_ms, "delay_ms", DELAY_MS)
     size = message_size(value, key, headers)
     if size > max_message_bytes:
         raise MessageTooLarge(
             f"a message of {size} bytes is over max_message_bytes ({max_message_bytes})"
         )
-    return new_record(value, kind, key, headers, producer_id), partition
+    return new_record(value, kind, key, headers, producer_id, delay_ms), partition
 
 
 # ---------------------------------------------------------------- read
@@ -833,19 +843,25 @@ def _parse_breaker(value: Any) -> Breaker:
 class RedriveRequest:
     rate: int = redrive.DEFAULT_RATE
     max_records: int = redrive.DEFAULT_MAX_RECORDS
+    reason: str | None = None  # only the dead letters whose last error is this one
 
 
 def parse_redrive(body: Any) -> RedriveRequest:
     """`POST /v1/subscriptions/{name}/redrive` (docs/protocol.md): an optional body
-    `{"rate": 1..10000, "max_records": 1..1000000}`."""
+    `{"rate": 1..10000, "max_records": 1..1000000, "reason": "…"}`."""
     obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"rate", "max_records"}), "the redrive request")
-    values: dict[str, int] = {}
+    _check_fields(obj, frozenset({"rate", "max_records", "reason"}), "the redrive request")
+    rate, max_records = redrive.DEFAULT_RATE, redrive.DEFAULT_MAX_RECORDS
     if (v := _given(obj, "rate")) is not _MISSING:
-        values["rate"] = _int_in(v, "rate", REDRIVE_RATE)
+        rate = _int_in(v, "rate", REDRIVE_RATE)
     if (v := _given(obj, "max_records")) is not _MISSING:
-        values["max_records"] = _int_in(v, "max_records", REDRIVE_MAX_RECORDS)
-    return RedriveRequest(**values)
+        max_records = _int_in(v, "max_records", REDRIVE_MAX_RECORDS)
+    reason = None
+    if (v := _given(obj, "reason")) is not _MISSING:
+        reason = _as_str(v, "reason")
+        if len(reason) > redrive.MAX_REASON:
+            raise ValidationError(f"reason is over {redrive.MAX_REASON} characters")
+    return RedriveRequest(rate, max_records, reason)
 
 
 # ---------------------------------------------------------------- pull (PROTOCOL §8)

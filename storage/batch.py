@@ -19,15 +19,20 @@ All integers are little-endian. Layout::
       u32  offset_delta
       i64  timestamp
       u8   kind          ValueKind
-      u8   reserved
+      u8   flags         record flags: REC_DELAYED; 0 for a plain record
       u16  header_count
       i32  key_len       -1: null key
       i32  producer_len  -1: no producer id
       u32  value_len
+      u32  delay_ms      only when flags has REC_DELAYED
       key, producer id, headers (u32 name_len, u32 value_len, name, value)*, value
 
 Everything a reader needs to find offsets and timestamps stays in the header, so a later
 encryption of the record section leaves scanning, indexing and retention untouched.
+A delayed record (PROTOCOL §8 delayed delivery) sets REC_DELAYED in its flags byte —
+written 0 by every earlier version, so old segments read as records without a delay —
+and carries its delay_ms right after the fixed fields; deliver_at is the record's
+timestamp + delay_ms. A record without a delay is laid out byte for byte as before.
 The leader epoch (Kafka's partition leader epoch, KIP-101) lets a returning replica find
 where its log diverged from the current leader's; every field of version 1 keeps its
 position in version 2, which only appends the epoch to the header.
@@ -45,7 +50,7 @@ import crc32c
 
 from storage import encryption
 from storage.errors import CorruptLog
-from storage.record import NewRecord, Record, ValueKind
+from storage.record import MAX_DELAY_MS, NewRecord, Record, ValueKind
 
 MAGIC = 0x49  # version 2, written by this code
 MAGIC_V1 = 0x48  # version 1: no leader epoch (read as epoch 0)
@@ -59,6 +64,8 @@ _HEADER_SIZES = {MAGIC: HEADER_SIZE, MAGIC_V1: HEADER_V1_SIZE}
 _MAGIC_AT = 8
 _CRC_START = 8  # the CRC covers the batch from the magic byte on
 _RECORD = struct.Struct("<IqBBHiiI")
+_DELAY = struct.Struct("<I")
+REC_DELAYED = 0x01  # record flag: a u32 delay_ms follows the fixed fields
 _HEADER_PAIR = struct.Struct("<II")
 _KINDS = (ValueKind.JSON, ValueKind.BYTES)
 _MAX_EPOCH = 2**31 - 1
@@ -130,18 +137,23 @@ def encode_batch(
         key = None if record.key is None else record.key.encode()
         producer = None if record.producer_id is None else record.producer_id.encode()
         headers = record.headers
+        delay = record.delay_ms
         append(
             pack(
                 delta,
                 ts,
                 record.kind,
-                0,
+                REC_DELAYED if delay else 0,
                 len(headers),
                 -1 if key is None else len(key),
                 -1 if producer is None else len(producer),
                 len(record.value),
             )
         )
+        if delay:
+            if not 0 < delay <= MAX_DELAY_MS:
+                raise ValueError(f"delay_ms must be in 0..{MAX_DELAY_MS}")
+            append(_DELAY.pack(delay))
         if key:
             append(key)
         if producer:
@@ -195,6 +207,7 @@ _set_kind = _slots["kind"].__set__
 _set_key = _slots["key"].__set__
 _set_headers = _slots["headers"].__set__
 _set_producer = _slots["producer_id"].__set__
+_set_deliver_at = _slots["deliver_at"].__set__
 
 
 def _record(
@@ -206,6 +219,7 @@ def _record(
     key: str | None,
     headers: Mapping[str, str],
     producer_id: str | None,
+    deliver_at: int | None,
 ) -> Record:
     record = _new_record(Record)
     _set_partition(record, partition)
@@ -216,6 +230,7 @@ def _record(
     _set_key(record, key)
     _set_headers(record, headers)
     _set_producer(record, producer_id)
+    _set_deliver_at(record, deliver_at)
     return record
 
 
@@ -225,7 +240,15 @@ def make_records(
     """The Records an append of ``records`` at ``first_offset`` made."""
     return [
         _record(
-            partition, first_offset + i, timestamp, r.value, r.kind, r.key, r.headers, r.producer_id
+            partition,
+            first_offset + i,
+            timestamp,
+            r.value,
+            r.kind,
+            r.key,
+            r.headers,
+            r.producer_id,
+            timestamp + r.delay_ms if r.delay_ms else None,
         )
         for i, r in enumerate(records)
     ]
@@ -291,8 +314,14 @@ def decode_batch(
     out: list[Record] = []
     try:
         for _ in range(header.record_count):
-            delta, ts, kind, _r, nheaders, klen, plen, vlen = unpack(view, p)
+            delta, ts, kind, flags, nheaders, klen, plen, vlen = unpack(view, p)
             p += rsize
+            deliver_at = None
+            if flags:
+                if flags != REC_DELAYED:
+                    raise CorruptLog(f"unknown record flags {flags:#x} in batch at {pos}")
+                deliver_at = ts + _DELAY.unpack_from(view, p)[0]
+                p += 4
             key = None
             if klen >= 0:
                 key = str(view[p : p + klen], "utf-8")
@@ -316,6 +345,7 @@ def decode_batch(
                         key,
                         headers,
                         producer,
+                        deliver_at,
                     )
                 )
             p = value_end

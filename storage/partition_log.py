@@ -474,4 +474,6 @@ def _expired(segment: LogSegment, cutoff: int) -> bool:
 
 
 def _as_new(record: Record) -> NewRecord:
-    return NewRecord(record.value, record.kind, record.key, record.headers, record.producer_id)
+    return NewRecord(
+        record.value, record.kind, record.key, record.headers, record.producer_id, record.delay_ms
+    )

@@ -11,6 +11,9 @@ from typing import Any, TypeVar
 _T = TypeVar("_T")
 
 
+MAX_DELAY_MS = 2_592_000_000  # PROTOCOL §8: delay_ms is 0..30 days (fits a u32 on disk)
+
+
 class ValueKind(enum.IntEnum):
     """How a record's value was published; it comes back in the same form."""
 
@@ -35,6 +38,9 @@ class NewRecord:
     key: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     producer_id: str | None = None
+    # PROTOCOL §8 delayed delivery: first sent to subscriptions no earlier than the
+    # append timestamp + delay_ms (0: no delay, no deliver_at).
+    delay_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,14 @@ class Record:
     key: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     producer_id: str | None = None
+    # PROTOCOL §8: timestamp + delay_ms of a delayed record; None for one published
+    # without delay_ms (or with 0).
+    deliver_at: int | None = None
+
+    @property
+    def delay_ms(self) -> int:
+        """The delay it was published with (0 when none), as NewRecord carries it."""
+        return 0 if self.deliver_at is None else self.deliver_at - self.timestamp
 
     @property
     def id(self) -> str:

@@ -143,6 +143,7 @@ class WebhookDispatcher:
 
     async def run(self) -> None:
         await self.attempts.load()
+        self._restore_last_answer()
         history = asyncio.create_task(self._keep_history(), name=f"herald-attempts-{self.name}")
         try:
             await self._deliver()
@@ -153,6 +154,14 @@ class WebhookDispatcher:
                 await self.attempts.remove()
             else:
                 await self.attempts.flush()
+
+    def _restore_last_answer(self) -> None:
+        """`last_status` and `last_error` survive a restart, kill -9 included (within the
+        attempt log's flush interval): they are those of the newest attempt kept on disk
+        (docs/protocol.md, webhook stats)."""
+        last = self.attempts.last
+        if last is not None and self.policy.requests_total == 0:
+            self.policy.last_status, self.policy.last_error = last.status, last.error
 
     async def _keep_history(self) -> None:
         while True:

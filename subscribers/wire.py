@@ -33,6 +33,7 @@ def record_json(
             record.partition,
             record.offset,
             record.timestamp,
+            b"" if record.deliver_at is None else b',"deliver_at":%d' % record.deliver_at,
             b"null" if record.key is None else orjson.dumps(record.key),
             orjson.dumps(record.headers) if record.headers else b"{}",
             _delivery_members(subscription, attempt),
@@ -44,9 +45,11 @@ def record_json(
         "partition": record.partition,
         "offset": record.offset,
         "timestamp": record.timestamp,
-        "key": record.key,
-        "headers": record.headers,
     }
+    if record.deliver_at is not None:
+        head["deliver_at"] = record.deliver_at  # PROTOCOL §8: only on a delayed record
+    head["key"] = record.key
+    head["headers"] = record.headers
     if attempt is not None:
         if subscription is not None:
             head["subscription"] = subscription
@@ -57,7 +60,7 @@ def record_json(
 
 # "id" is Record.id ("{partition}-{offset}", PROTOCOL §1), formatted in place.
 _JSON_RECORD = (
-    b'{"topic":%s,"id":"%d-%d","partition":%d,"offset":%d,"timestamp":%d,'
+    b'{"topic":%s,"id":"%d-%d","partition":%d,"offset":%d,"timestamp":%d%s,'
     b'"key":%s,"headers":%s%s,"value":%s}'
 )
 

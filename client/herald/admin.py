@@ -160,15 +160,18 @@ class Admin:
         return result
 
     async def redrive(
-        self, name: str, *, rate: int | None = None, max_records: int | None = None
+        self,
+        name: str,
+        *,
+        rate: int | None = None,
+        max_records: int | None = None,
+        reason: str | None = None,
     ) -> dict[str, Any]:
         """Republish the subscription's dead-letter topic to its topic (docs/protocol.md):
-        `{"scanned", "republished", "duplicates", "skipped", …}`."""
-        body = {
-            field: value
-            for field, value in (("rate", rate), ("max_records", max_records))
-            if value is not None
-        }
+        `{"scanned", "republished", "duplicates", "skipped", "other_reasons", …}`. With
+        ``reason``, only the dead letters whose `herald-source-last-error` is exactly it."""
+        given = (("rate", rate), ("max_records", max_records), ("reason", reason))
+        body = {field: value for field, value in given if value is not None}
         result: dict[str, Any] = await self._call(
             "POST", f"{_subscription(name)}/redrive", body=body
         )

@@ -151,6 +151,11 @@ def _subscriptions(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     redrive.add_argument("subscription")
     redrive.add_argument("--rate", type=int, help="records per second (1..10000)")
     redrive.add_argument("--max-records", type=int, help="at most this many (1..1000000)")
+    redrive.add_argument(
+        "--reason",
+        help="only the dead letters whose herald-source-last-error is exactly this "
+        "(e.g. 'http 500', 'timeout', a nack's reason)",
+    )
 
 
 def _publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -174,6 +179,12 @@ def _publish(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--header", action="append", metavar="NAME=VALUE", type=_header, help="repeatable"
     )
     publish.add_argument("--partition", type=int)
+    publish.add_argument(
+        "--delay-ms",
+        type=int,
+        metavar="MS",
+        help="deliver to subscriptions no earlier than MS after the append (0..2592000000)",
+    )
 
 
 def _update_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -395,7 +406,9 @@ async def _subs_update(args: argparse.Namespace) -> Any:
 
 async def _subs_redrive(args: argparse.Namespace) -> Any:
     async with Admin(args.url, args.token) as admin:
-        return await admin.redrive(args.subscription, rate=args.rate, max_records=args.max_records)
+        return await admin.redrive(
+            args.subscription, rate=args.rate, max_records=args.max_records, reason=args.reason
+        )
 
 
 async def _subs_get(args: argparse.Namespace) -> Any:
@@ -431,6 +444,7 @@ async def _run_publish(args: argparse.Namespace) -> None:
                     key=args.key,
                     headers=headers,
                     partition=args.partition,
+                    delay_ms=args.delay_ms,
                 )
                 for line in chunk
             ]

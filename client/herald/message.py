@@ -74,6 +74,14 @@ class Message:
         return timestamp
 
     @property
+    def deliver_at(self) -> int | None:
+        """ms since the epoch before which the record was not sent to subscriptions: its
+        timestamp + the `delay_ms` it was published with; None without a delay
+        (PROTOCOL §8 delayed delivery)."""
+        deliver_at: int | None = self._data.get("deliver_at")
+        return deliver_at
+
+    @property
     def key(self) -> str | None:
         key: str | None = self._data.get("key")
         return key
@@ -115,6 +123,10 @@ class Message:
             "partition": self.partition,
             "offset": self.offset,
             "timestamp": self.timestamp,
+        }
+        if self.deliver_at is not None:
+            data["deliver_at"] = self.deliver_at
+        data |= {
             "key": self.key,
             "headers": self.headers,
             "subscription": self.subscription,

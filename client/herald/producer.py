@@ -132,14 +132,17 @@ class Producer:
         headers: Mapping[str, str] | None = None,
         partition: int | None = None,
         id: str | None = None,
+        delay_ms: int | None = None,
     ) -> asyncio.Future[SendResult | None]:
         """Queue one record and return the future of its result, without waiting.
-        `bytes` go as `value_b64`; anything else as a JSON `value`."""
+        `bytes` go as `value_b64`; anything else as a JSON `value`. `delay_ms`
+        (0..2592000000): the record is appended at once but first sent to subscriptions
+        no earlier than its timestamp + delay_ms, its `deliver_at` (PROTOCOL §8)."""
         if self._closed:
             raise RuntimeError("producer is closed")
         if self._pending >= self.max_pending:
             raise ProducerBufferFullError(self.max_pending)
-        message = _encode(value, key, headers, partition, id)
+        message = _encode(value, key, headers, partition, id, delay_ms)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult | None] = loop.create_future()
         self._pending += 1  # given back when its request is answered (_publish)
@@ -168,8 +171,10 @@ class Producer:
         headers: Mapping[str, str] | None = None,
         partition: int | None = None,
         id: str | None = None,
+        delay_ms: int | None = None,
     ) -> SendResult | None:
-        """Publish one record and wait for its result (for room first, if need be)."""
+        """Publish one record and wait for its result (for room first, if need be);
+        `delay_ms` as for `send`."""
         while self._pending >= self.max_pending:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._room_waiters.append(waiter)
@@ -179,7 +184,9 @@ class Producer:
                 if not waiter.done():
                     waiter.cancel()  # ours was cancelled: pass the turn on
                     self._wake_one()
-        return await self.send(topic, value, key=key, headers=headers, partition=partition, id=id)
+        return await self.send(
+            topic, value, key=key, headers=headers, partition=partition, id=id, delay_ms=delay_ms
+        )
 
     def _release(self, n: int) -> None:
         self._pending -= n
@@ -301,9 +308,17 @@ def _encode(
     headers: Mapping[str, str] | None,
     partition: int | None,
     id: str | None,
+    delay_ms: int | None = None,
 ) -> bytes:
     bytes_value = isinstance(value, bytes | bytearray | memoryview)
-    if key is None and not headers and partition is None and id is None and not bytes_value:
+    if (
+        key is None
+        and not headers
+        and partition is None
+        and id is None
+        and not delay_ms
+        and not bytes_value
+    ):
         # The common record, without a dict: a new bytes object of its own size.
         return b'{"value":' + orjson.dumps(value) + b"}"
     message: dict[str, Any] = {}
@@ -319,6 +334,8 @@ def _encode(
         message["partition"] = partition
     if id is not None:
         message["id"] = id
+    if delay_ms:
+        message["delay_ms"] = delay_ms
     # A copy of its own size: orjson's result keeps its whole build buffer (>= 4 KiB),
     # and up to max_pending of these wait in batches that count only their lengths.
     return bytes(memoryview(orjson.dumps(message)))

@@ -237,17 +237,26 @@ def test_subscriptions_redrive(shared_herald: HeraldProcess, unique: Callable[[s
     created = herald("subscriptions", "create", name, "--topic", topic, "--dead-letter-topic", dlq,
                      url=url)  # fmt: skip
     assert created.returncode == 0, created.stderr
+    timeout = {"herald-source-topic": topic, "herald-source-last-error": "timeout"}
     dead = httpx.post(
         f"{url}/v1/topics/{dlq}/messages",
-        json={"messages": [{"value": i, "headers": {"herald-source-topic": topic}} for i in range(3)]},
+        json={
+            "messages": [{"value": i, "headers": {"herald-source-topic": topic}} for i in range(3)]
+            + [{"value": "slow", "headers": timeout}]
+        },
     )
     assert dead.status_code == 200, dead.text
+    one = herald("subscriptions", "redrive", name, "--reason", "timeout", url=url)
+    assert one.returncode == 0, one.stderr
+    answer = json.loads(one.stdout)
+    assert (answer["republished"], answer["other_reasons"]) == (1, 3)
     redriven = herald("subscriptions", "redrive", name, "--rate", "1000", url=url)
     assert redriven.returncode == 0, redriven.stderr
     answer = json.loads(redriven.stdout)
-    assert (answer["scanned"], answer["republished"], answer["dead_letter_topic"]) == (3, 3, dlq)
+    assert (answer["scanned"], answer["republished"], answer["dead_letter_topic"]) == (4, 3, dlq)
+    assert (answer["duplicates"], answer["other_reasons"]) == (1, 0)
     read = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/messages").json()["messages"]
-    assert [r["value"] for r in read] == [0, 1, 2]
+    assert [r["value"] for r in read] == ["slow", 0, 1, 2]
 
 
 def test_consume_of_a_dead_server_fails_at_once() -> None:

@@ -52,6 +52,12 @@ def test_console_asks_for_a_token_and_refuses_admin_actions_to_a_non_admin(
     page.wait_for_selector("#toast:not([hidden])")
     assert "needs a token with the admin right" in page.inner_text("#toast")
     screenshot(page, "auth-forbidden")
+    # Reading the dead letters needs only subscribe on the topic; changing settings is admin.
+    no_reason = "tr.reason-group[data-reason=''] .reason-count"
+    expect(page.locator(no_reason)).to_have_text("1")
+    page.fill("#edit-max_in_flight", "5")
+    page.click("#edit-save")
+    expect(page.locator("#edit-error")).to_contain_text("needs a token with the admin right")
     # The 401s before the token was given are the browser's own network log lines.
     assert [e for e in page.console_errors if "401" not in e and "403" not in e] == []
 

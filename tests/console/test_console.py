@@ -231,3 +231,22 @@ def test_an_empty_server_says_how_to_begin(herald_url: str, page: Any) -> None:
     expect(page.locator("#stat-topics")).to_have_text("1")
     expect(start).to_be_hidden()
     assert page.console_errors == []
+
+
+def test_a_subscription_shows_its_delayed_records(herald_url: str, page: Any) -> None:
+    """PROTOCOL §8 delayed delivery: the detail counts records waiting for deliver_at."""
+    with httpx.Client(base_url=herald_url, timeout=30) as http:
+        made = http.put("/v1/subscriptions/later", json={"topic": "remind", "start": "earliest"})
+        assert made.status_code == 201, made.text
+        publish(herald_url, "remind", [{"value": 1, "delay_ms": 600_000}, {"value": 2}])
+        # A pull reads the log: the plain record goes, the delayed one is set aside.
+        pulled = http.post("/v1/subscriptions/later/pull", json={"wait_ms": 1000})
+        assert [m["value"] for m in pulled.json()["messages"]] == [2]
+        acked = http.post("/v1/subscriptions/later/ack", json={"ids": ["0-1"]})
+        assert acked.json()["ok"] == ["0-1"]
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    page.click("tr[data-subscription=later]")
+    wait_for_text(page, "sub-delayed", "1")
+    wait_for_text(page, "sub-pause", "waiting: delayed records")
+    wait_for_text(page, "sub-backlog", "1")
+    assert page.console_errors == []

@@ -336,3 +336,39 @@ def test_a_durable_consumer_page_reloads_without_loss_or_redelivery(
         assert time.monotonic() < deadline, "the second page's acks never landed"
         time.sleep(0.1)
     assert page_errors(page) == []
+
+
+DELAY_PAGE = """<!doctype html><meta charset="utf-8"><title>delay</title>
+<script type="module">
+  import { Herald } from "%(server)s/sdk/herald.js";
+  window.seen = [];
+  const herald = new Herald({ urls: ["%(server)s"], minBackoffMs: 100, maxBackoffMs: 500 });
+  herald.subscribe("reminders", {
+    credit: 5,
+    onMessage(m) {
+      window.seen.push({ value: m.value, deliver_at: m.deliver_at ?? null, at: Date.now() });
+      m.ack();
+    },
+  });
+  herald.publish("remind", [{ value: "later", delay_ms: 1500 }, { value: "now" }])
+    .then((r) => { window.published = r; });
+</script>"""
+
+
+def test_a_page_publishes_with_delay_ms_and_gets_deliver_at_on_its_messages(
+    page: Any, herald_factory: Callable[..., HeraldProcess]
+) -> None:
+    """PROTOCOL §8 delayed delivery through herald.js: publish takes delay_ms, the message
+    carries deliver_at and arrives no earlier than it, by the browser's (the host's) clock."""
+    server = herald_factory("--cors-origin", APP)
+    body = {"topic": "remind", "start": "earliest"}
+    made = httpx.put(f"{server.url}/v1/subscriptions/reminders", json=body, timeout=10)
+    assert made.status_code == 201, made.text
+    _PageHandler.html = (DELAY_PAGE % {"server": server.url}).encode()
+    page.goto(f"{APP}/index.html")
+    wait_for(page, "(window.seen || []).length >= 2", "both records")
+    seen = {s["value"]: s for s in page.evaluate("window.seen")}
+    assert seen["now"]["deliver_at"] is None
+    later = seen["later"]
+    assert later["deliver_at"] is not None and later["at"] >= later["deliver_at"]
+    assert page_errors(page) == []

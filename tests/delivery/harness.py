@@ -24,13 +24,19 @@ class Harness:
     cursor: CursorSnapshot | None = None
     jitter: float = 1.0  # rand() value: 1.0 gives the un-jittered delay d
     auto_dead_letter: bool = True
+    delays: bool = False  # compare deliver_at with the fake clock (as the engine does)
+    max_delayed: int = 10_000
 
     def __post_init__(self) -> None:
         self.now = 1000.0
         self.log: dict[int, list[Record]] = {p: [] for p in range(self.partitions)}
         self.log_start: dict[int, int] = dict.fromkeys(range(self.partitions), 0)
         self.core = SubscriptionCore(
-            self.config, self.cursor or fresh_cursor(self.partitions), rand=lambda: self.jitter
+            self.config,
+            self.cursor or fresh_cursor(self.partitions),
+            rand=lambda: self.jitter,
+            wall_ms=(lambda: int(self.now * 1000)) if self.delays else None,
+            max_delayed=self.max_delayed,
         )
         self.received: dict[str, list[Delivery]] = defaultdict(list)
         self.sends: list[tuple[str, list[Delivery]]] = []
@@ -39,11 +45,15 @@ class Harness:
 
     # -- the log --------------------------------------------------------------------
 
-    def publish(self, partition: int = 0, n: int = 1, key: str | None = None) -> list[Record]:
+    def publish(
+        self, partition: int = 0, n: int = 1, key: str | None = None, delay_ms: int = 0
+    ) -> list[Record]:
         records = []
         for _ in range(n):
             offset = self.log_start[partition] + len(self.log[partition])
-            record = Record(partition, offset, int(self.now * 1000), b"1", key=key)
+            timestamp = int(self.now * 1000)
+            deliver_at = timestamp + delay_ms if delay_ms else None
+            record = Record(partition, offset, timestamp, b"1", key=key, deliver_at=deliver_at)
             self.log[partition].append(record)
             records.append(record)
         self.core.set_end(partition, self.log_start[partition] + len(self.log[partition]))

@@ -628,6 +628,7 @@ def test_stats_follow_protocol_section_5():
         "dead_lettered_total": 0,
         "expired_total": 0,
         "filtered_total": 0,
+        "delayed": 0,
         "partitions": [{"partition": 0, "ack_floor": 1}, {"partition": 1, "ack_floor": 0}],
     }
 

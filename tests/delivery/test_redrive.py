@@ -79,6 +79,25 @@ async def test_redrive_republishes_once_at_the_rate_and_skips_other_topics(
     assert (again.republished, again.duplicates) == (0, 25)
 
 
+async def test_a_reason_redrives_only_the_dead_letters_that_say_it(
+    engine: DeliveryEngine,
+) -> None:
+    dlq = engine.storage.topic("dlq")
+    assert dlq is not None
+    said = [{"herald-source-last-error": "http 500"}, {"herald-source-last-error": "timeout"}, {}]
+    items = [PublishItem(NewRecord(b"%d" % i, headers={**DEAD, **said[i % 3]})) for i in range(9)]
+    await dlq.publish(items, Acks.ALL)
+    redrives = Redrives(engine, clock=FakeTime().clock, sleep=FakeTime().sleep)
+    timeouts = await redrives.run("s", rate=1000, reason="timeout")
+    assert (timeouts.republished, timeouts.other_reasons, timeouts.skipped) == (3, 6, 0)
+    unsaid = await redrives.run("s", rate=1000, reason="")  # no header: the reason ""
+    assert (unsaid.republished, unsaid.other_reasons) == (3, 6)
+    source = engine.storage.topic("src")
+    assert source is not None
+    records = await source.partitions[0].read(0, 100, 1 << 20)
+    assert [r.value for r in records] == [b"1", b"4", b"7", b"2", b"5", b"8"]
+
+
 async def test_one_redrive_per_subscription_at_a_time(engine: DeliveryEngine) -> None:
     await dead_letters(engine, 3)
     sleeping, release = asyncio.Event(), asyncio.Event()

@@ -93,6 +93,7 @@ async def test_bad_filters_are_400_with_the_position(
     assert (reply.status_code, reply.json()["code"]) == (400, code), reply.text
     if position is not None:
         assert f"position {position}" in reply.json()["detail"]
+    assert reply.json().get("position") == position  # a problem member (docs/protocol.md)
     assert (await http.get(f"/v1/subscriptions/{name}")).status_code == 404
     await make_subscription(http, name, unique("t"))
     reply = await http.patch(f"/v1/subscriptions/{name}", json={"filter": filter_})

@@ -167,6 +167,7 @@ async def test_stats_and_metrics_count_the_same_history(
             "dead_lettered_total": 1,
             "expired_total": 0,
             "filtered_total": 0,
+            "delayed": 0,
             "partitions": [{"partition": 0, "ack_floor": 3}],
         }
         assert current == expected

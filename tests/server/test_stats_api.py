@@ -8,6 +8,7 @@ import time
 import httpx
 import websockets
 
+from tests.helpers import wait_until_sync
 from tests.server import assert_problem
 
 DEAD = {"herald-source-topic": "src", "herald-source-partition": "0", "herald-source-offset": "0"}
@@ -73,6 +74,7 @@ def test_redrive_republishes_once_skips_other_topics_and_is_rate_limited(herald_
             "republished": 20,
             "duplicates": 0,
             "skipped": 1,
+            "other_reasons": 0,
         }
         assert elapsed >= 1.5  # 21 records at 10/s
         again = http.post("/v1/subscriptions/s/redrive", json={"rate": 10000}).json()
@@ -81,6 +83,43 @@ def test_redrive_republishes_once_skips_other_topics_and_is_rate_limited(herald_
     assert [r["value"] for r in records] == list(range(20))
     assert records[3]["key"] == "k3"
     assert records[3]["headers"] == {"herald-redriven-from": "dlq/0/3"}
+
+
+def test_redrive_by_reason_republishes_only_that_reasons_dead_letters(herald_url: str) -> None:
+    # The dead letters get there for real: a pull consumer nacks each record with a reason,
+    # and max_deliveries 1 dead-letters it (PROTOCOL §8 "Dead letters say why").
+    with httpx.Client(base_url=herald_url) as http:
+        sub = {"topic": "src", "max_deliveries": 1, "dead_letter_topic": "src.dlq"}
+        assert http.put("/v1/subscriptions/s", json={**sub, "start": "earliest"}).status_code == 201
+        publish(http, "src", [{"value": i} for i in range(5)])
+        ids: list[str] = []
+        for _ in range(20):  # bounded: a pull may answer with what is ready so far
+            wanted = {"max_messages": 5 - len(ids), "wait_ms": 5000}
+            ids += [
+                m["id"]
+                for m in http.post("/v1/subscriptions/s/pull", json=wanted).json()["messages"]
+            ]
+            if len(ids) == 5:
+                break
+        assert sorted(ids) == [f"0-{i}" for i in range(5)]
+        for chunk, reason in ((ids[:3], "bad amount"), (ids[3:], "unknown customer")):
+            nacked = http.post("/v1/subscriptions/s/nack", json={"ids": chunk, "reason": reason})
+            assert nacked.status_code == 204, nacked.text
+
+        def dead_letters() -> int:
+            topic = http.get("/v1/topics/src.dlq")
+            return topic.json()["partitions"][0]["end_offset"] if topic.status_code == 200 else 0
+
+        wait_until_sync(lambda: dead_letters() == 5, what="5 dead letters")
+        nothing = http.post("/v1/subscriptions/s/redrive", json={"reason": "bad"}).json()
+        assert (nothing["republished"], nothing["other_reasons"]) == (0, 5)
+        some = http.post("/v1/subscriptions/s/redrive", json={"reason": "bad amount"}).json()
+        assert (some["scanned"], some["republished"], some["other_reasons"]) == (5, 3, 2)
+        again = http.post("/v1/subscriptions/s/redrive", json={"reason": "bad amount"}).json()
+        assert (again["republished"], again["duplicates"]) == (0, 3)
+        records = http.get("/v1/topics/src/partitions/0/messages?offset=5").json()["messages"]
+    assert [r["value"] for r in records] == [0, 1, 2]
+    assert all("herald-source-last-error" not in r["headers"] for r in records)
 
 
 def test_redrive_errors_are_problem_json(herald_url: str) -> None:
@@ -93,11 +132,13 @@ def test_redrive_errors_are_problem_json(herald_url: str) -> None:
         assert_problem(http.post("/v1/subscriptions/s/redrive"), 404, "topic_not_found")
         # One validator for every body (PROTOCOL §2 codes): wrong types and unknown
         # fields are bad_request, numbers out of range validation_error.
-        for body in ({"rate": "fast"}, {"max_records": True}, [1], {"rate": 1, "x": 1}):
+        bad = ({"rate": "fast"}, {"max_records": True}, [1], {"rate": 1, "x": 1}, {"reason": 5})
+        for body in bad:
             assert_problem(http.post("/v1/subscriptions/s/redrive", json=body), 400, "bad_request")
         null = http.post("/v1/subscriptions/s/redrive", content="null")
         assert_problem(null, 400, "bad_request")
-        for body in ({"rate": 0}, {"rate": 10_001}, {"max_records": 1_000_001}):
+        too_long = {"reason": "x" * 4097}
+        for body in ({"rate": 0}, {"rate": 10_001}, {"max_records": 1_000_001}, too_long):
             assert_problem(
                 http.post("/v1/subscriptions/s/redrive", json=body), 400, "validation_error"
             )

@@ -34,6 +34,7 @@ STATS_KEYS = {
     "dead_lettered_total",
     "expired_total",
     "filtered_total",
+    "delayed",  # PROTOCOL §8 delayed delivery
     "partitions",
 }
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef").decode()

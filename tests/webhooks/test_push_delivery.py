@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from storage.cursors import CursorStore
 from tests.helpers import wait_until_sync
 from tests.webhooks.receiver import Answer, Received, Receiver
 
@@ -549,6 +550,40 @@ def test_the_delivery_history_survives_a_restart_and_a_kill_9(herald_server: Any
         herald_server.kill()
         herald_server.restart()
         assert attempts_of(url, "s") == after
+
+
+def test_the_last_status_and_error_survive_a_kill_9(herald_server: Any) -> None:
+    """The endpoint's last answer (stats last_status, last_error) is kept with the attempt
+    log: a kill -9 a second after it does not forget it."""
+    url = herald_server.url
+    with Receiver([SECRET], lambda _: Answer(500)) as receiver:
+        # max_deliveries 1: one failed POST, then the record is dropped and nothing more
+        # is sent, so whatever the stats say after the restart was kept, not seen anew.
+        push_subscription(url, "s", "t", receiver.url, max_deliveries=1)
+        publish(url, "t", ["a"])
+        wait_until_sync(lambda: stats(url, "s")["dead_lettered_total"] == 1)
+        assert (stats(url, "s")["last_status"], stats(url, "s")["last_error"]) == (500, "HTTP 500")
+        history = herald_server.data_dir / "attempts" / "s.jsonl"
+        wait_until_sync(history.exists, within=10, what="the attempt written")
+        cursors = CursorStore(herald_server.data_dir / "cursors")
+
+        def dropped_for_good() -> bool:  # else the restart would send it again
+            snapshot = cursors.load("s")
+            return snapshot is not None and snapshot.partitions[0].ack_floor == 1
+
+        wait_until_sync(dropped_for_good, within=10, what="the drop persisted")
+        herald_server.kill()
+    # The receiver is gone: a POST after the restart would say "connection refused".
+    herald_server.restart()
+    wait_until_sync(
+        lambda: (
+            (stats(url, "s").get("last_status"), stats(url, "s").get("last_error"))
+            == (500, "HTTP 500")
+        ),
+        what="the last answer restored",
+    )
+    assert stats(url, "s")["endpoint_requests_total"] == 0  # nothing was sent since
+    assert len(receiver.snapshot()) == 1
 
 
 def test_deleting_a_subscription_deletes_its_history(herald_server: Any) -> None:

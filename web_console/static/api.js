@@ -10,6 +10,7 @@ export class ApiError extends Error {
     super(problem?.detail || `HTTP ${status}`);
     this.status = status;
     this.code = problem?.code || "";
+    this.problem = problem || null;  // the whole problem JSON: forms show its members inline
   }
 }
 

@@ -2,12 +2,15 @@ import { adminAction, itemHash, selectItem, store } from "./app.js";
 import { api, ApiError } from "./api.js";
 import { compact } from "./chart.js";
 import { confirmDialog, duration, h, num, patchChildren, plural, reveal, toast } from "./dom.js";
+import { deadLetterGroups } from "./dead_letters.js";
+import { createForm, editPanel } from "./subscription_edit.js";
 
 const PAUSE = {
   none: ["delivering", "ok"],
   no_credit: ["paused: no consumer credit", "warn"],
   max_in_flight: ["paused: max_in_flight reached", "warn"],
   backoff: ["paused: backoff", "warn"],
+  delayed: ["waiting: delayed records", "ok"],
   circuit_open: ["paused: webhook circuit open", "bad"],
 };
 
@@ -42,9 +45,15 @@ export function subscriptionsPage(main) {
   let selected = null;
   let rendered = null;  // the name whose detail is on screen
   let ticks = 0;
+  // The config the detail was drawn with; after a save, the one the snapshots should
+  // catch up to (one taken before the PATCH may still arrive) and until when to wait.
+  let drawnConfig = null;
+  let awaited = null;
+  let awaitedUntil = 0;
   const table = h("div.panel", { id: "subs-table" });
   const detail = h("div", { id: "sub-detail" });
-  main.append(h("h1", {}, "Subscriptions"), table, detail);
+  const create = createForm((made) => { toast(`Subscription ${made.name} ready`); selectItem("subscriptions", made.name); });
+  main.append(h("h1", {}, "Subscriptions"), h("div.panel", {}, h("h2", {}, "Create a subscription"), create), table, detail);
 
   function pause(sub) {
     let [text, kind] = PAUSE[sub.pause_reason] || [`paused: ${sub.pause_reason}`, "warn"];
@@ -76,7 +85,7 @@ export function subscriptionsPage(main) {
   }
 
   const hint = () => h("p.muted", { id: "sub-hint" },
-    "Select a subscription to see its details, seek it or redrive its dead letters.");
+    "Select a subscription to see its details, change its settings, seek it or redrive its dead letters.");
 
   function show(sub) {
     rendered = sub.name;
@@ -95,6 +104,7 @@ export function subscriptionsPage(main) {
       }
     },
     update(s) {
+      create.topics(s.topics.map((t) => t.name));
       const rows = s.subscriptions.map((sub) => {
         const r = store.rates.subs[sub.name] || {};
         return h("tr.selectable" + (sub.name === selected ? ".selected" : ""), {
@@ -128,11 +138,14 @@ export function subscriptionsPage(main) {
         return;
       }
       if (sub && rendered !== sub.name) { show(sub); return; }
+      if (sub && changedElsewhere(sub)) { render(sub); return; }
       const stats = document.getElementById("sub-stats");
       if (sub && stats) patchChildren(stats, statRows(sub));
       const size = document.getElementById("dlq-size");
       if (sub && size) size.textContent = dlqSize(sub.config.dead_letter_topic);
       if (sub?.config.dead_letter_topic) showRedrivable(sub.config.dead_letter_topic);
+      const groups = document.getElementById("dlq-groups");
+      if (sub && groups) groups.refresh(dlqHeld(groups.dataset.dlq));
       const drops = document.getElementById("dropped-count");
       if (sub && drops) drops.textContent = plural(sub.stats.dead_lettered_total, "record");
       if (sub?.config.push) {
@@ -151,6 +164,8 @@ export function subscriptionsPage(main) {
       row("Delivery", pause(sub), "sub-pause"),
       row("Backlog", num(sub.stats.backlog), "sub-backlog"),
       row("In flight", num(sub.stats.in_flight)),
+      // PROTOCOL §8 delayed delivery: read, waiting for their deliver_at (in the backlog).
+      row("Delayed", num(sub.stats.delayed ?? 0), "sub-delayed"),
       row("Delivered", `${num(sub.stats.delivered_total)} (${compact(r.delivered || 0)}/s)`),
       row("Acked", `${num(sub.stats.acked_total)} (${compact(r.acked || 0)}/s)`, "sub-acked"),
       row("Redelivered", `${num(sub.stats.redelivered_total)} (${compact(r.redelivered || 0)}/s)`),
@@ -227,7 +242,27 @@ export function subscriptionsPage(main) {
       "earlier records are skipped, later ones are delivered again, including those already acked.";
   }
 
+  // Changed by someone else (the CLI, another tab): drawn again, unless the settings
+  // form is being edited (the user's typing wins; saving sends only what differs).
+  function changedElsewhere(sub) {
+    const now = JSON.stringify(sub.config);
+    if (awaited && (now === awaited || Date.now() > awaitedUntil)) awaited = null;
+    return !awaited && now !== drawnConfig && !document.getElementById("edit-form")?.dataset.touched;
+  }
+
+  // PROTOCOL §8: PATCH answers with the GET body; the detail is drawn again from it.
+  function saved(body, changed) {
+    awaited = JSON.stringify(body.config);
+    awaitedUntil = Date.now() + 5000;
+    const latest = store.snapshot?.subscriptions.find((x) => x.name === body.name);
+    show({ ...(latest || {}), ...body, stats: { ...(latest?.stats || {}), ...body.stats }, config: body.config });
+    const text = `Saved: ${changed.join(", ")}.`;
+    document.getElementById("edit-result").textContent = text;
+    toast(`${body.name}: ${text}`);
+  }
+
   function render(sub) {
+    drawnConfig = JSON.stringify(sub.config);
     const n = encodeURIComponent(sub.name);
     const when = h("input", { id: "seek-time", type: "datetime-local", step: 1 });
     const seek = async (target, label) => {
@@ -238,7 +273,7 @@ export function subscriptionsPage(main) {
     };
     const dlq = sub.config.dead_letter_topic;
     const redrive = async () => {
-      const ok = await confirmDialog("Redrive dead letters?",
+      const ok = await confirmDialog("Redrive all dead letters?",
         `Republish the records of ${dlq} to ${sub.topic}. Records already redriven are skipped (deduplicated).`,
         "Redrive");
       if (!ok) return;
@@ -273,14 +308,16 @@ export function subscriptionsPage(main) {
         h("div.panel", {}, h("h2", {}, "Dead letters"),
           dlq ? h("div.row", {}, h("span", {}, "Topic ", h("a", { href: itemHash("topics", dlq) }, h("code", {}, dlq)), " · ",
             h("span", { id: "dlq-size" }, dlqSize(dlq))),
-            h("button.danger", { id: "redrive", onclick: redrive }, "Redrive to source…"))
+            h("button.danger", { id: "redrive", onclick: redrive }, "Redrive all…"))
             : h("p", { id: "no-dlq" }, h("span.dropped", {}, "Dropped, not kept: "),
               "no dead_letter_topic is set, so records that reach max_deliveries " +
               `(${sub.config.max_deliveries}${sub.config.max_deliveries ? "" : ": never"}) are dropped and counted — `,
               h("b", { id: "dropped-count" }, plural(sub.stats.dead_lettered_total, "record")),
               " so far. Set a dead_letter_topic on the subscription to keep them."),
+          dlq ? deadLetterGroups(sub, dlqHeld(dlq)) : null,
           h("p.muted", { id: "redrive-result" })),
-        webhook)));
+        webhook)),
+      editPanel(sub, saved));
     if (dlq) showRedrivable(dlq);
   }
 }

@@ -1,6 +1,6 @@
-import { adminAction, itemHash, selectItem } from "./app.js";
+import { adminAction, itemHash, selectItem, store } from "./app.js";
 import { api, herald } from "./api.js";
-import { bytes, duration, h, num, patchChildren, reveal, toast } from "./dom.js";
+import { bytes, confirmDialog, duration, h, num, patchChildren, plural, reveal, toast } from "./dom.js";
 
 const PAGE = 20;
 
@@ -171,9 +171,25 @@ function topicDetail(topic) {
     }
   };
 
+  // PROTOCOL §2: DELETE deletes the topic's subscriptions too: the question names them.
+  const remove = async () => {
+    const latest = store.snapshot?.topics.find((x) => x.name === topic.name) || topic;
+    const held = latest.partitions.reduce((n, p) => n + p.end_offset - p.start_offset, 0);
+    const subs = (store.snapshot?.subscriptions || []).filter((s) => s.topic === topic.name).map((s) => s.name);
+    const ok = await confirmDialog(`Delete topic ${topic.name}?`,
+      (held === 1 ? "Its one record is deleted for good" : `Its ${plural(held, "record")} are deleted for good`) +
+      (subs.length ? `, and its ${plural(subs.length, "subscription")} with it: ${subs.join(", ")}.` : ".") +
+      " This cannot be undone.", "Delete");
+    if (!ok) return;
+    stop();  // its tail would be closed with 4410 anyway
+    const done = await adminAction("Delete topic", () => api("DELETE", `/v1/topics/${t}`));
+    if (done !== undefined) { toast(`Topic ${topic.name} deleted`); selectItem("topics", null); }
+  };
+
   const root = h("div.split", {},
     h("div", {},
-      h("div.panel", {}, h("h2", {}, `Partitions of ${topic.name}`), h("table", {},
+      h("div.panel", {}, h("div.row.spread", {}, h("h2", {}, `Partitions of ${topic.name}`),
+        h("button.danger", { id: "delete-topic", onclick: remove }, "Delete topic…")), h("table", {},
         h("thead", {}, h("tr", {}, h("th", {}, "Partition"), h("th.num", {}, "Start offset"),
           h("th.num", {}, "End offset"), h("th.num", {}, "Bytes"))),
         h("tbody", { id: "partitions-body" }, partitionRows(topic)))),

@@ -6,6 +6,8 @@ export interface HeraldRecord {
   partition: number;
   offset: number;
   timestamp: number;
+  /** timestamp + delay_ms of a record published with a delay (PROTOCOL §8); absent otherwise. */
+  deliver_at?: number;
   key?: string;
   value?: unknown;
   value_b64?: string;
@@ -13,6 +15,18 @@ export interface HeraldRecord {
   id?: string;
   attempt?: number;
   subscription?: string | null;
+}
+
+/** A message to publish (PROTOCOL §2; `delay_ms` 0..2592000000, PROTOCOL §8). */
+export interface PublishMessage {
+  value?: unknown;
+  value_b64?: string;
+  key?: string | null;
+  headers?: Record<string, string>;
+  partition?: number;
+  id?: string;
+  /** Appended at once, sent to subscriptions no earlier than timestamp + delay_ms. */
+  delay_ms?: number;
 }
 
 /** Offsets a tail will never see: retention deleted them before it resumed. */
@@ -111,6 +125,6 @@ export declare class Herald {
   subscribe(subscription: string, options?: SubscribeOptions): Subscription;
   /** GET /v1/stats/ws (needs the metrics or admin right); reconnects like a tail. */
   stats(options?: StatsOptions): StatsStream;
-  publish(topic: string, messages: Array<Partial<HeraldRecord>>): Promise<unknown>;
+  publish(topic: string, messages: PublishMessage[]): Promise<unknown>;
   topic(name: string): Promise<unknown>;
 }

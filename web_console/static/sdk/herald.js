@@ -83,7 +83,11 @@ export class Herald {
     return response.json();
   }
 
-  /** Publish records: `messages` as in PROTOCOL §2 ([{value}, {key, value}, …]). */
+  /**
+   * Publish records: `messages` as in PROTOCOL §2 ([{value}, {key, value}, …]); a
+   * message with `delay_ms` is sent to subscriptions no earlier than its `deliver_at`
+   * (PROTOCOL §8), which the records delivered, tailed or read then carry.
+   */
   async publish(topic, messages) {
     const response = await fetch(`${this._url(false)}/v1/topics/${encodeURIComponent(topic)}/messages`, {
       method: "POST",
