@@ -248,10 +248,11 @@ class Consumer:
     def _worth_reconnecting(self, exc: BaseException) -> bool:
         # Only a consumer that has been connected reconnects for good: one that never
         # got as far as `ready` is pointed at dead or wrong servers, which waiting will
-        # not fix; it tries each URL once (a cluster may have a node down).
+        # not fix; it tries each URL once (a cluster may have a node down) — unless a
+        # Herald node asked it to come back (1012 while its coordinator moves).
         if not _worth_reconnecting(exc):
             return False
-        return self.connections > 0 or self._failures < len(self.urls)
+        return self.connections > 0 or self._failures < len(self.urls) or _asked_to_come_back(exc)
 
     def _log_reconnect(self, state: RetryCallState) -> None:
         outcome = state.outcome
@@ -457,6 +458,18 @@ def _describe(exc: BaseException | None) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return str(exc) or type(exc).__name__
+
+
+# RFC 6455 codes a server closes with to say "come back shortly": 1012 service restart
+# (PROTOCOL §7: a subscription's coordinator died or is moving), 1013 try again later.
+COME_BACK_CLOSE_CODES = frozenset({1012, 1013})
+
+
+def _asked_to_come_back(exc: BaseException) -> bool:
+    if not isinstance(exc, websockets.ConnectionClosed):
+        return False
+    received = exc.rcvd
+    return received is not None and received.code in COME_BACK_CLOSE_CODES
 
 
 def _worth_reconnecting(exc: BaseException) -> bool:

@@ -116,6 +116,29 @@ async def test_consumer_closed_with_service_restart_reconnects_to_the_next_node(
             assert consumer.connections == 2  # the 1012 one, then the live node
 
 
+async def test_consumer_never_ready_keeps_coming_back_while_told_service_restart() -> None:
+    # A node that accepts the socket and closes it with 1012 before `ready` (its
+    # subscription's coordinator is moving) asks the consumer to come back: unlike an
+    # unreachable URL, that is retried even before a first connection.
+    attempts: list[int] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        attempts.append(1)
+        await ws.close(SERVICE_RESTART, "the subscription's coordinator is unreachable")
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        consumer = Consumer(f"http://127.0.0.1:{port}", "s", min_backoff=0.01, max_backoff=0.05)
+        reader = asyncio.ensure_future(take(consumer, 1, within=60))
+        try:
+            await wait_until(lambda: len(attempts) >= 4 or reader.done(), what="4 attempts")
+            assert not reader.done(), reader
+            assert consumer.connections == 0
+        finally:
+            await consumer.close()
+            await asyncio.wait((reader,))
+
+
 async def test_consumer_whose_node_stops_goes_on_at_the_next_node(
     herald_factory: Callable[..., HeraldProcess], unique: Callable[[str], str]
 ) -> None:
