@@ -59,7 +59,8 @@ class Consumer:
     sent are not sent again. Nacks and extends are tied to the connection that delivered
     the record and are dropped once it is gone, since the server has already given the
     record back (a nack then would take it from whichever consumer now holds it).
-    A consumer never connected tries each URL once before failing.
+    A consumer never connected tries each URL once before failing, except that a node
+    closing it with 1012 (its subscription's coordinator is moving) is come back to.
     """
 
     def __init__(
