@@ -372,9 +372,9 @@ class Consumer:
 
     def _discard_unread(self) -> None:
         # The server redelivers what the lost connection had in flight (PROTOCOL §3):
-        # records here unread would otherwise be handed over twice. So would nacks and
-        # extends not yet sent, which now name records no longer ours; acks stay queued
-        # for the next connection (by record id, valid on any).
+        # records here unread would otherwise be handed over twice. Nacks and extends
+        # not yet sent go too (they name records no longer ours); acks stay queued for
+        # the next connection (by record id, valid on any).
         self._inbox.items.clear()
         self._frames.clear()
 
