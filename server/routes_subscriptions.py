@@ -125,11 +125,17 @@ async def patch_subscription(request: Request) -> Response:
     patch = parse_subscription_patch(await json_body(request))
     state = services(request)
     async with state.admin_lock:
-        old, new = await state.engine.update_subscription(name, patch.apply)
+        if state.cluster is not None:
+            # PROTOCOL §7: etcd first (a 503 there changes nothing), then applied here.
+            current = state.engine.get(name)
+            wanted = patch.apply(current)
+            if wanted != current:
+                await state.cluster.store_subscription(name, orjson.dumps(wanted.to_storage()))
+            old, new = await state.engine.update_subscription(name, lambda _: wanted)
+        else:
+            old, new = await state.engine.update_subscription(name, patch.apply)
         # push given starts pushing; push: null stops it (WebSocket and pull drain it).
         await state.webhooks.reconfigured(name, old, new)
-        if state.cluster is not None and new != old:
-            await state.cluster.store_subscription(name, orjson.dumps(new.to_storage()))
     return json_response(subscription_body(state.engine, name, state.webhooks))
 
 

@@ -3,10 +3,13 @@ subscription, rotating its secret, and the push members its stats carry."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from delivery.config import PushConfig
 from server.http import json_body, json_response, subscription_body
 from server.routing import method_route
 from server.runtime import services
@@ -33,11 +36,19 @@ async def rotate_secret(request: Request) -> Response:
     rotation = parse_secret_rotation(await json_body(request))
     state = services(request)
     now_ms = wall_clock_ms()
-    config = await state.webhooks.update_push(
-        name, lambda push: push.rotated(rotation.secret, now_ms + rotation.previous_ttl_ms, now_ms)
-    )
-    if state.cluster is not None:  # PROTOCOL §7: etcd holds the config
-        await state.cluster.store_subscription(name, orjson.dumps(config.to_storage()))
+
+    def rotated(push: PushConfig) -> PushConfig:
+        return push.rotated(rotation.secret, now_ms + rotation.previous_ttl_ms, now_ms)
+
+    current = state.engine.get(name)
+    if state.cluster is not None and current.push is not None:
+        # PROTOCOL §7: etcd holds the config: written first (a 503 there changes nothing).
+        wanted = rotated(current.push)
+        stored = dataclasses.replace(current, push=wanted)
+        await state.cluster.store_subscription(name, orjson.dumps(stored.to_storage()))
+        await state.webhooks.update_push(name, lambda _: wanted)
+    else:
+        await state.webhooks.update_push(name, rotated)
     return json_response(subscription_body(state.engine, name, state.webhooks))
 
 

@@ -3,7 +3,8 @@
     import herald.spark
     herald.spark.register(spark)
     df = (spark.readStream.format("herald")
-          .option("url", "http://127.0.0.1:8080").option("topic", "orders")
+          .option("url", "http://127.0.0.1:8080")  # or a cluster's nodes: "http://n1,http://n2"
+          .option("topic", "orders")
           .option("subscription", "orders-spark").load())
     df.writeStream.format("herald").option("topic", "out").option("checkpointLocation", …)
 

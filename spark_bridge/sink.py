@@ -20,6 +20,8 @@ from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 
 from herald.producer import Producer, SendResult
 
+from .nodes import node_urls
+
 BATCH_ID_KEY = "streaming.sql.batchId"
 QUERY_ID_KEY = "sql.streaming.queryId"
 SEND_CHUNK = 20_000
@@ -51,7 +53,8 @@ class HeraldStreamWriter(DataSourceStreamWriter):
         if not topic:
             raise ValueError("the herald sink needs option 'topic'")
         self.topic = topic
-        self.url = options.get("url") or "http://127.0.0.1:8080"
+        # One URL or a cluster's nodes; the producer goes on at the next when one dies.
+        self.urls = node_urls(options)
         self.token = options.get("token") or None
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
@@ -71,7 +74,7 @@ class HeraldStreamWriter(DataSourceStreamWriter):
         if not rows:
             return 0, 0
         results: list[SendResult | None] = []
-        async with Producer(self.url, self.token, max_batch=5000, linger_ms=2) as producer:
+        async with Producer(self.urls, self.token, max_batch=5000, linger_ms=2) as producer:
             # send() queues without waiting and refuses past max_pending: a chunk at a
             # time keeps a big partition's records within it.
             for start in range(0, len(rows), SEND_CHUNK):

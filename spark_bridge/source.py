@@ -32,6 +32,7 @@ from herald.consumer import Consumer, Message
 from herald.errors import HeraldClientError
 
 from .arrow import Encoded, encode, schema_batch, shipped_batch
+from .nodes import node_urls
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class Starting:
 
 @dataclass(frozen=True)
 class Options:
-    url: str
+    urls: tuple[str, ...]
     topic: str
     subscription: str
     token: str | None
@@ -87,7 +88,7 @@ class Options:
         if not 1 <= credit <= 1_000_000:
             raise ValueError("credit must be 1..1000000")
         return cls(
-            url=options.get("url") or "http://127.0.0.1:8080",
+            urls=node_urls(options),
             topic=topic,
             subscription=options.get("subscription") or f"spark-{topic}",
             token=options.get("token") or None,
@@ -116,7 +117,7 @@ def apportion(available: dict[int, int], budget: int) -> dict[int, int]:
 
 
 async def _admin_call(opts: Options, fn: Any) -> Any:
-    async with Admin(opts.url, opts.token) as admin:
+    async with Admin(opts.urls, opts.token) as admin:
         return await fn(admin)
 
 
@@ -158,6 +159,12 @@ class Receiver:
     below it is committed by Spark, so a redelivery of it is acked and dropped at once.
     Records delivered but not acked are `held` and acked by `commit(end)`; their ack
     deadline is extended while they wait.
+
+    When the consumer's connection is lost (its node died) and it reconnects, to the
+    same node or the next one, the server redelivers every held record with the same
+    id: one already committed is acked at once, one planned is held again for its
+    commit, one buffered is not buffered twice. Acks are by record id, so a commit's
+    acks count on whichever connection carries them.
     """
 
     def __init__(self, opts: Options) -> None:
@@ -281,8 +288,10 @@ class Receiver:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._has_room = asyncio.Event()
+        # Given a cluster's nodes, the consumer moves to the next one when its node dies
+        # (PROTOCOL §7); what was in flight comes back and is sorted out by _accept.
         consumer = Consumer(
-            self.opts.url,
+            self.opts.urls,
             self.opts.subscription,
             self.opts.token,
             credit=self.opts.credit,

@@ -60,7 +60,8 @@ def build_request(post: Post, topic: str, subscription: str) -> WebhookRequest:
 def _raw(webhook_id: str, topic: str, subscription: str, delivery: Delivery) -> WebhookRequest:
     """PROTOCOL §8 `push.payload` "raw": the value is the body; `herald-topic`, `-id`,
     `-key` (absent for a null key), `-attempt` and `-header-<name>` carry the rest of M,
-    and (docs/protocol.md) `herald-subscription` and `herald-timestamp`, so a receiver
+    and (docs/protocol.md) `herald-subscription`, `herald-timestamp` and, for a delayed
+    record, `herald-deliver-at`, so a receiver
     can rebuild M whole."""
     record = delivery.record
     headers = {
@@ -72,6 +73,8 @@ def _raw(webhook_id: str, topic: str, subscription: str, delivery: Delivery) -> 
     }
     if record.key is not None:
         headers["herald-key"] = header_value(record.key)
+    if record.deliver_at is not None:  # §8 delayed delivery: M's deliver_at
+        headers["herald-deliver-at"] = str(record.deliver_at)
     for name, value in record.headers.items():
         headers[HEADER_PREFIX + header_name(name)] = header_value(value)
     content_type = OCTETS if record.kind is ValueKind.BYTES else JSON

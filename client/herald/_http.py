@@ -1,5 +1,6 @@
-"""What every HTTP call of the SDK shares: base URL, bearer token, problem JSON
-errors, and retries of 429 / 503 / connection failures honouring Retry-After.
+"""What every HTTP call of the SDK shares: the base URL (or a cluster's node URLs),
+bearer token, problem JSON errors, and retries of 429 / 503 / connection failures
+honouring Retry-After.
 
 A connection failure is retried only once the server has answered this client at
 least once: a wrong URL or a server that is down fails at once with
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -23,12 +24,42 @@ log = logging.getLogger("herald")
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 RETRY_STATUSES = frozenset({429, 503})  # PROTOCOL §2 rate_limited, storage_unavailable
+# PROTOCOL §7: this node cannot reach etcd; another node of the cluster may.
+NODE_UNAVAILABLE = "cluster_unavailable"
 T = TypeVar("T")
 
 
-def make_http(url: str, token: str | None, timeout: float) -> httpx.AsyncClient:
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    return httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+def node_urls(url: str | Sequence[str]) -> list[str]:
+    """One server's URL, or the URLs of a cluster's nodes (PROTOCOL §7: any node serves
+    every route), as base URLs without a trailing slash."""
+    urls = [url] if isinstance(url, str) else list(url)
+    urls = [u.strip().rstrip("/") for u in urls]
+    if not urls or not all(urls):
+        raise ValueError("url must name at least one server")
+    return urls
+
+
+class Nodes:
+    """The HTTP side of an SDK object: one httpx client and the node URLs its requests
+    go to, the current one until it cannot be reached (then the next, in turn)."""
+
+    __slots__ = ("current", "http", "urls")
+
+    def __init__(self, url: str | Sequence[str], token: str | None, timeout: float) -> None:
+        self.urls = node_urls(url)
+        self.current = 0
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.AsyncClient(headers=headers, timeout=timeout)
+
+    @property
+    def url(self) -> str:
+        return self.urls[self.current]
+
+    def advance(self) -> None:
+        self.current = (self.current + 1) % len(self.urls)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
 
 
 class Reachability:
@@ -100,7 +131,7 @@ def _retry_delay(exc: BaseException, attempt: int, max_wait: float) -> float:
 
 
 async def request_json(
-    http: httpx.AsyncClient,
+    nodes: Nodes,
     reach: Reachability,
     method: str,
     path: str,
@@ -110,23 +141,37 @@ async def request_json(
     attempts: int = 5,
     max_wait: float = 10.0,
 ) -> Any:
-    """One JSON call; returns the parsed body (None for an empty one)."""
+    """One JSON call; returns the parsed body (None for an empty one). Each attempt
+    tries every node once, in turn from the current one, while they cannot be reached
+    or answer 503 `cluster_unavailable` (as Producer does: PROTOCOL §7)."""
     content = None if body is None else orjson.dumps(body)
     headers = {"content-type": "application/json"} if content is not None else None
 
     async def call() -> Any:
-        try:
-            response = await http.request(
-                method, path, content=content, params=params, headers=headers
-            )
-        except httpx.TransportError as exc:
-            raise reach.unreachable(exc) from exc
-        reach.answered = True
-        if response.status_code >= 400:
-            raise HeraldClientError.from_response(response)
+        last = len(nodes.urls) - 1
+        for tried in range(len(nodes.urls)):
+            url = nodes.url
+            try:
+                response = await nodes.http.request(
+                    method, url + path, content=content, params=params, headers=headers
+                )
+            except httpx.TransportError as exc:
+                nodes.advance()
+                if tried == last:
+                    reach.url = url
+                    raise reach.unreachable(exc) from exc
+                continue
+            reach.answered = True
+            if response.status_code >= 400:
+                error = HeraldClientError.from_response(response)
+                if error.code == NODE_UNAVAILABLE and tried < last:
+                    nodes.advance()
+                    continue
+                raise error
+            break
         try:
             return orjson.loads(response.content) if response.content else None
         except orjson.JSONDecodeError:
-            raise HeraldConnectionError(reach.url, "the answer is not JSON") from None
+            raise HeraldConnectionError(url, "the answer is not JSON") from None
 
     return await with_retries(call, attempts, max_wait, reach)

@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from herald._http import DEFAULT_URL, Reachability, make_http, request_json
+from herald._http import DEFAULT_URL, Nodes, Reachability, request_json
 
 _UNSET: Any = object()  # `retention_ms=None` means unlimited, so "not given" needs its own value
 
 
 class Admin:
     """`Admin(url)`: every call returns the server's JSON body; errors raise
-    HeraldClientError with the problem's `code`, `status` and `detail`."""
+    HeraldClientError with the problem's `code`, `status` and `detail`.
+
+    `url` may list a cluster's nodes (PROTOCOL §7: any node answers for the whole
+    cluster): calls go to one of them and move on to the next when it cannot be
+    reached or answers 503 `cluster_unavailable`."""
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | Sequence[str] = DEFAULT_URL,
         token: str | None = None,
         *,
         timeout: float = 60.0,
         retries: int = 5,
     ) -> None:
-        self._http = make_http(url, token, timeout)
-        self._reach = Reachability(url)
+        self._nodes = Nodes(url, token, timeout)
+        self._reach = Reachability(self._nodes.url)
         self.retries = retries
 
     async def __aenter__(self) -> Admin:
@@ -33,11 +38,11 @@ class Admin:
         await self.close()
 
     async def close(self) -> None:
-        await self._http.aclose()
+        await self._nodes.aclose()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return await request_json(
-            self._http, self._reach, method, path, attempts=self.retries, **kwargs
+            self._nodes, self._reach, method, path, attempts=self.retries, **kwargs
         )
 
     # -- topics ------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 `server/cli.py` calls `add_global_options(parser)` (`--url`, `--token` before the
 subcommand) and `add_commands(subparsers)`; each subcommand sets `func`, which takes
 the parsed arguments and returns the exit status. `--url`/`--token` are accepted
-after the subcommand too (there they win).
+after the subcommand too (there they win). `--url` names a cluster's nodes when
+repeated or comma-separated (PROTOCOL §7: any node serves every command).
 """
 
 from __future__ import annotations
@@ -54,8 +55,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     # so `herald --url U topics list` keeps U; the defaults are applied in _runner.
     parser.add_argument(
         "--url",
+        action="append",
         default=argparse.SUPPRESS,
-        help=f"server URL (env HERALD_URL; default {DEFAULT_URL})",
+        help=(
+            f"server URL (env HERALD_URL; default {DEFAULT_URL}); a cluster's nodes "
+            "repeated or comma-separated"
+        ),
     )
     parser.add_argument(
         "--token", default=argparse.SUPPRESS, help="bearer token (env HERALD_TOKEN)"
@@ -511,7 +516,8 @@ async def _run_tail(args: argparse.Namespace) -> None:
 def _runner(run: Handler) -> Callable[[argparse.Namespace], int]:
     def main(args: argparse.Namespace) -> int:
         if getattr(args, "url", None) is None:
-            args.url = os.environ.get("HERALD_URL", DEFAULT_URL)
+            args.url = [os.environ.get("HERALD_URL", DEFAULT_URL)]
+        args.url = _node_urls(args.url)
         if getattr(args, "token", None) is None:
             args.token = os.environ.get("HERALD_TOKEN")
         try:
@@ -521,7 +527,7 @@ def _runner(run: Handler) -> Callable[[argparse.Namespace], int]:
             print(f"herald: {exc.code}{status}: {exc.detail}", file=sys.stderr)
             return 1
         except (OSError, httpx.HTTPError, websockets.WebSocketException) as exc:
-            print(f"herald: cannot reach {args.url}: {exc}", file=sys.stderr)
+            print(f"herald: cannot reach {','.join(args.url)}: {exc}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
             return 130
@@ -530,6 +536,12 @@ def _runner(run: Handler) -> Callable[[argparse.Namespace], int]:
         return 0
 
     return main
+
+
+def _node_urls(given: list[str]) -> list[str]:
+    """`--url a --url b,c` → [a, b, c]: the nodes of a cluster, tried in turn."""
+    urls = [url.strip() for value in given for url in value.split(",") if url.strip()]
+    return urls or [DEFAULT_URL]
 
 
 def _print(value: Any) -> None:

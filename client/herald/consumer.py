@@ -1,7 +1,12 @@
 """The consumer: `async for msg in Consumer(url, subscription)` over the WebSocket
 protocol of PROTOCOL §3, with batched acks, credit replenished as messages are
 consumed, and reconnection with exponential backoff once a connection has been
-ready (a server never reached, or not a Herald server, is an error at once)."""
+ready (a server never reached, or not a Herald server, is an error at once).
+
+Given the URLs of a cluster's nodes (PROTOCOL §7: a consumer may connect to any
+node), it connects to one and, whenever a connection fails or is lost — a node
+killed, a close with 1012 "service restart" when its subscription's coordinator
+dies, 1001 when a node shuts down — reconnects to the next one."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -19,7 +24,7 @@ import websockets
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 from websockets.asyncio.client import ClientConnection
 
-from herald._http import DEFAULT_URL
+from herald._http import DEFAULT_URL, node_urls
 from herald.errors import ConsumerClosedError, HeraldClientError, HeraldConnectionError
 from herald.message import Message
 
@@ -42,11 +47,25 @@ class Consumer:
     `limit` makes the consumer take at most that many records in all: it grants no
     credit beyond them (so none is sent that would come back as a redelivery) and
     iteration ends after the last.
+
+    `url` is one server's URL or a list of a cluster's nodes. A lost connection is
+    followed by a new one to the next node in the list (after a jittered backoff), with
+    the same credit. What was in flight on the lost connection the server redelivers
+    (PROTOCOL §3), and what had arrived here unread is discarded, so no record is lost
+    and none is handed over twice for one delivery. Acks are by record id and count
+    on any connection (PROTOCOL §3: an in-flight record acked by any consumer is acked):
+    acks queued but not yet sent when a connection drops go out on the next one, so a
+    record the application finished is not worked on again needlessly; acks already
+    sent are not sent again. Nacks and extends are tied to the connection that delivered
+    the record and are dropped once it is gone, since the server has already given the
+    record back (a nack then would take it from whichever consumer now holds it).
+    A consumer never connected tries each URL once before failing, except that a node
+    closing it with 1012 (its subscription's coordinator is moving) is come back to.
     """
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | Sequence[str] = DEFAULT_URL,
         subscription: str = "",
         token: str | None = None,
         credit: int = 100,
@@ -68,11 +87,11 @@ class Consumer:
         self.limit = limit
         self._taken = 0  # records handed to the application, over all connections
         self._grant_left: int | None = None  # credit this connection may still grant
-        base = url.rstrip("/").replace("http", "ws", 1)
-        self._ws_base = f"{base}/v1/subscriptions/{quote(subscription, safe='')}/ws"
+        self.urls = node_urls(url)
+        self._current = 0  # the node connected to, or to be tried next
+        self._ws_path = f"/v1/subscriptions/{quote(subscription, safe='')}/ws"
         self._token = token
         self.ws_url = self._session_url(credit)
-        self.url = url.rstrip("/")  # for messages: ws_url may carry the token
         self.subscription = subscription
         self.credit = credit
         self.ack_interval = ack_interval_ms / 1000
@@ -87,6 +106,9 @@ class Consumer:
         self.consumer_id: str | None = None
         self.connections = 0  # how many times a connection became ready
         self._ready_attempt = 0
+        self._failures = 0  # connection attempts failed since the last ready one
+        self._lost_url = self.url  # the node whose connection failed last (for the log)
+        self._session_answerer: _SessionAnswerer | None = None  # the live connection's
         self._headers = {"authorization": f"Bearer {token}"} if token else None
         # At most `credit` messages: the server never sends more than the credit given.
         self._inbox = _Inbox(credit)
@@ -99,6 +121,12 @@ class Consumer:
         self._failure: BaseException | None = None
         self._closed = False
         self._done = asyncio.Event()
+
+    @property
+    def url(self) -> str:
+        """The node connected to (or to be tried next); for messages, as ws_url may
+        carry the token."""
+        return self.urls[self._current]
 
     # -- the application side ----------------------------------------------------------
 
@@ -170,12 +198,23 @@ class Consumer:
             self._outgoing.set()
 
     def queue_frame(self, frame: dict[str, Any]) -> None:
+        """A nack or extend frame for the current connection (dropped if it is lost
+        before the frame is sent: the server gives its records back anyway)."""
         self._frames.append(orjson.dumps(frame))
         self._outgoing.set()
 
+    def _queue_frame_of(self, session: _SessionAnswerer, frame: dict[str, Any]) -> None:
+        # A nack or extend of a record delivered on a connection that is gone: the
+        # server already gave it back for redelivery, so it is not ours to answer.
+        if session is self._session_answerer:
+            self.queue_frame(frame)
+        else:
+            log.debug("herald: %s of a lost connection's record dropped", frame.get("type"))
+
     def _session_url(self, credit: int) -> str:
         query = {"credit": str(credit)} | ({"token": self._token} if self._token else {})
-        return f"{self._ws_base}?{urlencode(query)}"
+        base = self.url.replace("http", "ws", 1)
+        return f"{base}{self._ws_path}?{urlencode(query)}"
 
     def _took(self, n: int) -> None:
         # Credit goes back as messages are taken, half the window at a time, so the
@@ -198,7 +237,7 @@ class Consumer:
                 with attempt:
                     await self._session(attempt.retry_state.attempt_number)
         except Exception as exc:  # handed to the iterating application, not swallowed
-            self._failure = as_client_error(exc, self.url)
+            self._failure = as_client_error(exc, self._lost_url)
         finally:
             self._finish()
 
@@ -208,20 +247,25 @@ class Consumer:
             self._inbox.wake_all()  # every reader waiting sees the end
 
     def _worth_reconnecting(self, exc: BaseException) -> bool:
-        # Only a consumer that has been connected reconnects: one that never got as far
-        # as `ready` is pointed at a dead or wrong server, which waiting will not fix.
-        return self.connections > 0 and _worth_reconnecting(exc)
+        # Only a consumer that has been connected reconnects for good: one that never
+        # got as far as `ready` is pointed at dead or wrong servers, which waiting will
+        # not fix; it tries each URL once (a cluster may have a node down) — unless a
+        # Herald node asked it to come back (1012 while its coordinator moves).
+        if not _worth_reconnecting(exc):
+            return False
+        return self.connections > 0 or self._failures < len(self.urls) or _asked_to_come_back(exc)
 
     def _log_reconnect(self, state: RetryCallState) -> None:
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
         delay = state.next_action.sleep if state.next_action is not None else 0.0
         log.warning(
-            "herald: consumer of %r lost its connection to %s (%s); reconnecting in %.2f s",
+            "herald: consumer of %r lost its connection to %s (%s); reconnecting in %.2f s to %s",
             self.subscription,
-            self.url,
+            self._lost_url,
             _describe(exc),
             delay,
+            self.url,
         )
 
     def _reconnect_wait(self, state: RetryCallState) -> float:
@@ -232,6 +276,17 @@ class Consumer:
         return delay * random.uniform(0.5, 1.0)
 
     async def _session(self, attempt: int) -> None:
+        """One connection to the current node; on its failure or loss the next node of
+        the list is the one the following attempt tries."""
+        try:
+            await self._connection(attempt)
+        except Exception:
+            self._failures += 1
+            self._lost_url = self.url
+            self._current = (self._current + 1) % len(self.urls)
+            raise
+
+    async def _connection(self, attempt: int) -> None:
         """One connection: ready, then read and write until it ends (raises on loss)."""
         credit = self.credit
         if self.limit is not None:
@@ -256,12 +311,14 @@ class Consumer:
                 self.consumer_id = ready.get("consumer")
                 self.connections += 1
                 self._ready_attempt = attempt
+                self._failures = 0
                 self._ws = ws
+                self._session_answerer = _SessionAnswerer(self)
                 self._owed_credit = 0  # the new connection starts with `credit` again
                 # The writer is owned by this connection: cancelled and awaited with it.
                 writer = asyncio.ensure_future(self._write_loop(ws))
                 try:
-                    await self._read_loop(ws)
+                    await self._read_loop(ws, self._session_answerer)
                 finally:
                     writer.cancel()
                     await asyncio.wait((writer,))
@@ -270,15 +327,16 @@ class Consumer:
                 raise
             finally:
                 self._ws = None
+                self._session_answerer = None
                 self._discard_unread()
 
-    async def _read_loop(self, ws: ClientConnection) -> None:
+    async def _read_loop(self, ws: ClientConnection, answerer: _SessionAnswerer) -> None:
         async for raw in ws:
             frame = orjson.loads(raw)
             kind = frame.get("type")
             if kind == "deliver":
                 # A Message is the frame's own dict, wrapped: nothing copied or decoded.
-                self._inbox.put([Message(item, self) for item in frame["messages"]])
+                self._inbox.put([Message(item, answerer) for item in frame["messages"]])
             elif kind == "error":
                 log.warning(
                     "server refused a frame: %s %s", frame.get("code"), frame.get("message")
@@ -313,7 +371,28 @@ class Consumer:
                 await ws.send(orjson.dumps({"type": "credit", "n": n}).decode())
 
     def _discard_unread(self) -> None:
+        # The server redelivers what the lost connection had in flight (PROTOCOL §3):
+        # records here unread would otherwise be handed over twice. Nacks and extends
+        # not yet sent go too (they name records no longer ours); acks stay queued for
+        # the next connection (by record id, valid on any).
         self._inbox.items.clear()
+        self._frames.clear()
+
+
+class _SessionAnswerer:
+    """What the messages of one connection answer through: acks go to the consumer
+    whatever connection is live; nacks and extends only while theirs is."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+
+    def queue_ack(self, message_id: str) -> None:
+        self._consumer.queue_ack(message_id)
+
+    def queue_frame(self, frame: dict[str, Any]) -> None:
+        self._consumer._queue_frame_of(self, frame)
 
 
 class _Inbox:
@@ -380,6 +459,18 @@ def _describe(exc: BaseException | None) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return str(exc) or type(exc).__name__
+
+
+# RFC 6455 codes a server closes with to say "come back shortly": 1012 service restart
+# (PROTOCOL §7: a subscription's coordinator died or is moving), 1013 try again later.
+COME_BACK_CLOSE_CODES = frozenset({1012, 1013})
+
+
+def _asked_to_come_back(exc: BaseException) -> bool:
+    if not isinstance(exc, websockets.ConnectionClosed):
+        return False
+    received = exc.rcvd
+    return received is not None and received.code in COME_BACK_CLOSE_CODES
 
 
 def _worth_reconnecting(exc: BaseException) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from herald._http import DEFAULT_URL, Reachability, make_http, request_json
+from herald._http import DEFAULT_URL, Nodes, Reachability, request_json
 from herald.message import Message
 
 MAX_MESSAGES = 1000  # PROTOCOL §8: max_messages 1..1000
@@ -31,11 +31,15 @@ class Puller:
     """Pulls records of one subscription. Iterating long-polls with `wait_ms` and yields
     messages one by one; `msg.ack()` / `msg.nack()` are batched and sent before the next
     pull (and on close). A record taken but never acked comes back after its ack
-    deadline, like any other consumer's. `msg.extend()` has no pull counterpart."""
+    deadline, like any other consumer's. `msg.extend()` has no pull counterpart.
+
+    `url` may list a cluster's nodes (PROTOCOL §7): requests go to one and move on to
+    the next when it cannot be reached or answers 503 `cluster_unavailable`. Acks are
+    by record id, so they apply on whichever node they reach."""
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | Sequence[str] = DEFAULT_URL,
         subscription: str = "",
         token: str | None = None,
         *,
@@ -54,8 +58,8 @@ class Puller:
         if limit is not None and limit < 1:
             raise ValueError("limit must be at least 1")
         # The HTTP timeout must outlast the long-poll.
-        self._http = make_http(url, token, max(timeout, wait_ms / 1000 + 10))
-        self._reach = Reachability(url)
+        self._nodes = Nodes(url, token, max(timeout, wait_ms / 1000 + 10))
+        self._reach = Reachability(self._nodes.url)
         self._path = f"/v1/subscriptions/{quote(subscription, safe='')}"
         self.subscription = subscription
         self.max_messages = max_messages
@@ -82,7 +86,7 @@ class Puller:
         try:
             await self.flush()
         finally:
-            await self._http.aclose()
+            await self._nodes.aclose()
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -158,5 +162,5 @@ class Puller:
 
     async def _call(self, method: str, path: str, body: Any) -> Any:
         return await request_json(
-            self._http, self._reach, method, path, body=body, attempts=self.retries
+            self._nodes, self._reach, method, path, body=body, attempts=self.retries
         )

@@ -2,7 +2,8 @@
 
 At most once and nothing stored on the server: no subscription, no cursor, gone on
 disconnect. So it never reconnects either (a new tail would start again from its
-`start`): a lost connection ends the iteration with the SDK's error.
+`start`): a lost connection ends the iteration with the SDK's error. Given a cluster's
+node URLs, it opens at the first that can be reached.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Sequence
 from urllib.parse import quote, urlencode
 
 import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from herald._http import DEFAULT_URL
+from herald._http import DEFAULT_URL, node_urls
 from herald.consumer import MAX_CREDIT, TERMINAL_CLOSE_CODES, Message, as_client_error
 from herald.errors import ConsumerClosedError
 
@@ -28,7 +30,7 @@ class Tail:
 
     def __init__(
         self,
-        url: str = DEFAULT_URL,
+        url: str | Sequence[str] = DEFAULT_URL,
         topic: str = "",
         token: str | None = None,
         *,
@@ -47,9 +49,10 @@ class Tail:
         if limit is not None:
             credit = min(credit, limit)  # never sent records it will not take
         query = {"from": str(start), "credit": str(credit)} | ({"token": token} if token else {})
-        base = url.rstrip("/").replace("http", "ws", 1)
-        self.ws_url = f"{base}/v1/topics/{quote(topic, safe='')}/ws?{urlencode(query)}"
-        self.url = url.rstrip("/")
+        self.urls = node_urls(url)
+        self._target = f"/v1/topics/{quote(topic, safe='')}/ws?{urlencode(query)}"
+        self.url = self.urls[0]
+        self.ws_url = self._ws_url(self.url)
         self.topic = topic
         self.credit = credit
         self.limit = limit
@@ -113,19 +116,27 @@ class Tail:
             self._granted += n
             await ws.send(orjson.dumps({"type": "credit", "n": n}).decode())
 
+    def _ws_url(self, url: str) -> str:
+        return url.replace("http", "ws", 1) + self._target
+
     async def _connect(self) -> ClientConnection:
         if self._ws is not None:
             return self._ws
-        try:
-            ws = await websockets.connect(
-                self.ws_url,
-                additional_headers=self._headers,
-                max_size=None,
-                open_timeout=self.open_timeout,
-                compression=self.compression,
-            )
-        except Exception as exc:
-            raise as_client_error(exc, self.url)  # noqa: B904 (its context is kept)
+        for index, url in enumerate(self.urls):
+            # PROTOCOL §7: any node serves a tail; the next one when this is down.
+            self.url, self.ws_url = url, self._ws_url(url)
+            try:
+                ws = await websockets.connect(
+                    self.ws_url,
+                    additional_headers=self._headers,
+                    max_size=None,
+                    open_timeout=self.open_timeout,
+                    compression=self.compression,
+                )
+                break
+            except Exception as exc:
+                if index == len(self.urls) - 1 or not _node_down(exc):
+                    raise as_client_error(exc, url)  # noqa: B904 (its context is kept)
         try:
             async with asyncio.timeout(self.open_timeout):
                 ready = orjson.loads(await ws.recv())
@@ -142,3 +153,10 @@ class Tail:
             raise as_client_error(exc, self.url)  # noqa: B904 (its context is kept)
         self._ws = ws
         return ws
+
+
+def _node_down(exc: Exception) -> bool:
+    """A failure another node may not have: unreachable, or a 5xx on the upgrade."""
+    if isinstance(exc, websockets.InvalidStatus):
+        return exc.response.status_code >= 500
+    return isinstance(exc, OSError | TimeoutError)

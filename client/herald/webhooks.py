@@ -113,6 +113,11 @@ def _raw_message(payload: bytes, headers: Mapping[str, str]) -> Message:
         "partition": int(partition),
         "offset": int(offset),
         "timestamp": int(headers["herald-timestamp"]),
+        **(
+            {"deliver_at": int(headers["herald-deliver-at"])}
+            if "herald-deliver-at" in headers
+            else {}
+        ),
         "key": unquote(headers["herald-key"]) if "herald-key" in headers else None,
         "headers": {
             unquote(name[len(HEADER_PREFIX) :]): unquote(value)

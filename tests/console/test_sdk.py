@@ -372,3 +372,65 @@ def test_a_page_publishes_with_delay_ms_and_gets_deliver_at_on_its_messages(
     later = seen["later"]
     assert later["deliver_at"] is not None and later["at"] >= later["deliver_at"]
     assert page_errors(page) == []
+
+
+NODES_PAGE = """<!doctype html><meta charset="utf-8"><title>nodes</title>
+<script type="module">
+  import { Herald } from "%(server)s/sdk/herald.js";
+  window.tailed = []; window.worked = []; window.states = [];
+  // A cluster's node list with a dead node first (PROTOCOL §7: any node serves all).
+  const herald = new Herald({ urls: ["%(dead)s", "%(server)s"], minBackoffMs: 100, maxBackoffMs: 500 });
+  window.published = await herald.publish("nodes", [{ value: 0 }, { value: 1 }]);
+  herald.tail("nodes", {
+    from: "earliest",
+    onMessage: (r) => window.tailed.push(r.value),
+    onState: (s) => window.states.push(s),
+    onError: () => {},
+  });
+  herald.subscribe("nodes-work", {
+    credit: 5,
+    onMessage: (m) => { window.worked.push([m.value, m.attempt]); m.ack(); },
+    onError: () => {},
+  });
+</script>"""
+
+
+def test_a_page_given_a_dead_and_a_live_node_publishes_tails_and_consumes(
+    page: Any, herald_factory: Callable[..., HeraldProcess]
+) -> None:
+    server = herald_factory("--cors-origin", APP)
+    body = {"topic": "nodes", "start": "earliest"}
+    made = httpx.put(f"{server.url}/v1/subscriptions/nodes-work", json=body, timeout=10)
+    assert made.status_code == 201, made.text
+    dead = f"http://127.0.0.1:{free_port()}"
+    _PageHandler.html = (NODES_PAGE % {"server": server.url, "dead": dead}).encode()
+    page.goto(f"{APP}/index.html")
+    wait_for(page, "(window.tailed || []).length >= 2", "the tail over the live node")
+    wait_for(page, "(window.worked || []).length >= 2", "the subscription over the live node")
+    published = page.evaluate("window.published")
+    assert [r["offset"] for r in published["results"]] == [0, 1]
+
+    def stats() -> dict[str, Any]:
+        got: dict[str, Any] = httpx.get(
+            f"{server.url}/v1/subscriptions/nodes-work", timeout=10
+        ).json()["stats"]
+        return got
+
+    deadline = time.monotonic() + 20
+    while stats()["acked_total"] != 2:  # the acks landed: SIGTERM persists them
+        assert time.monotonic() < deadline, "the acks never landed"
+        time.sleep(0.1)
+    server.terminate()  # its sockets close with 1001; the page goes round its list
+    wait_for(page, "window.states.includes('reconnecting')", "the page to notice")
+    server.restart()
+    publish(server.url, "nodes", range(2, 12))
+    wait_for(page, "window.tailed.length >= 12", "every record tailed")
+    wait_for(page, "window.worked.length >= 12", "every record worked")
+    page.wait_for_timeout(500)  # nothing more may arrive (a duplicate would)
+    assert page.evaluate("window.tailed") == list(range(12))
+    assert sorted(v for v, _ in page.evaluate("window.worked")) == list(range(12))
+    deadline = time.monotonic() + 20
+    while stats()["backlog"] != 0:
+        assert time.monotonic() < deadline, "the page's acks never landed"
+        time.sleep(0.1)
+    assert page_errors(page) == []

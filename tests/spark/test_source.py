@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import orjson
 
+from tests.conftest import free_port
 from tests.spark.conftest import publish, wait_until
 
 
@@ -223,3 +224,56 @@ def test_available_now_respects_max_records_per_trigger(
     assert query.exception() is None
     assert sizes and max(sizes) <= 60
     assert sorted(rows) == sorted((i % 3, i // 3) for i in range(250))
+
+
+def test_node_urls_come_from_urls_or_a_comma_separated_url() -> None:
+    from spark_bridge.nodes import node_urls
+
+    assert node_urls({"url": "http://a:1/, http://b:2"}) == ("http://a:1", "http://b:2")
+    assert node_urls({"urls": "http://a:1", "url": "http://b:2"}) == ("http://a:1",)
+    assert node_urls({}) == ("http://127.0.0.1:8080",)
+
+
+def test_node_killed_mid_stream_keeps_parquet_exactly_once(
+    spark: Any, herald_server: Any, unique: Any, tmp_path: Path
+) -> None:
+    # PROTOCOL §7: the bridge given a cluster's nodes goes on when the one it talks to
+    # dies. Here the list is a dead node and one node killed -9 mid-stream and started
+    # again on its port and data: the receiver reconnects through the list, records in
+    # flight come back (those committed are acked and dropped, acks lost in the kill's
+    # last second included) and the parquet output holds every record once.
+    node = herald_server.url
+    urls = f"http://127.0.0.1:{free_port()},{node}"
+    topic, sub = unique("kq"), unique("sub")
+    httpx.put(f"{node}/v1/topics/{topic}", json={"partitions": 2}).raise_for_status()
+    publish(node, topic, [{"value": {"n": i}, "key": f"k{i}"} for i in range(200)])
+    out, cp = tmp_path / "out", tmp_path / "cp"
+
+    def written() -> int:
+        try:
+            return int(spark.read.parquet(str(out)).count())
+        except Exception:  # no committed file yet
+            return 0
+
+    query = (
+        _reader(spark, urls, topic, sub, maxRecordsPerTrigger=50)
+        .select("partition", "offset", "value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(cp))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        wait_until(lambda: written() >= 50, 90, "the first batches in parquet", query)
+        herald_server.kill()
+        herald_server.restart()
+        publish(node, topic, [{"value": {"n": i}, "key": f"k{i}"} for i in range(200, 300)])
+        wait_until(lambda: written() >= 300, 120, "all 300 records in parquet", query)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    rows = spark.read.parquet(str(out)).collect()
+    assert len(rows) == 300
+    assert len(set(_offsets(rows))) == 300
+    assert sorted(orjson.loads(r.value)["n"] for r in rows) == list(range(300))

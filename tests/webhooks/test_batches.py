@@ -191,12 +191,14 @@ def test_raw_json_bodies_carry_the_value_and_the_rest_in_headers(
         # A null key sends no herald-key; odd header names and values survive.
         {"value": "plain", "headers": {"Trace-Id": " spaced ", "ünï": "100% ✓"}},
         {"value": None, "key": ""},
+        # A delayed record (§8) carries its deliver_at in herald-deliver-at.
+        {"value": 7, "delay_ms": 300},
     ]
     with Receiver([SECRET]) as receiver:
         raw_subscription(herald_url, name, topic, receiver)
         answer = httpx.post(f"{herald_url}/v1/topics/{topic}/messages", json={"messages": messages})
         assert answer.status_code == 200, answer.text
-        receiver.wait_for(lambda: len(receiver.acked_ids()) == 3)
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 4)
         received = sorted(receiver.snapshot(), key=lambda r: r.headers["herald-id"])
     stored = httpx.get(f"{herald_url}/v1/topics/{topic}/partitions/0/messages?offset=0").json()
     for request, published, record in zip(received, messages, stored["messages"], strict=True):
@@ -216,6 +218,8 @@ def test_raw_json_bodies_carry_the_value_and_the_rest_in_headers(
     assert received[0].headers["herald-header-trace"] == "t-1"
     assert received[1].headers["herald-header-%54race-%49d"] == "%20spaced%20"
     assert received[2].headers["herald-key"] == ""
+    assert "herald-deliver-at" not in received[0].headers
+    assert received[3].headers["herald-deliver-at"] == str(stored["messages"][3]["deliver_at"])
 
 
 def test_raw_bytes_bodies_are_octet_streams(herald_url: str, unique: Any) -> None:

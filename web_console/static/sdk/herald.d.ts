@@ -40,7 +40,11 @@ export interface Gap {
 export type StreamState = "connecting" | "open" | "reconnecting" | "closed";
 
 export interface HeraldOptions {
-  /** One server URL, or the nodes of a cluster (tried in turn). */
+  /**
+   * One server URL, or the nodes of a cluster (PROTOCOL §7): sockets move to the next
+   * on each reconnect; HTTP calls go on at the next when one cannot be reached or
+   * answers 503 cluster_unavailable.
+   */
   urls: string | string[];
   /** A token to start with (a browser token from your backend). */
   token?: string;
@@ -73,7 +77,9 @@ export interface TailOptions extends StreamOptions {
 export interface Message extends HeraldRecord {
   id: string;
   ack(): boolean;
+  /** false (not sent) once the socket that delivered the record is gone. */
   nack(delayMs?: number): boolean;
+  /** false (not sent) once the socket that delivered the record is gone. */
   extend(ms: number): boolean;
 }
 

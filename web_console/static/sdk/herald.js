@@ -14,6 +14,10 @@
 // the application takes it. A socket closed 4401 (a browser token expired) asks
 // `getToken` for a fresh token before reconnecting. `stats()` is the server's stats
 // stream (a snapshot a second) with the same reconnect, backoff and token handling.
+// Given a cluster's node URLs (PROTOCOL §7: any node serves everything), sockets move
+// to the next node on each reconnect (a node that died, or closed them with 1012 when
+// a subscription's coordinator died), and HTTP calls go on at the next node when one
+// cannot be reached or answers 503 cluster_unavailable.
 
 const FATAL = new Set([4400, 4403, 4404, 4409, 4410, 1008]);
 
@@ -70,9 +74,34 @@ export class Herald {
     return this.token ? { Authorization: `Bearer ${this.token}` } : {};
   }
 
+  /**
+   * fetch() at the current node, moving on to the next when one cannot be reached or
+   * answers 503 cluster_unavailable (it cannot reach the cluster's etcd; another may):
+   * each node is tried once. A publish retried that way may be stored twice unless
+   * its messages carry an `id` (PROTOCOL §2 dedup).
+   */
+  async _fetch(path, init) {
+    let failure;
+    for (let tried = 0; tried < this.urls.length; tried += 1) {
+      const last = tried === this.urls.length - 1;
+      try {
+        const response = await fetch(`${this._url(false)}${path}`, init);
+        if (response.status === 503 && !last && (await problemCode(response.clone())) === "cluster_unavailable") {
+          this._url(true);
+          continue;
+        }
+        return response;
+      } catch (error) {
+        failure = error; // unreachable: the next node
+        this._url(true);
+      }
+    }
+    throw failure;
+  }
+
   /** GET /v1/topics/{topic}: its partitions' start and end offsets. */
   async topic(name, retried = false) {
-    const response = await fetch(`${this._url(false)}/v1/topics/${encodeURIComponent(name)}`, {
+    const response = await this._fetch(`/v1/topics/${encodeURIComponent(name)}`, {
       headers: await this._headers(),
     });
     if (response.status === 401 && this.getToken && !retried) {
@@ -89,7 +118,7 @@ export class Herald {
    * (PROTOCOL §8), which the records delivered, tailed or read then carry.
    */
   async publish(topic, messages) {
-    const response = await fetch(`${this._url(false)}/v1/topics/${encodeURIComponent(topic)}/messages`, {
+    const response = await this._fetch(`/v1/topics/${encodeURIComponent(topic)}/messages`, {
       method: "POST",
       headers: { "Content-Type": "application/json", ...(await this._headers()) },
       body: JSON.stringify({ messages }),
@@ -345,24 +374,33 @@ export class Subscription extends Stream {
 
   _frame(frame) {
     if (frame.type !== "deliver") return;
-    this._queue = this._queue.then(() => this._deliver(frame.messages));
+    const socket = this.socket;
+    this._queue = this._queue.then(() => this._deliver(frame.messages, socket));
   }
 
-  async _deliver(records) {
+  async _deliver(records, socket) {
+    // Each record belongs to the socket that delivered it. Once that socket is gone
+    // the server gives its records back for redelivery (PROTOCOL §3): those not yet
+    // handed over are dropped (they come again), a nack or extend of one is not sent
+    // (it would take the record from whoever holds it now), and no credit is given
+    // for it to the next socket (which starts with its own). An ack is by record id
+    // and counts on any socket.
+    const live = () => this.socket === socket;
     for (const record of records) {
+      if (!live()) return;
       const message = {
         ...record,
         id: idOf(record),
         ack: () => this.ack([record]),
-        nack: (delayMs) => this.nack([record], delayMs),
-        extend: (ms) => this.extend([record], ms),
+        nack: (delayMs) => live() && this.nack([record], delayMs),
+        extend: (ms) => live() && this.extend([record], ms),
       };
       try {
         await this.onMessage(message);
       } catch (e) {
         this.onError(e);
       }
-      this._send({ type: "credit", n: 1 }); // taken: the server may send one more
+      if (live()) this._send({ type: "credit", n: 1 }); // taken: the server may send one more
     }
   }
 }
@@ -393,6 +431,15 @@ export class StatsStream extends Stream {
     } catch (e) {
       this.onError(e);
     }
+  }
+}
+
+/** The `code` of a problem JSON answer, or null. */
+async function problemCode(response) {
+  try {
+    return (await response.json()).code ?? null;
+  } catch {
+    return null;
   }
 }
 

@@ -1,0 +1,69 @@
+"""`herald.Consumer` given a cluster's node URLs (PROTOCOL §7) across the kill -9 of a
+subscription's coordinator, on a real 3-node cluster: one Consumer object per reader for
+the whole run, no reconnection by the test — the SDK goes round its URL list."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from herald import Consumer
+from tests.cluster.nodes import HeraldCluster
+from tests.cluster.test_cluster_subscriptions import publish, wait_coordinated
+
+
+def test_consumers_given_every_node_go_on_when_the_coordinator_is_killed(
+    herald_cluster: HeraldCluster,
+) -> None:
+    cluster = herald_cluster
+    count = 2000
+    cluster.create_topic("jobs", partitions=3, replication_factor=3)
+    answer = cluster.put("n1", "/v1/subscriptions/work", {"topic": "jobs", "start": "earliest"})
+    assert answer.status_code == 201, answer.text
+    owner = wait_coordinated(cluster, "work")
+    others = [n for n in ("n1", "n2", "n3") if n != owner]
+    asyncio.run(publish([cluster.nodes[n].url for n in others], "jobs", count))
+    # One consumer starts on the coordinator itself (its socket dies with the node), the
+    # other on another node (relayed; closed with 1012 when the coordinator dies).
+    lists = [
+        [cluster.nodes[n].url for n in (owner, *others)],
+        [cluster.nodes[n].url for n in (others[0], owner, others[1])],
+    ]
+    acked_at: dict[int, float] = {}
+    deliveries: list[tuple[int, float]] = []
+    killed: dict[str, float] = {}
+    consumers = [Consumer(urls, "work", credit=50, max_backoff=1.0) for urls in lists]
+
+    async def consume(consumer: Consumer) -> None:
+        async for message in consumer:
+            deliveries.append((int(message.value), time.monotonic()))
+            await message.ack()
+            acked_at.setdefault(int(message.value), time.monotonic())
+            if len(acked_at) >= count // 3 and not killed:
+                cluster.kill(owner)
+                killed["at"] = time.monotonic()
+            if len(acked_at) >= count:
+                return
+
+    async def run() -> None:
+        tasks = [asyncio.create_task(consume(c)) for c in consumers]
+        try:
+            async with asyncio.timeout(180):
+                while len(acked_at) < count:
+                    done, _ = await asyncio.wait(tasks, timeout=0.5)
+                    for task in done:
+                        task.result()  # a consumer that gave up fails the test
+        finally:
+            for consumer in consumers:
+                await consumer.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(run())
+    assert set(acked_at) == set(range(count))
+    kill = killed["at"]
+    early = {v for v, at in acked_at.items() if at < kill - 1.0}
+    again = [v for v, at in deliveries if v in early and at > kill]
+    assert again == [], f"{len(again)} acked > 1 s before the kill redelivered: {again[:10]}"
+    # What was acked after the kill came through a consumer that went round its list
+    # and was ready again on a live node.
+    assert max(c.connections for c in consumers) >= 2
