@@ -386,6 +386,7 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._receiver: Receiver | None = None
         self._partitions: list[int] | None = None
         self._available_now: dict[int, int] | None = None
+        self._initial: dict[str, int] | None = None  # where this query started
         # The subscription's filter, as the server has it (the `filter` option, or the
         # one an existing subscription was made with); compiled in the planning worker.
         self._filter: str | None = None
@@ -455,7 +456,12 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- the DataSourceStreamReader API -----------------------------------------------------
 
     def initialOffset(self) -> dict[str, int]:
-        """A new query: where `startingOffsets` points, and the subscription moved there."""
+        """A new query: where `startingOffsets` points, and the subscription moved there
+        once. Spark asks again on every trigger until a first batch has run (while
+        nothing has arrived): seeking each time would send the records again and, with a
+        filter, drop (and count) the records it dropped again."""
+        if self._initial is not None:
+            return self._initial
         self._ensure_subscription()
         # The server resolves the position (PROTOCOL §2 seek) and answers with the
         # subscription's stats: each partition's ack floor is where it now starts.
@@ -467,7 +473,8 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ),
         )
         offsets = {p["partition"]: p["ack_floor"] for p in sought["stats"]["partitions"]}
-        return {str(p): o for p, o in sorted(offsets.items())}
+        self._initial = {str(p): o for p, o in sorted(offsets.items())}
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_records_per_trigger is not None:
