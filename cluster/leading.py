@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from cluster.errors import LeaderUnavailable, NotEnoughReplicas
@@ -75,6 +75,7 @@ class LeaderRole:
         holds_lease: Callable[[], bool],
         replica_lag_ms: float,
         counters: Counters,
+        live: Callable[[], Collection[str]] = tuple,
     ) -> None:
         self.node_id = node_id
         self.topic = topic
@@ -85,6 +86,7 @@ class LeaderRole:
         self._etcd = etcd
         self._holds_lease = holds_lease
         self._counters = counters
+        self._live = live  # the node ids holding a lease now
         self.replica = LeaderReplica(
             node_id,
             epoch=self.epoch,
@@ -190,6 +192,10 @@ class LeaderRole:
     def tick(self) -> None:
         if self.active:
             self._apply(self.replica.tick())
+            live = self._live()
+            gone = [name for name in self.replica.isr if name not in live]
+            if gone and live:
+                self._apply(self.replica.followers_gone(gone))
 
     def _apply(self, progress: Progress) -> None:
         if self.deposed:

@@ -418,6 +418,7 @@ class ClusterNode:
                 holds_lease=self._lease_check(),
                 replica_lag_ms=self.settings.replica_lag_ms,
                 counters=self.counters,
+                live=lambda: self.membership.members.keys(),
             )
             self.roles[ref] = leader
             self.counters.leader_changes += 1

@@ -279,6 +279,19 @@ class LeaderReplica:
                 change = self.pending
         return self._advance(change)
 
+    def followers_gone(self, gone: Iterable[str]) -> Progress:
+        """Followers whose node left the cluster (its lease lapsed, its key is gone) leave
+        the ISR now rather than ``replica_lag_ms`` later — Kafka's controller does the same
+        when a broker dies. Without it, a dead follower of an idle partition (nothing to
+        fall behind on) would stay in the ISR and stall the next acks=all."""
+        change: IsrChange | None = None
+        if self.pending is None:
+            out = {name for name in gone if name in self.isr and name != self.node_id}
+            if out:
+                self.pending = IsrChange(self.epoch, self._ordered(set(self.isr) - out), False)
+                change = self.pending
+        return self._advance(change)
+
     def _out_of_sync(self, state: FollowerState, now: float) -> bool:
         return state.written != self.log_end and now - state.last_caught_up_ms > self.replica_lag_ms
 

@@ -283,16 +283,23 @@ class SubscriptionCore:
     def take_reads(self) -> list[ReadRequest | RefetchRequest]:
         """The reads needed to fill the room that credit and max_in_flight leave.
         Every request must be answered with feed/feed_refetch or read_failed/refetch_failed."""
-        room = (
-            self._room() - self._buffered - len(self._refetched) - self._reading - self._refetching
-        )
-        if room <= 0:
+        room = self._room() - len(self._refetched) - self._refetching  # sends still possible
+        want = room - self._buffered - self._reading  # records to read for them
+        if room <= 0 or (want <= 0 and self._match is None):
             return []
         requests: list[ReadRequest | RefetchRequest] = []
-        if self._refetch_wait:
-            room -= self._take_refetches(room, requests)
-        if room > 0:
-            self._take_range_reads(room, requests)
+        if self._refetch_wait and want > 0:
+            taken = self._take_refetches(want, requests)
+            room -= taken
+            want -= taken
+        if self._match is not None and room > 0:
+            # PROTOCOL §8: records the filter drops are acked unsent and take no room, so
+            # a filtered subscription reads a batch ahead while it can send anything: a
+            # consumer with little credit must not cost a log read per record scanned.
+            # The buffer stays bounded (READ_BATCH, or the room when that is larger).
+            want = max(want, READ_BATCH - self._buffered - self._reading)
+        if want > 0:
+            self._take_range_reads(want, requests)
         return requests
 
     def feed(self, request: ReadRequest, records: Sequence[Record]) -> None:

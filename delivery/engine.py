@@ -459,6 +459,11 @@ class DeliveryEngine:
                 runtime.core.dirty = True  # try again on the next flush
                 raise
             if self._cursor_saved is not None:
+                # A cluster's next coordinator takes the attempt counts over too (issue
+                # 15): max_deliveries holds across a coordinator's crash, not only across a
+                # graceful restart as on a single node.
+                if not with_attempts:
+                    snapshot = runtime.core.snapshot(with_attempts=True)
                 self._cursor_saved(runtime.name, snapshot)
 
     async def _flush_loop(self) -> None:

@@ -30,6 +30,7 @@ from pyspark.sql.streaming.datasource import (
 from herald.admin import Admin
 from herald.consumer import Consumer, Message
 from herald.errors import HeraldClientError
+from herald.filter import FilterSyntaxError, Matcher, compile_filter, parse
 
 from .arrow import Encoded, encode, schema_batch, shipped_batch
 from .nodes import node_urls
@@ -71,6 +72,7 @@ class Options:
     starting: Starting
     max_records_per_trigger: int | None
     credit: int
+    filter: str | None = None  # PROTOCOL §8 filter of the subscription; checked in parse()
 
     @classmethod
     def parse(cls, given: dict[str, str]) -> Options:
@@ -87,6 +89,12 @@ class Options:
         credit = int(options.get("credit") or DEFAULT_CREDIT)
         if not 1 <= credit <= 1_000_000:
             raise ValueError("credit must be 1..1000000")
+        filter_ = options.get("filter") or None
+        if filter_ is not None:
+            try:
+                parse(filter_)
+            except FilterSyntaxError as exc:
+                raise ValueError(f"option 'filter' is not a Herald filter: {exc}") from None
         return cls(
             urls=node_urls(options),
             topic=topic,
@@ -95,6 +103,7 @@ class Options:
             starting=starting,
             max_records_per_trigger=max_records,
             credit=credit,
+            filter=filter_,
         )
 
 
@@ -126,8 +135,11 @@ def call_admin(opts: Options, fn: Any) -> Any:
     return asyncio.run(_admin_call(opts, fn))
 
 
-def read_range(opts: Options, partition: int, start: int, end: int) -> list[Encoded]:
-    """Records [start, end) of one partition from the read API (PROTOCOL §2 Read)."""
+def read_range(
+    opts: Options, partition: int, start: int, end: int, matches: Matcher | None = None
+) -> list[Encoded]:
+    """Records [start, end) of one partition from the read API (PROTOCOL §2 Read); with
+    ``matches`` (the subscription's filter), only those it lets through."""
 
     async def fetch(admin: Admin) -> list[Encoded]:
         records: list[Encoded] = []
@@ -142,7 +154,11 @@ def read_range(opts: Options, partition: int, start: int, end: int) -> list[Enco
                     f"herald: {opts.topic}/{partition} has no records from offset {offset} "
                     f"(next_offset {page['next_offset']}); they were deleted by retention"
                 )
-            records.extend(encode(Message.from_json(m)) for m in messages if m["offset"] < end)
+            for m in messages:
+                if m["offset"] < end:
+                    message = Message.from_json(m)
+                    if matches is None or matches(message):
+                        records.append(encode(message))
             offset = page["next_offset"]
         return records
 
@@ -379,10 +395,16 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._receiver: Receiver | None = None
         self._partitions: list[int] | None = None
         self._available_now: dict[int, int] | None = None
+        self._initial: dict[str, int] | None = None  # where this query started
+        # The subscription's filter, as the server has it (the `filter` option, or the
+        # one an existing subscription was made with); compiled in the planning worker.
+        self._filter: str | None = None
+        self._matches: Matcher | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_receiver"] = None  # the receiver stays in the planning worker
+        state["_matches"] = None  # only the planning worker re-reads ranges
         return state
 
     # -- setup ----------------------------------------------------------------------------
@@ -401,21 +423,36 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "max_in_flight": min(MAX_IN_FLIGHT_CAP, 4 * opts.credit),
             "max_deliveries": 0,  # never dead-letter: records may wait long for a commit
         }
+        if opts.filter is not None:
+            config["filter"] = opts.filter
 
-        async def create(admin: Admin) -> None:
+        async def create(admin: Admin) -> dict[str, Any]:
             try:
-                await admin.create_subscription(opts.subscription, opts.topic, **config)
+                created: dict[str, Any] = await admin.create_subscription(
+                    opts.subscription, opts.topic, **config
+                )
+                return created
             except HeraldClientError as exc:
                 if exc.code != "subscription_conflict":
                     raise
-                existing = await admin.get_subscription(opts.subscription)
+                existing: dict[str, Any] = await admin.get_subscription(opts.subscription)
                 if existing["config"]["topic"] != opts.topic:
                     raise ValueError(
                         f"subscription {opts.subscription!r} is on topic "
                         f"{existing['config']['topic']!r}, not {opts.topic!r}"
                     ) from exc
+                return existing
 
-        call_admin(opts, create)
+        subscription = call_admin(opts, create)
+        current = subscription["config"].get("filter")
+        if opts.filter is not None and current != opts.filter:
+            # A batch re-read from the log must hold what the subscription delivers.
+            raise ValueError(
+                f"subscription {opts.subscription!r} has filter {current!r}, not "
+                f"{opts.filter!r}: change it (PATCH) or use another subscription"
+            )
+        self._filter = current
+        self._matches = None if current is None else compile_filter(parse(current))
 
     def _receiver_started(self) -> Receiver:
         if self._receiver is None:
@@ -428,7 +465,12 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- the DataSourceStreamReader API -----------------------------------------------------
 
     def initialOffset(self) -> dict[str, int]:
-        """A new query: where `startingOffsets` points, and the subscription moved there."""
+        """A new query: where `startingOffsets` points, and the subscription moved there
+        once. Spark asks again on every trigger until a first batch has run (while
+        nothing has arrived): seeking each time would send the records again and, with a
+        filter, drop (and count) the records it dropped again."""
+        if self._initial is not None:
+            return self._initial
         self._ensure_subscription()
         # The server resolves the position (PROTOCOL §2 seek) and answers with the
         # subscription's stats: each partition's ack floor is where it now starts.
@@ -440,7 +482,8 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ),
         )
         offsets = {p["partition"]: p["ack_floor"] for p in sought["stats"]["partitions"]}
-        return {str(p): o for p, o in sorted(offsets.items())}
+        self._initial = {str(p): o for p, o in sorted(offsets.items())}
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_records_per_trigger is not None:
@@ -480,8 +523,10 @@ class HeraldStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             records, missing = receiver.take(p, first, last)
             if missing:
                 # Records the checkpoint expects but the buffer does not hold (a restart,
-                # a lost buffer, or availableNow): re-read them from the log.
-                fetched = read_range(self.opts, p, missing[0], missing[-1] + 1)
+                # a lost buffer, or availableNow; with a filter, also the records it
+                # dropped): re-read them from the log, through the same filter, so that a
+                # batch holds what the subscription delivers and a replay the same rows.
+                fetched = read_range(self.opts, p, missing[0], missing[-1] + 1, self._matches)
                 wanted = set(missing)
                 records.extend(r for r in fetched if r.offset in wanted)
                 records.sort(key=lambda r: r.offset)

@@ -57,3 +57,22 @@ def test_latency_trace_sees_every_record_at_every_stage() -> None:
     assert re.search(r"p99  n=200$", done.stdout, re.M), done.stdout
     stages = re.findall(r"^\S.*? +\d+ +\d+ +\d+$", done.stdout, re.M)
     assert len(stages) == 15 and stages[-1].startswith("total"), done.stdout
+
+
+def test_filter_bench_runs_end_to_end_and_prints_every_figure() -> None:
+    """bench/filter.py: its own server, a pair of runs whose stats it checks, the medians."""
+    done = subprocess.run(
+        [sys.executable, "bench/filter.py", "--records", "2000", "--runs", "2", "--on", "key"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "server capacity" in out and 'hasPrefix(key, "eu-")' in out, out
+    # subscription, skip rate, delivered (every record / the 1 % matching), seconds, CPU
+    assert re.search(r"^unfiltered +[\d,]+ +2,000 +[\d.]+ +\d+\.\d\d$", out, re.M), out
+    assert re.search(r"^filtered +[\d,]+ +20 +[\d.]+ +\d+\.\d\d$", out, re.M), out
+    assert re.search(r"^filtered / unfiltered skip rate, .*: \d+\.\d\d \(range ", out, re.M), out
+    assert "host during the bench:" in out, out

@@ -497,3 +497,28 @@ def test_with_etcd_down_committed_records_stay_readable_and_etcd_work_answers_50
         high_watermark=high_watermark,
         acknowledged=[(a.offset, a.value) for a in acks],
     )
+
+
+def test_a_dead_follower_of_an_idle_partition_leaves_the_isr_with_its_lease(
+    herald_cluster: HeraldCluster,
+) -> None:
+    # Nothing is written, so the lag rule has nothing to measure: the follower leaves the
+    # ISR because its node's key is gone (Kafka's controller on a broker's death), and an
+    # acks=all that needs it is refused before anything is appended, not after a wait.
+    cluster = herald_cluster
+    cluster.create_topic("idle", partitions=1, replication_factor=3, min_insync_replicas=3)
+    state = cluster.partition_state("idle")
+    leader = state["leader"]
+    follower = next(r for r in state["replicas"] if r != leader)
+    cluster.kill(follower)
+    killed = time.monotonic()
+    cluster.wait_isr("idle", 0, set(state["replicas"]) - {follower}, within=20.0)
+    left = time.monotonic() - killed
+    refused = cluster.post(leader, "/v1/topics/idle/messages", {"messages": [{"value": 1}]})
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["code"] == "not_enough_replicas"
+    assert cluster.high_watermark("idle", 0, leader) == 0
+    assert cluster.get(leader, "/v1/topics/idle").json()["partitions"][0]["end_offset"] == 0
+    print(
+        f"the dead follower left the ISR {left:.1f} s after the kill (TTL {cluster.node_ttl_ms} ms)"
+    )

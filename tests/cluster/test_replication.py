@@ -320,3 +320,21 @@ def test_a_new_leaders_mark_is_settled_once_it_reaches_the_epoch_start() -> None
     r.on_append(12)
     r.on_fetch("b", 2, 10, 10)
     assert r.high_watermark == 10 and r.high_watermark_settled
+
+
+def test_a_follower_whose_node_is_gone_leaves_the_isr_at_once_even_when_idle() -> None:
+    # Nothing to fall behind on, so the lag rule never fires; its node's key is gone.
+    clock = FakeClock()
+    r = leader(clock, min_insync=3)
+    r.on_fetch("b", 3, 0, 0)
+    r.on_fetch("c", 3, 0, 0)
+    clock.advance(60_000)
+    assert r.tick().isr_change is None  # caught up at the log end: in sync by the lag rule
+    progress = r.followers_gone(["c", "a"])  # the leader's own id is never dropped
+    assert progress.isr_change is not None
+    assert progress.isr_change.isr == ("a", "b") and not progress.isr_change.expands
+    assert r.minimal_isr == ("a", "b")
+    assert r.check_append("all") is not None  # 2 < min_insync 3: refused before appending
+    assert r.followers_gone(["b"]).isr_change is None  # one change at a time
+    r.isr_stored(("a", "b"))
+    assert r.isr == ("a", "b")

@@ -678,6 +678,32 @@ def test_records_not_matching_the_filter_are_acked_unsent_and_hold_no_key():
     assert (stats.backlog, h.core.ack_floor(0), h.dead) == (0, 4, [])
 
 
+def test_a_filtered_subscription_reads_ahead_of_a_small_credit():
+    """PROTOCOL §8 Filter: dropped records take no credit, so a consumer with credit 1
+    does not make the subscription read the log one record at a time."""
+    h = Harness(config(filter='key = "a"'))
+    for n in range(2500):
+        h.publish(key="a" if n % 1000 == 999 else "b")
+    h.attach("c1", credit=1)
+    assert h.ids("c1") == ["0-999"]
+    assert [(r.offset, r.max_records) for r in h.reads] == [(0, 1000)]
+    h.ack("0-999")
+    h.credit("c1", 1)
+    assert h.ids("c1") == ["0-999", "0-1999"]
+    assert [(r.offset, r.max_records) for r in h.reads] == [(0, 1000), (1000, 1000)]
+    stats = h.core.stats()
+    assert (stats.filtered_total, stats.delivered_total, h.core.ack_floor(0)) == (1998, 2, 1999)
+    # Without credit nothing more is read: the rest waits in the log, not in memory.
+    assert h.core.take_reads() == []
+
+
+def test_an_unfiltered_subscription_reads_only_what_credit_allows():
+    h = Harness()
+    h.publish(n=50)
+    h.attach("c1", credit=3)
+    assert [(r.offset, r.max_records) for r in h.reads] == [(0, 3)]
+
+
 def test_a_changed_filter_applies_to_waiting_redeliveries():
     h = Harness(config(retry_backoff=Backoff(10, 10)))
     h.publish(key="a")

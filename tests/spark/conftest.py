@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,11 +21,29 @@ from tests.helpers import wait_until_sync
 JAVA_HINT = "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"
 
 
+def _worker_python(directory: Path) -> str:
+    """The interpreter Spark starts its Python workers with: this one, importing pyspark
+    from site-packages (compiled once) rather than from the pyspark.zip Spark puts first
+    on their path, which Python compiles from source at every start (1.1 s more CPU).
+    Spark gives a streaming source's worker 10 s to connect back: on a busy 2-core host
+    the zip alone used most of it and queries failed to start."""
+    script = directory / "python"
+    script.write_text(
+        "#!/bin/sh\n"
+        'PYTHONPATH=$(printf %s "$PYTHONPATH" | tr : "\\n" | grep -v "/pyspark.zip$" '
+        "| paste -sd : -)\n"
+        "export PYTHONPATH\n"
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.fail(JAVA_HINT, pytrace=False)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = _worker_python(tmp_path_factory.mktemp("spark-python"))
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
