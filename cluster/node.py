@@ -157,6 +157,7 @@ class ClusterNode:
         self.sessions: dict[str, FetchSession] = {}
         self._leaderless_since: dict[Ref, float] = {}
         self._spread: dict[str, int] = {}
+        self._last_urls: dict[str, str] = {}  # node id -> the URL it had when last live
         self._idle: set[Ref] = set()  # partitions this node does not replicate
         self._seen: set[Ref] = set()  # partitions given a role at least once
         self._lease_seen = 0  # the lease the roles were given under
@@ -760,6 +761,18 @@ class ClusterNode:
         self._dirty.set()
 
     # ------------------------------------------------------------------ queries
+
+    def known_nodes(self) -> dict[str, str | None]:
+        """Every node this one knows of — the live members, and the replicas the
+        partitions name — with the URL it last had (None: never seen live)."""
+        members = self.membership.members
+        for node, member in members.items():
+            self._last_urls[node] = member.url
+        nodes: dict[str, str | None] = {node: self._last_urls.get(node) for node in members}
+        for versioned in self.states.values():
+            for replica in versioned.state.replicas:
+                nodes.setdefault(replica, self._last_urls.get(replica))
+        return nodes
 
     def member_url(self, node_id: str) -> str | None:
         member = self.membership.members.get(node_id)

@@ -345,8 +345,10 @@ class LeaderReplica:
     def _progress(self) -> Progress:
         return Progress(self.high_watermark, self.commit_point)
 
-    def follower_lag(self) -> dict[str, int]:
-        """Records each follower is behind the leader's log end (metrics, console)."""
+    def follower_lag(self) -> dict[str, int | None]:
+        """Records each follower is behind the leader's log end (metrics, console); None
+        for a follower that has not fetched from this leader yet (its position unknown)."""
         return {
-            name: self.log_end - max(state.written, 0) for name, state in self.followers.items()
+            name: None if state.written == UNKNOWN else self.log_end - state.written
+            for name, state in self.followers.items()
         }

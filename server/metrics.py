@@ -204,6 +204,7 @@ def _cluster_families(out: Exposition, cluster: Any) -> None:
             )
             for r in reports
             for follower, lag in r["lag"].items()
+            if lag is not None
         ),
     )
     out.family(

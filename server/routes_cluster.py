@@ -62,10 +62,7 @@ async def get_cluster(request: Request) -> Response:
     body = {
         "name": state.cluster.name,
         "node": node,
-        "nodes": [
-            {"id": member, "url": url, "live": True, "leads": leads}
-            for member, url, leads in _members(state)
-        ],
+        "nodes": _nodes(state),
         "partitions": await cluster_partitions(state),
         "subscriptions": [
             {
@@ -80,6 +77,18 @@ async def get_cluster(request: Request) -> Response:
         ],
     }
     return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _nodes(state: Services) -> list[dict[str, Any]]:
+    """The live members, and the nodes the partitions name that are not live (a dead
+    node's key is gone from etcd: it is shown not live, with the URL it last had)."""
+    assert state.cluster is not None
+    live = state.cluster.membership.members
+    counts = state.cluster.leader_counts()
+    return [
+        {"id": node, "url": url, "live": node in live, "leads": counts.get(node, 0)}
+        for node, url in sorted(state.cluster.known_nodes().items())
+    ]
 
 
 def _members(state: Services) -> list[tuple[str, str, int]]:
