@@ -37,6 +37,7 @@ def test_a_single_node_is_a_nameless_cluster_of_one_that_leads_every_partition(
         }
         for name, n, end in [("a", 0, 0), ("a", 1, 0), ("a", 2, 0), ("b", 0, 2)]
     ]
+    assert body.pop("subscriptions") == []  # none yet; each would name "local"
     assert body == {
         "name": None,
         "node": "local",
