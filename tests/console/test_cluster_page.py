@@ -28,6 +28,8 @@ def cluster_requests(page: Any) -> list[float]:
 def test_a_single_node_shows_itself_leading_every_partition(herald_url: str, page: Any) -> None:
     with httpx.Client(base_url=herald_url) as http:
         assert http.put("/v1/topics/orders", json={"partitions": 2}).status_code == 201
+        created = http.put("/v1/subscriptions/billing", json={"topic": "orders"})
+        assert created.status_code == 201
     publish(herald_url, "orders", [{"partition": 1, "value": i} for i in range(3)])
     page.goto(f"{herald_url}/console/#/cluster")
     expect(page.locator("#nav a.active")).to_have_text("Cluster")
@@ -57,6 +59,9 @@ def test_a_single_node_shows_itself_leading_every_partition(herald_url: str, pag
     expect(page.locator("#partitions-table tr[data-key='orders/0'] [data-col=hwm]")).to_have_text(
         "0"
     )
+    # Which node runs each subscription: on a single node, the node itself.
+    coordinator = page.locator("#coordinators-table tr[data-subscription=billing]")
+    expect(coordinator.locator("[data-col=coordinator]")).to_have_text("local")
     # A single node has no cluster name: no cluster indicator in the header.
     expect(page.locator("#cluster-info")).to_be_hidden()
     screenshot(page, "cluster-single-node")

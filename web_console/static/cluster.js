@@ -148,6 +148,7 @@ export function clusterPage(main) {
   const problems = h("input", { id: "cluster-problems", type: "checkbox" });
   const shown = h("span.muted", { id: "cluster-shown" });
   const parts = h("div", { id: "cluster-partitions" });
+  const coordinators = h("div", { id: "cluster-coordinators" });
   main.append(
     h("div.row", {}, h("h1.inline", {}, "Cluster"), state),
     cards,
@@ -157,6 +158,9 @@ export function clusterPage(main) {
         h("label", { title: "partitions whose ISR is smaller than their replicas, or whose leader is not live" },
           problems, " only under-replicated or leaderless"), shown),
       parts),
+    h("div.panel", {}, h("h2", {}, "Subscriptions"),
+      h("p.muted", {}, "each runs on one node, its coordinator; consumers may connect to any node"),
+      coordinators),
   );
 
   let counters = {};
@@ -192,6 +196,7 @@ export function clusterPage(main) {
       ? `showing ${num(MAX_ROWS)} of ${num(picked.length)}: filter to see the rest`
       : plural(picked.length, "partition");
     patchChildren(parts, [partitionsTable(picked.slice(0, MAX_ROWS), live, rows.length)]);
+    patchChildren(coordinators, [coordinatorsTable(data.subscriptions || [], live)]);
   };
   filter.addEventListener("input", render);
   problems.addEventListener("change", render);
@@ -251,6 +256,20 @@ function nodesTable(data, all, rows, counters) {
       h("th.num", { title: "the most records this node is behind a leader, as its leaders report" }, "Max lag"),
       shownCounters.map(([, label, why]) => h("th.num", { title: `${why} (this node only)` }, label)))),
     h("tbody", {}, body));
+}
+
+// Which node coordinates each subscription (PROTOCOL §7; GET /v1/cluster `subscriptions`).
+function coordinatorsTable(subscriptions, live) {
+  const body = subscriptions.map((s) => h("tr", { dataset: { key: s.name, subscription: s.name } },
+    h("td", {}, h("a", { href: itemHash("subscriptions", s.name) }, s.name)),
+    h("td", { dataset: { col: "coordinator" } }, s.coordinator == null
+      ? h("span.badge.bad", { title: "no live coordinator: another node takes it over shortly" }, "none")
+      : live.has(s.coordinator) ? s.coordinator
+        : h("span.badge.bad", {}, `${s.coordinator} (not live)`))));
+  return h("table", { id: "coordinators-table" },
+    h("thead", {}, h("tr", {}, h("th", {}, "Subscription"), h("th", {}, "Coordinator"))),
+    h("tbody", {}, body.length ? body
+      : h("tr", {}, h("td.muted", { colspan: 2, id: "coordinators-empty" }, "No subscriptions yet."))));
 }
 
 function partitionsTable(rows, live, total) {
