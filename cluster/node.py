@@ -599,11 +599,14 @@ class ClusterNode:
     def coordinates(self, name: str) -> bool:
         """Whether this node is the subscription's coordinator, under its current lease."""
         coordinator = self.coordinators.get(name)
+        # Not "and the lease still holds": while etcd cannot be reached nobody can take a
+        # subscription over, so its coordinator goes on delivering committed records
+        # (PROTOCOL §7); its cursor writes stay fenced by the lease, and once etcd answers
+        # again a lapsed lease's key is gone and the subscription moves (at least once).
         return (
             coordinator is not None
             and coordinator.node == self.node_id
             and coordinator.lease == self.membership.lease_id
-            and self.membership.holds_lease()
         )
 
     def coordinator_url(self, name: str) -> str | None:

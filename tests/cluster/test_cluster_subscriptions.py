@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -373,3 +374,108 @@ def test_a_node_restarted_under_consumption_loses_nothing(herald_cluster: Herald
     assert len(again) <= 20, again
     cluster.wait_live(3)
     assert wait_coordinated(cluster, "roll-sub") in others  # it stays where it moved
+
+
+def _consume_all(
+    cluster: HeraldCluster,
+    node: str,
+    name: str,
+    count: int,
+    during: Callable[[int], None],
+) -> tuple[dict[int, float], list[tuple[int, float]]]:
+    """Consume ``name`` through ``node`` (reconnecting as the SDK does) until ``count``
+    distinct records are acked; ``during(acked)`` runs after each ack."""
+    acked_at: dict[int, float] = {}
+    deliveries: list[tuple[int, float]] = []
+
+    async def run() -> None:
+        deadline = time.monotonic() + 150
+        while len(acked_at) < count and time.monotonic() < deadline:
+            consumer = Consumer(cluster.nodes[node].url, name, credit=50)
+            try:
+                async with asyncio.timeout(max(1.0, deadline - time.monotonic())):
+                    async for message in consumer:
+                        value = int(message.value)
+                        deliveries.append((value, time.monotonic()))
+                        await message.ack()
+                        acked_at.setdefault(value, time.monotonic())
+                        await asyncio.to_thread(during, len(acked_at))
+                        if len(acked_at) >= count:
+                            return
+            except Exception:  # the SDK gave up on this connection: a new one
+                await asyncio.sleep(0.5)
+            finally:
+                await consumer.close()
+
+    asyncio.run(run())
+    return acked_at, deliveries
+
+
+def test_a_coordinator_frozen_past_its_lease_hands_over_and_loses_nothing(
+    herald_cluster: HeraldCluster,
+) -> None:
+    cluster = herald_cluster
+    count = 2000
+    cluster.create_topic("frozen", partitions=3, replication_factor=3)
+    created = cluster.put(
+        "n1", "/v1/subscriptions/frozen-sub", {"topic": "frozen", "start": "earliest"}
+    )
+    assert created.status_code == 201, created.text
+    owner = wait_coordinated(cluster, "frozen-sub")
+    other = next(n for n in ("n1", "n2", "n3") if n != owner)
+    asyncio.run(publish([cluster.nodes[other].url], "frozen", count))
+    paused: dict[str, float] = {}
+
+    def freeze(acked: int) -> None:
+        if acked == count // 3 and not paused:
+            cluster.pause(owner)  # SIGSTOP, longer than its lease
+            paused["at"] = time.monotonic()
+            time.sleep(cluster.node_ttl_ms / 1000 + 2.0)
+            cluster.resume(owner)
+
+    acked_at, deliveries = _consume_all(cluster, other, "frozen-sub", count, freeze)
+    assert set(acked_at) == set(range(count))
+    stop = paused["at"]
+    early = {v for v, at in acked_at.items() if at < stop - 1.0}
+    again = [v for v, at in deliveries if v in early and at > stop]
+    assert again == [], f"{len(again)} record(s) acked > 1 s before the freeze delivered again"
+    # It moved while the coordinator was frozen, and stays moved once it wakes.
+    assert wait_coordinated(cluster, "frozen-sub") != owner
+    cluster.wait_live(3)
+
+
+def test_with_etcd_stopped_the_coordinator_goes_on_delivering(
+    herald_cluster: HeraldCluster,
+) -> None:
+    # PROTOCOL §7: with etcd unreachable, committed records stay deliverable. Nobody can
+    # take a subscription over meanwhile, so its coordinator keeps running it; when etcd
+    # returns, everything resumes and nothing is lost.
+    cluster = herald_cluster
+    count = 1500
+    cluster.create_topic("outage", partitions=3, replication_factor=3)
+    created = cluster.put(
+        "n2", "/v1/subscriptions/outage-sub", {"topic": "outage", "start": "earliest"}
+    )
+    assert created.status_code == 201, created.text
+    owner = wait_coordinated(cluster, "outage-sub")
+    other = next(n for n in ("n1", "n2", "n3") if n != owner)
+    asyncio.run(publish([cluster.nodes[other].url], "outage", count))
+    outage: dict[str, Any] = {}
+
+    def cut(acked: int) -> None:
+        if acked == count // 4 and not outage:
+            cluster.etcd.pause()  # etcd hangs
+            outage["at"] = time.monotonic()
+            outage["acked"] = acked
+        elif outage and "over" not in outage and acked >= count // 4 + 300:
+            # 300 more records delivered and acked with etcd gone (longer than a lease).
+            outage["during_s"] = time.monotonic() - outage["at"]
+            time.sleep(max(0.0, cluster.node_ttl_ms / 1000 + 1.0 - outage["during_s"]))
+            cluster.etcd.resume()
+            outage["over"] = time.monotonic()
+
+    acked_at, _ = _consume_all(cluster, owner, "outage-sub", count, cut)
+    assert "over" in outage, "the consumer stopped while etcd was down"
+    assert set(acked_at) == set(range(count))
+    after = cluster.get(other, "/v1/subscriptions/outage-sub")
+    assert after.status_code == 200 and after.json()["stats"]["backlog"] == 0
