@@ -28,6 +28,7 @@ from subscribers.wire import ready_frame, record_json
 
 if TYPE_CHECKING:
     from delivery.events import Delivery
+    from storage.record import Record
     from delivery.start import StartAt
     from storage.engine import Storage
     from storage.topic import Topic
@@ -66,8 +67,10 @@ class TailSession:
     # -- ConsumerSink ------------------------------------------------------------------
 
     def send(self, topic: str, subscription: str, deliveries: Sequence[Delivery]) -> None:
-        # PROTOCOL §3: tail records carry `attempt` 1 and no `subscription`.
-        self.connection.push_records([record_json(topic, d.record, None, 1) for d in deliveries])
+        # PROTOCOL §3: tail records carry `attempt` 1 and no `subscription`: the same
+        # bytes for every tail, encoded once for all of them.
+        encode = self.registry.encodings.encode
+        self.connection.push_records([encode(topic, d.record) for d in deliveries])
 
     def close(self, code: int, reason: str) -> None:
         self.connection.request_close(code, reason)
@@ -132,6 +135,43 @@ class TailSession:
             self.close(CloseCode.DELETED, "topic deleted")
 
 
+class SharedEncodings:
+    """The tail JSON of the records tails sent last, shared by every tail: a hundred
+    tails of a topic encode each new record once, not a hundred times.
+
+    Keyed by the record object: tails read new records from the partition's tail cache,
+    which hands every reader the same Record objects (a record read again from disk is a
+    new object and is simply encoded again). An entry holds its record, so the key stays
+    that record's while the entry lives; the whole is bounded by the encoded bytes kept.
+    """
+
+    def __init__(self, max_bytes: int = 4 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._entries: dict[int, tuple[Record, str, bytes]] = {}  # oldest first
+        self._bytes = 0
+
+    def encode(self, topic: str, record: Record) -> bytes:
+        entry = self._entries.get(id(record))
+        if entry is not None and entry[0] is record and entry[1] == topic:
+            return entry[2]
+        encoded = record_json(topic, record, None, 1)
+        if len(encoded) <= self.max_bytes // 4:  # a huge record is not kept
+            if entry is not None:
+                self._forget(id(record))
+            self._entries[id(record)] = (record, topic, encoded)
+            self._bytes += len(encoded)
+            while self._bytes > self.max_bytes:
+                self._forget(next(iter(self._entries)))
+        return encoded
+
+    def _forget(self, key: int) -> None:
+        _, _, encoded = self._entries.pop(key)
+        self._bytes -= len(encoded)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class TailRegistry:
     """The open tails by topic, so a deleted topic or a shutdown can close them.
 
@@ -141,6 +181,7 @@ class TailRegistry:
 
     def __init__(self) -> None:
         self._tails: dict[str, set[TailSession]] = {}
+        self.encodings = SharedEncodings()
         # In a cluster, told when a topic gains its first tail here and loses its last:
         # the node then copies (observes) the topic's partitions it does not replicate.
         self.on_first: Callable[[str], None] | None = None

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -191,6 +191,13 @@ class Consumer:
             self._runner.cancel()
             await asyncio.wait((self._runner,))  # never swallows our own cancellation
         self._finish()
+
+    async def ack_many(self, messages: Iterable[Message]) -> None:
+        """Ack every one of `messages` (what `await msg.ack()` on each does, in one call:
+        for a batch from `take_batch`)."""
+        self._pending_acks.extend(message.id for message in messages)
+        if len(self._pending_acks) >= self.max_ack_batch:
+            self._outgoing.set()
 
     def queue_ack(self, message_id: str) -> None:
         self._pending_acks.append(message_id)

@@ -9,7 +9,7 @@ import base64
 import functools
 import ssl
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -35,10 +35,40 @@ class SendResult(NamedTuple):
     duplicate: bool = False
 
 
+class _Group:
+    """The one future of a `send_many`: settled once every record has its outcome."""
+
+    __slots__ = ("error", "future", "left", "results")
+
+    def __init__(self, future: asyncio.Future[list[SendResult | None]], size: int) -> None:
+        self.future = future
+        self.results: list[SendResult | None] = [None] * size
+        self.left = size
+        self.error: BaseException | None = None
+
+    def settle(self, index: int, outcome: SendResult | BaseException | None) -> None:
+        if isinstance(outcome, BaseException):
+            if self.error is None:
+                self.error = outcome
+        else:
+            self.results[index] = outcome
+        self.left -= 1
+        if self.left == 0 and not self.future.done():
+            if self.error is not None:
+                self.future.set_exception(self.error)
+            else:
+                self.future.set_result(self.results)
+
+
+# What a queued record's outcome goes to: its own future (send), or its place in a
+# send_many's group.
+_Waiter = asyncio.Future[SendResult | None] | tuple[_Group, int]
+
+
 @dataclass(slots=True)
 class _Batch:
     messages: list[bytes] = field(default_factory=list)
-    futures: list[asyncio.Future[SendResult | None]] = field(default_factory=list)
+    futures: list[_Waiter] = field(default_factory=list)
     size: int = 0
 
 
@@ -50,12 +80,16 @@ class Producer:
     are already out: then sends gather until one of those is answered and go
     together (up to `max_batch` records). A lone `await send()` costs one round
     trip, and many concurrent senders make big batches without a timer.
-    `linger_ms` > 0 also waits that long for company first.
+    `linger_ms` > 0 also waits that long for company first. One request in flight
+    per topic is the default: measured with one record per send at 2,000 a second
+    (issue #13), it cost the server 22 % less CPU per record than four, with a lower
+    p99, and bulk throughput the same (sends gather while the request is out).
 
     `send` returns an asyncio future at once (aiokafka's split): it resolves with
     the record's SendResult (None with acks="0", which the server answers before
     writing), so `await producer.send(...)` waits for one record and a loop of
-    sends followed by `gather` batches without any other help. `send_and_wait`
+    sends followed by `gather` batches without any other help; `send_many` queues a
+    list of records behind one future (no future per record). `send_and_wait`
     waits for the answer, and first for room when `max_pending` records are out
     (where `send` raises ProducerBufferFullError).
 
@@ -73,7 +107,7 @@ class Producer:
         linger_ms: float = 0.0,
         max_batch: int = 1000,
         *,
-        max_in_flight: int = 4,
+        max_in_flight: int = 1,
         max_batch_bytes: int = 8 * 1024 * 1024,
         max_pending: int = 100_000,
         retries: int = 8,
@@ -145,22 +179,94 @@ class Producer:
         message = _encode(value, key, headers, partition, id, delay_ms)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult | None] = loop.create_future()
+        self._queue(topic, message, future, loop)
+        return future
+
+    def _queue(
+        self, topic: str, message: bytes, waiter: _Waiter, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self._pending += 1  # given back when its request is answered (_publish)
         batch = self._batches.get(topic)
         if batch is None:
             batch = self._batches[topic] = _Batch()
         batch.messages.append(message)
-        batch.futures.append(future)
+        batch.futures.append(waiter)
         batch.size += len(message) + 1
         if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
             self._dispatch(topic, force=True)
-        elif topic not in self._lingering:
+        else:
+            self._schedule(topic, loop)
+
+    def _schedule(self, topic: str, loop: asyncio.AbstractEventLoop) -> None:
+        """Send what the topic's batch holds once this turn's other sends are in (or
+        after linger_ms)."""
+        if topic in self._batches and topic not in self._lingering:
             self._lingering[topic] = (
                 loop.call_later(self.linger, self._dispatch, topic)
                 if self.linger
                 else loop.call_soon(self._dispatch, topic)  # after this turn's other sends
             )
-        return future
+
+    def send_many(
+        self,
+        topic: str,
+        values: Iterable[Any],
+        *,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        partition: int | None = None,
+        ids: Sequence[str] | None = None,
+        delay_ms: int | None = None,
+    ) -> asyncio.Future[list[SendResult | None]]:
+        """Queue many records of one topic and return ONE future of their results, in
+        order: what `gather` over as many `send` futures gives, without a future and a
+        callback per record. Each value is encoded and batched as `send` does (`key`,
+        `headers`, `partition` and `delay_ms` apply to every record; `ids[i]` is the
+        i-th record's `id`). If a record fails (a bad value, a refused request), the
+        future fails with the first such error; the other records are published all the
+        same, as separate sends would be. Raises ProducerBufferFullError, queueing
+        nothing, when the records would take the pending count past `max_pending`."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        values = values if isinstance(values, list) else list(values)
+        if ids is None:
+            encoded = [_encode(value, key, headers, partition, None, delay_ms) for value in values]
+        elif len(ids) != len(values):
+            raise ValueError(f"{len(ids)} ids for {len(values)} values")
+        else:
+            encoded = [
+                _encode(value, key, headers, partition, id, delay_ms)
+                for value, id in zip(values, ids, strict=True)
+            ]
+        if self._pending + len(encoded) > self.max_pending:
+            raise ProducerBufferFullError(self.max_pending)
+        loop = asyncio.get_running_loop()
+        group = _Group(loop.create_future(), len(encoded))
+        if not encoded:
+            group.future.set_result([])
+            return group.future
+        self._pending += len(encoded)  # given back as their requests are answered
+        start = 0
+        while start < len(encoded):
+            # As many as the topic's batch still holds, in one extend.
+            batch = self._batches.get(topic)
+            if batch is None:
+                batch = self._batches[topic] = _Batch()
+            end = min(len(encoded), start + self.max_batch - len(batch.messages))
+            size = batch.size
+            for cut in range(start, end):
+                size += len(encoded[cut]) + 1
+                if size >= self.max_batch_bytes:
+                    end = cut + 1
+                    break
+            batch.messages += encoded[start:end]
+            batch.futures += [(group, index) for index in range(start, end)]
+            batch.size = size
+            start = end
+            if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
+                self._dispatch(topic, force=True)
+        self._schedule(topic, loop)
+        return group.future
 
     async def send_and_wait(
         self,
@@ -265,9 +371,11 @@ class Producer:
                     _settle(futures.pop(bad), exc)
                     messages = messages[:bad] + messages[bad + 1 :]
                     continue
-                for future, result in zip(futures, results, strict=True):
-                    if not future.done():  # cancelled by its sender: nothing to tell
-                        future.set_result(result)
+                for waiter, result in zip(futures, results, strict=True):
+                    if type(waiter) is tuple:
+                        waiter[0].settle(waiter[1], result)
+                    elif not waiter.done():  # cancelled by its sender: nothing to tell
+                        waiter.set_result(result)
                 return
         except Exception as exc:
             for future in futures:
@@ -341,9 +449,11 @@ def _encode(
     return bytes(memoryview(orjson.dumps(message)))
 
 
-def _settle(
-    future: asyncio.Future[SendResult | None], outcome: SendResult | Exception | None
-) -> None:
+def _settle(waiter: _Waiter, outcome: SendResult | Exception | None) -> None:
+    if isinstance(waiter, tuple):
+        waiter[0].settle(waiter[1], outcome)
+        return
+    future = waiter
     if future.done():
         return
     if isinstance(outcome, Exception):

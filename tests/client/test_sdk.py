@@ -414,6 +414,71 @@ async def test_send_returns_a_future_without_waiting_and_send_and_wait_waits(
         assert waited is not None and waited.offset == 50
 
 
+async def test_send_many_publishes_a_list_behind_one_future_in_order(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("many"), unique("manys")
+    async with Admin(shared_herald.url) as admin:
+        await admin.create_topic(topic, partitions=2)
+        await admin.create_subscription(name, topic, start="earliest")
+    before = await publish_requests(shared_herald.url)
+    # max_batch 1000: 2,500 records go as three requests (none waits for another).
+    async with Producer(shared_herald.url) as producer:
+        pending = producer.send_many(topic, ({"n": i} for i in range(2500)), key="k")
+        assert isinstance(pending, asyncio.Future) and not pending.done()
+        results = await asyncio.wait_for(pending, 30)
+        # ids make a retry idempotent, record by record, as with send(id=...).
+        again = await producer.send_many(topic, ["a", "b"], ids=["m-1", "m-2"])
+        repeat = await producer.send_many(topic, ["a", "b"], ids=["m-1", "m-2"])
+        assert await producer.send_many(topic, []) == []
+        with pytest.raises(ValueError, match="1 ids for 2 values"):
+            producer.send_many(topic, ["a", "b"], ids=["m-3"])
+    assert await publish_requests(shared_herald.url) == before + 5
+    partition = results[0].partition if results[0] is not None else -1
+    assert [(r.partition, r.offset) for r in results if r is not None] == [
+        (partition, i) for i in range(2500)
+    ]  # one key: one partition, in order
+    assert [r.duplicate for r in again if r is not None] == [False, False]
+    assert [(r.offset, r.duplicate) for r in repeat if r is not None] == [
+        (r.offset, True) for r in again if r is not None
+    ]
+    # A consumer working in batches acks each batch with one call; nothing comes back.
+    async with Consumer(shared_herald.url, name, credit=500) as consumer:
+        taken: list[Message] = []
+        async with asyncio.timeout(30):
+            while len(taken) < 2502:
+                batch = await consumer.take_batch(500)
+                taken.extend(batch)
+                await consumer.ack_many(batch)
+    assert sorted(m.value["n"] for m in taken if isinstance(m.value, dict)) == list(range(2500))
+    async with Admin(shared_herald.url) as admin:
+
+        async def all_acked() -> bool:
+            stats = (await admin.get_subscription(name))["stats"]
+            return bool(stats["backlog"] == 0 and stats["in_flight"] == 0)
+
+        await wait_until(all_acked, within=15, what="every record acked")
+
+
+async def test_send_many_fails_with_the_first_bad_record_and_publishes_the_rest(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic = unique("manyb")
+    async with Admin(shared_herald.url) as admin:
+        await admin.create_topic(topic, partitions=1)
+    async with Producer(shared_herald.url) as producer:
+        with pytest.raises(HeraldClientError) as caught:
+            await producer.send_many(topic, ["fine", "also fine"], partition=7)
+        assert caught.value.status == 400
+        with pytest.raises(HeraldClientError):
+            # The second record is too big for the server: it alone is refused.
+            await producer.send_many(topic, ["one", "x" * 2_000_000, "three"])
+        assert (await producer.send_and_wait(topic, "last")) is not None
+    async with httpx.AsyncClient(base_url=shared_herald.url) as http:
+        read = await http.get(f"/v1/topics/{topic}/partitions/0/messages", params={"offset": 0})
+    assert [m["value"] for m in read.json()["messages"]] == ["one", "three", "last"]
+
+
 async def test_send_refuses_past_max_pending_and_send_and_wait_waits_for_room(
     shared_herald: HeraldProcess, unique: Callable[[str], str]
 ) -> None:
