@@ -28,9 +28,9 @@ from subscribers.wire import ready_frame, record_json
 
 if TYPE_CHECKING:
     from delivery.events import Delivery
-    from storage.record import Record
     from delivery.start import StartAt
     from storage.engine import Storage
+    from storage.record import Record
     from storage.topic import Topic
 
 

@@ -372,7 +372,7 @@ class Producer:
                     messages = messages[:bad] + messages[bad + 1 :]
                     continue
                 for waiter, result in zip(futures, results, strict=True):
-                    if type(waiter) is tuple:
+                    if isinstance(waiter, tuple):
                         waiter[0].settle(waiter[1], result)
                     elif not waiter.done():  # cancelled by its sender: nothing to tell
                         waiter.set_result(result)
@@ -407,7 +407,9 @@ class Producer:
             results = orjson.loads(response.body)["results"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             raise HeraldConnectionError(self._reach.url, "the answer is not Herald's") from None
-        return [SendResult(r["partition"], r["offset"], r.get("duplicate") is True) for r in results]
+        return [
+            SendResult(r["partition"], r["offset"], r.get("duplicate") is True) for r in results
+        ]
 
 
 def _encode(

@@ -290,6 +290,7 @@ async def test_consumer_reconnects_after_a_server_restart(
 @contextlib.contextmanager
 def wrong_http_server(tmp: Path) -> Iterator[str]:
     """A real HTTP server that is not Herald (it serves files: every API path is 404)."""
+
     class Files(SimpleHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -393,8 +394,7 @@ async def test_consumer_reconnects_only_after_a_first_connection_and_logs_it(
     finally:
         await consumer.close()
     assert any(
-        r.levelname == "WARNING" and "lost its connection" in r.getMessage()
-        for r in caplog.records
+        r.levelname == "WARNING" and "lost its connection" in r.getMessage() for r in caplog.records
     )
 
 
