@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from playwright.sync_api import sync_playwright
@@ -55,13 +56,13 @@ ARGS = [  # as tests/console/conftest.py
 TOPIC = "browser.bench"
 
 # Runs in the page (same origin as the server: no CORS, the SDK by its absolute path).
-OPEN_TAILS = """async ([topic, tails, keep]) => {
+OPEN_TAILS = """async ([topic, tails, keep, render]) => {
   const { Herald } = await import("/sdk/herald.js");
   const herald = new Herald({ urls: [location.origin] });
   window.latencies = [];
   window.states = new Array(tails).fill("new");
   window.views = [];
-  const lists = [], pending = [];
+  const lists = [], pending = [], shownRecords = [];
   // Render as a live view should: once an animation frame, each tail's list replaced by
   // its newest `keep` records; a record's render time is when its frame updated the DOM.
   const frame = () => {
@@ -69,14 +70,13 @@ OPEN_TAILS = """async ([topic, tails, keep]) => {
       const records = pending[i];
       if (!records.length) continue;
       pending[i] = [];
-      const items = records.slice(-keep).reverse().map((r) => {
-        const li = document.createElement("li");
-        li.textContent = `${r.partition}-${r.offset} ${r.value.n}`;
-        return li;
-      });
-      const list = lists[i];
-      list.prepend(...items);
-      while (list.childElementCount > keep) list.lastChild.remove();
+      if (render) {
+        // The newest `keep` records, newest first: one text update per list and frame.
+        const shown = shownRecords[i];
+        for (const r of records) shown.push(`${r.partition}-${r.offset} ${r.value.n}`);
+        if (shown.length > keep) shown.splice(0, shown.length - keep);
+        lists[i].textContent = shown.slice().reverse().join("\\n");
+      }
       const now = performance.timeOrigin + performance.now();
       for (const r of records) window.latencies[i].push(now - r.value.t);
     }
@@ -84,7 +84,11 @@ OPEN_TAILS = """async ([topic, tails, keep]) => {
   };
   requestAnimationFrame(frame);
   for (let i = 0; i < tails; i++) {
-    lists.push(document.body.appendChild(document.createElement("ul")));
+    const list = document.createElement("pre");
+    list.style.cssText = "contain: strict; width: 14em; height: 24em; overflow: hidden; " +
+      "display: inline-block; margin: 0 4px; font: 12px monospace";
+    lists.push(document.body.appendChild(list));
+    shownRecords.push([]);
     pending.push([]);
     window.latencies.push([]);
     window.views.push(herald.tail(topic, {
@@ -200,53 +204,84 @@ def wait_page(page: object, expression: str, what: str, timeout_s: float = 60) -
         time.sleep(0.1)
 
 
-def run(tails: int, rate: int, seconds: float, batch: int) -> Figures:
-    with herald_server() as (url, pid), sync_playwright() as p:
-        made = httpx.put(f"{url}/v1/topics/{TOPIC}", json={}, timeout=10)
-        assert made.status_code in (200, 201), made.text
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            page = browser.new_page()
-            page.goto(f"{url}/healthz")  # an origin to run in: the server's own
-            time.sleep(1)
-            rss_before = vm_rss_kib(pid)
-            page.evaluate(OPEN_TAILS, [TOPIC, tails, 20])
-            wait_page(page, "window.states.every((s) => s === 'open')", f"{tails} tails open")
-            time.sleep(1)
-            rss_open = vm_rss_kib(pid)
+@contextlib.contextmanager
+def on_cpus(cpus: set[int] | None) -> Iterator[None]:
+    """This process (and what it starts meanwhile) on ``cpus``; None: unchanged."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
-            published = 0
-            interval = batch / rate
-            cpu_start = cpu_seconds(pid)
-            browser_start = browser_cpu_seconds(pid)
-            with httpx.Client(base_url=url, timeout=10) as http:
-                start = time.monotonic()
-                for tick in range(int(seconds * rate / batch)):
-                    delay = start + tick * interval - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
-                    now_ms = time.time() * 1000
-                    messages = [{"value": {"n": published + i, "t": now_ms}} for i in range(batch)]
-                    response = http.post(
-                        f"/v1/topics/{TOPIC}/messages", json={"messages": messages}
-                    )
-                    assert response.status_code == 200, response.text
-                    published += batch
-            published_at = time.monotonic()
-            wait_page(
-                page,
-                f"window.latencies.every((l) => l.length >= {published})",
-                "every record rendered by every tail",
-                timeout_s=120,
-            )
-            drained_at = time.monotonic()
-            server_cpu = cpu_seconds(pid) - cpu_start
-            browser_cpu = browser_cpu_seconds(pid) - browser_start
-            rss_end = vm_rss_kib(pid)
-            per_tail: list[list[float]] = page.evaluate("window.latencies")
-            page.evaluate("window.views.forEach((v) => v.close())")
+
+def run(
+    tails: int, rate: int, seconds: float, batch: int, render: bool = True, split: bool = True
+) -> Figures:
+    # Split: the server and the publisher (this process) on CPU 0, Chromium on the others,
+    # as a browser runs on its user's machine, not on the server's; shared, the page's
+    # rendering starves the publisher and the asked rate is not kept.
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpus = {cpus[0]} if split and len(cpus) > 1 else None
+    browser_cpus = set(cpus[1:]) if server_cpus is not None else None
+    with on_cpus(server_cpus), herald_server() as (url, pid):
+        with on_cpus(browser_cpus):
+            p = sync_playwright().start()
+        try:
+            return _measure(p, url, pid, tails, rate, seconds, batch, render)
         finally:
-            browser.close()
+            p.stop()
+
+
+def _measure(
+    p: Any, url: str, pid: int, tails: int, rate: int, seconds: float, batch: int, render: bool
+) -> Figures:
+    made = httpx.put(f"{url}/v1/topics/{TOPIC}", json={}, timeout=10)
+    assert made.status_code in (200, 201), made.text
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+    try:
+        page = browser.new_page()
+        page.goto(f"{url}/healthz")  # an origin to run in: the server's own
+        time.sleep(1)
+        rss_before = vm_rss_kib(pid)
+        page.evaluate(OPEN_TAILS, [TOPIC, tails, 20, render])
+        wait_page(page, "window.states.every((s) => s === 'open')", f"{tails} tails open")
+        time.sleep(1)
+        rss_open = vm_rss_kib(pid)
+
+        published = 0
+        interval = batch / rate
+        cpu_start = cpu_seconds(pid)
+        browser_start = browser_cpu_seconds(pid)
+        with httpx.Client(base_url=url, timeout=10) as http:
+            start = time.monotonic()
+            for tick in range(int(seconds * rate / batch)):
+                delay = start + tick * interval - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                now_ms = time.time() * 1000
+                messages = [{"value": {"n": published + i, "t": now_ms}} for i in range(batch)]
+                response = http.post(f"/v1/topics/{TOPIC}/messages", json={"messages": messages})
+                assert response.status_code == 200, response.text
+                published += batch
+        published_at = time.monotonic()
+        wait_page(
+            page,
+            f"window.latencies.every((l) => l.length >= {published})",
+            "every record rendered by every tail",
+            timeout_s=120,
+        )
+        drained_at = time.monotonic()
+        server_cpu = cpu_seconds(pid) - cpu_start
+        browser_cpu = browser_cpu_seconds(pid) - browser_start
+        rss_end = vm_rss_kib(pid)
+        per_tail: list[list[float]] = page.evaluate("window.latencies")
+        page.evaluate("window.views.forEach((v) => v.close())")
+    finally:
+        browser.close()
     latencies = sorted(x for one in per_tail for x in one)
     return Figures(
         tails=tails,
@@ -272,8 +307,27 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=1000, help="records published a second")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--batch", type=int, default=10, help="records per publish request")
+    parser.add_argument(
+        "--no-render",
+        action="store_true",
+        help="stamp each record once an animation frame without touching the DOM (the "
+        "browser's cost of the tails themselves: WebSocket messages, the SDK, JSON)",
+    )
+    parser.add_argument(
+        "--shared-cpus",
+        action="store_true",
+        help="let the page, the server and the publisher share every CPU (by default the "
+        "server and the publisher have CPU 0 and Chromium the others)",
+    )
     args = parser.parse_args()
-    f = run(args.tails, args.rate, args.seconds, args.batch)
+    f = run(
+        args.tails,
+        args.rate,
+        args.seconds,
+        args.batch,
+        render=not args.no_render,
+        split=not args.shared_cpus,
+    )
     print(f"{f.tails} tails in one Chromium page, {f.published} records at {args.rate}/s")
     print(f"rendered {f.rendered} (expected {f.tails * f.published})")
     print(

@@ -543,17 +543,33 @@ def percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def tree_cpu_seconds(pid: int | None) -> float | None:
+    """CPU seconds of a process and every descendant alive (RabbitMQ's start script runs
+    its Erlang VM as a child)."""
+    if pid is None:
+        return None
+    total, stack = 0.0, [pid]
+    while stack:
+        current = stack.pop()
+        total += herald_bench.cpu_seconds(current) or 0.0
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    stack.extend(int(child) for child in children.read().split())
+    return total
+
+
 class CpuMeter:
-    """CPU seconds of this process and of the server's over a phase."""
+    """CPU seconds of this process and of the server's (with its children) over a phase."""
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
         self.client = time.process_time()
-        self.server = herald_bench.cpu_seconds(pid)
+        self.server = tree_cpu_seconds(pid)
 
     def per_record_us(self, records: int) -> tuple[float, float]:
         client = time.process_time() - self.client
-        now = herald_bench.cpu_seconds(self.pid)
+        now = tree_cpu_seconds(self.pid)
         server = now - self.server if now is not None and self.server is not None else 0.0
         return client / records * 1e6, server / records * 1e6
 
