@@ -26,7 +26,7 @@ from server.validation import (
 )
 from storage.errors import SubscriptionNotFound
 from subscribers.frames import is_message_id
-from subscribers.wire import json_array, record_json
+from subscribers.wire import deliveries_json, json_array
 
 
 async def put_subscription(request: Request) -> Response:
@@ -170,7 +170,7 @@ async def pull(request: Request) -> Response:
     engine = state.engine
     topic = engine.get(name).topic
     deliveries = await engine.pull(name, wanted.max_messages, wanted.wait_ms / 1000, state.stopping)
-    messages = json_array(record_json(topic, d.record, name, d.attempt) for d in deliveries)
+    messages = json_array(deliveries_json(topic, deliveries, name))
     return Response(b'{"messages":' + messages + b"}", media_type="application/json")
 
 

@@ -19,7 +19,7 @@ from subscribers.frames import (
     NackFrame,
     is_message_id,
 )
-from subscribers.wire import acked_frame, ready_frame, record_json
+from subscribers.wire import acked_frame, deliveries_json, ready_frame
 
 if TYPE_CHECKING:
     from delivery.engine import DeliveryEngine
@@ -44,9 +44,7 @@ class ConsumerSession:
     def send(self, topic: str, subscription: str, deliveries: Sequence[Delivery]) -> None:
         # PROTOCOL §3: one record spends one credit; the engine never exceeds it, so
         # the outbox holds at most the credit the client granted.
-        self.connection.push_records(
-            [record_json(topic, d.record, subscription, d.attempt) for d in deliveries]
-        )
+        self.connection.push_records(deliveries_json(topic, deliveries, subscription))
 
     def close(self, code: int, reason: str) -> None:
         # 4410 on delete, 1001 on shutdown: the engine has already forgotten this

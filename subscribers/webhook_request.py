@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from delivery.events import Delivery
 from delivery.push import BodyForm, Post
 from storage.record import ValueKind
-from subscribers.wire import record_json
+from subscribers.wire import deliveries_json, record_json
 
 JSON = "application/json"
 OCTETS = "application/octet-stream"
@@ -45,9 +45,7 @@ def build_request(post: Post, topic: str, subscription: str) -> WebhookRequest:
     first = deliveries[0]
     if post.form is BodyForm.BATCH:
         # PROTOCOL §8: `{"messages":[M, …]}`, M as in a deliver frame.
-        messages = b",".join(
-            record_json(topic, d.record, subscription, d.attempt) for d in deliveries
-        )
+        messages = b",".join(deliveries_json(topic, deliveries, subscription))
         webhook_id = f"{subscription}:{first.record.id}:{len(deliveries)}"
         return WebhookRequest(webhook_id, b'{"messages":[' + messages + b"]}", JSON, {})
     webhook_id = f"{subscription}:{first.record.id}"

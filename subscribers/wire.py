@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
 from storage.record import Record, ValueKind
+
+if TYPE_CHECKING:
+    from delivery.events import Delivery
 
 
 def record_json(
@@ -58,10 +62,56 @@ def record_json(
     return orjson.dumps(head)
 
 
+def deliveries_json(
+    topic: str, deliveries: Sequence[Delivery], subscription: str | None
+) -> list[bytes]:
+    """``record_json(topic, d.record, subscription, d.attempt)`` of each delivery, with
+    what the batch's records share (the topic, the subscription, an attempt's members)
+    encoded once for the batch instead of once a record."""
+    topic_json = orjson.dumps(topic).replace(b"%", b"%%")
+    formats: dict[int, bytes] = {}
+    out: list[bytes] = []
+    append = out.append
+    for delivery in deliveries:
+        record = delivery.record
+        if record.kind is ValueKind.BYTES:
+            append(record_json(topic, record, subscription, delivery.attempt))
+            continue
+        attempt = delivery.attempt
+        form = formats.get(attempt)
+        if form is None:
+            members = _delivery_members(subscription, attempt).replace(b"%", b"%%")
+            form = formats[attempt] = _JSON_DELIVERY % (topic_json, members)
+        key = record.key
+        deliver_at = record.deliver_at
+        append(
+            form
+            % (
+                record.partition,
+                record.offset,
+                record.partition,
+                record.offset,
+                record.timestamp,
+                b"" if deliver_at is None else b',"deliver_at":%d' % deliver_at,
+                b"null" if key is None else orjson.dumps(key),
+                orjson.dumps(record.headers) if record.headers else b"{}",
+                record.value,
+            )
+        )
+    return out
+
+
 # "id" is Record.id ("{partition}-{offset}", PROTOCOL §1), formatted in place.
 _JSON_RECORD = (
     b'{"topic":%s,"id":"%d-%d","partition":%d,"offset":%d,"timestamp":%d%s,'
     b'"key":%s,"headers":%s%s,"value":%s}'
+)
+
+
+# _JSON_RECORD with its topic and delivery members filled in (and "%" escaped in them).
+_JSON_DELIVERY = (
+    b'{"topic":%s,"id":"%%d-%%d","partition":%%d,"offset":%%d,"timestamp":%%d%%s,'
+    b'"key":%%s,"headers":%%s%s,"value":%%s}'
 )
 
 
