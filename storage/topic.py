@@ -335,13 +335,18 @@ class Topic:
         # Replicated, the commit is awaited after the bookkeeping below: records whose
         # commit fails are in the log all the same, and a retry must find their ids.
         first_offset, timestamp = await target.append_local(records, acks)
+        size = 0
         for delta, (index, record) in enumerate(zip(indexes, records, strict=True)):
             offset = first_offset + delta
             results[index] = _publish_result(partition, offset, False)
             if record.producer_id is not None:
                 self._dedup.add(record.producer_id, partition, offset, timestamp)
                 owned[record.producer_id].set_result((partition, offset))
-            self.bytes_total += message_size(record.value, record.key, record.headers)
+            if record.key is None and not record.headers:
+                size += len(record.value)  # message_size of the common record
+            else:
+                size += message_size(record.value, record.key, record.headers)
+        self.bytes_total += size
         self.messages_total += len(records)
         if hooks is not None:
             await hooks.wait_commit(first_offset + len(records), acks)
