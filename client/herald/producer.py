@@ -222,10 +222,11 @@ class Producer:
         order: what `gather` over as many `send` futures gives, without a future and a
         callback per record. Each value is encoded and batched as `send` does (`key`,
         `headers`, `partition` and `delay_ms` apply to every record; `ids[i]` is the
-        i-th record's `id`). If a record fails (a bad value, a refused request), the
+        i-th record's `id`). If the server refuses a record (or its request fails), the
         future fails with the first such error; the other records are published all the
-        same, as separate sends would be. Raises ProducerBufferFullError, queueing
-        nothing, when the records would take the pending count past `max_pending`."""
+        same, as separate sends would be. Raises at once, queueing nothing, when a value
+        cannot be encoded as JSON, or (ProducerBufferFullError) when the records would
+        take the pending count past `max_pending`."""
         if self._closed:
             raise RuntimeError("producer is closed")
         values = values if isinstance(values, list) else list(values)
