@@ -123,7 +123,15 @@ class EtcdUnavailable(HeraldError):
 
 
 class EtcdOutcomeUnknown(EtcdUnavailable):
-    """A write was sent but no answer came back: it may or may not have been applied."""
+    """A write was sent but no answer came back: it may or may not have been applied.
+
+    PROTOCOL §7 (settled 2026-11-26): a refused change did not happen, unless its write
+    had already reached etcd unanswered — then the problem says ``"outcome": "unknown"``
+    (the change may still take effect when etcd answers again; retrying is safe)."""
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        extra.setdefault("outcome", "unknown")
+        super().__init__(detail, **extra)
 
 
 class EtcdError(Exception):

@@ -148,8 +148,10 @@ class FetchSession:
         leader: str,
         url_of: Callable[[str], str | None],
         headers: dict[str, str],
+        incarnation: Callable[[], int] = lambda: 0,
     ) -> None:
         self.node_id = node_id
+        self._incarnation = incarnation
         self.leader = leader
         self._url_of = url_of
         self._headers = headers
@@ -248,4 +250,6 @@ class FetchSession:
             return None
         # Epoch queries are answered at once; a request of fetches only long-polls.
         wait = 0 if epochs else MAX_WAIT_MS
-        return Request(self.node_id, wait, tuple(epochs), tuple(fetches))
+        return Request(
+            self.node_id, wait, tuple(epochs), tuple(fetches), incarnation=self._incarnation()
+        )

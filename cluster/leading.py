@@ -17,10 +17,10 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from cluster.errors import LeaderUnavailable, NotEnoughReplicas
-from cluster.etcd import EtcdClient, EtcdUnavailable
+from cluster.etcd import EtcdClient, EtcdOutcomeUnknown, EtcdUnavailable
 from cluster.follower import EpochAnswer, EpochQuery, FetchRequest, FetchResponse
 from cluster.replication import FetchError, LeaderReplica, Progress
-from cluster.state import VersionedState, compare_and_set
+from cluster.state import PartitionState, VersionedState, compare_and_set, read_partition
 from storage.partition import Partition
 from storage.record import Acks
 from storage.topic import Topic
@@ -76,6 +76,7 @@ class LeaderRole:
         replica_lag_ms: float,
         counters: Counters,
         live: Callable[[], Collection[str]] = tuple,
+        is_current: Callable[[str, int], bool] | None = None,
     ) -> None:
         self.node_id = node_id
         self.topic = topic
@@ -87,6 +88,10 @@ class LeaderRole:
         self._holds_lease = holds_lease
         self._counters = counters
         self._live = live  # the node ids holding a lease now
+        # Whether a node is live as a given incarnation (cluster/state.py); None: every
+        # live node counts as the incarnation recorded for it (tests of the role alone).
+        self._is_current = is_current
+        self._fetched: dict[str, int] = {}  # follower -> the incarnation its fetches carry
         self.replica = LeaderReplica(
             node_id,
             epoch=self.epoch,
@@ -193,9 +198,20 @@ class LeaderRole:
         if self.active:
             self._apply(self.replica.tick())
             live = self._live()
-            gone = [name for name in self.replica.isr if name not in live]
+            gone = [
+                name
+                for name in self.replica.isr
+                if name != self.node_id and not self._counts_as_recorded(name, live)
+            ]
             if gone and live:
                 self._apply(self.replica.followers_gone(gone))
+
+    def _counts_as_recorded(self, follower: str, live: Collection[str]) -> bool:
+        """Whether ``follower`` is live as the incarnation etcd's ISR names for it: one
+        that restarted since (KIP-903) leaves the ISR at once, whatever its log says."""
+        if self._is_current is None:
+            return follower in live
+        return self._is_current(follower, self.state.state.incarnation_of(follower))
 
     def _apply(self, progress: Progress) -> None:
         if self.deposed:
@@ -223,8 +239,16 @@ class LeaderRole:
 
     async def _write_isr(self, isr: tuple[str, ...]) -> None:
         try:
-            new = self.state.state.with_isr(isr)
+            joining = {f: self._fetched[f] for f in isr if f in self._fetched}
+            new = self.state.state.with_isr(isr, joining)
             outcome = await compare_and_set(self._etcd, self.key, self.state, new)
+        except EtcdOutcomeUnknown as exc:
+            # The write may have reached etcd (KIP-497): until etcd says which ISR it holds,
+            # a proposed expansion keeps counting (the marks stay over the maximal ISR), or
+            # the node etcd may name could take over without the records committed here.
+            log.warning("ISR change of %s: outcome unknown (%s); reading it back", self.key, exc)
+            await self._learn_isr(new)
+            return
         except (EtcdUnavailable, ValueError) as exc:
             log.warning("ISR change of %s not written: %s", self.key, exc)
             self._isr_write = None
@@ -255,6 +279,38 @@ class LeaderRole:
             # Another leader (or the topic gone): etcd's watch deposes this role shortly.
             self._apply(self.replica.isr_write_failed())
 
+    async def _learn_isr(self, proposed: PartitionState) -> None:
+        """After a write of unknown outcome, read the key until etcd answers (or this role
+        ends), and go on from what it holds."""
+        pause = 0.1
+        while not self.deposed:
+            try:
+                current = await read_partition(self._etcd, self.key)
+                break
+            except EtcdUnavailable as exc:
+                log.info("reading the ISR of %s back: %s", self.key, exc)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+        else:
+            self._isr_write = None
+            return
+        self._isr_write = None
+        if (
+            current is not None
+            and current.state.leader == self.node_id
+            and current.state.epoch == self.epoch
+        ):
+            if current.state.isr == proposed.isr and current.state != self.state.state:
+                grew = len(proposed.isr) > len(self.state.state.isr)
+                if grew:
+                    self._counters.isr_expands += 1
+                else:
+                    self._counters.isr_shrinks += 1
+            self.state = current
+            self._apply(self.replica.isr_stored(current.state.isr))
+        else:
+            self._apply(self.replica.isr_write_failed())
+
     # -- the followers ------------------------------------------------------------------
 
     def answer_epoch(self, query: EpochQuery) -> EpochAnswer:
@@ -280,7 +336,9 @@ class LeaderRole:
             or self.replica.high_watermark > known_high_watermark
         )
 
-    def note_fetch(self, follower: str, request: FetchRequest) -> FetchError | None:
+    def note_fetch(
+        self, follower: str, request: FetchRequest, incarnation: int = 0
+    ) -> FetchError | None:
         """What a fetch says of its follower (written and fsynced ends), noted before the
         fetch long-polls: its report may commit records, which is news to answer now."""
         if not self.active:
@@ -292,6 +350,12 @@ class LeaderRole:
             if error is None and not 0 <= request.fetch_offset <= self.partition.log_end_offset:
                 error = FetchError.OFFSET_OUT_OF_RANGE
             return error
+        if incarnation:
+            self._fetched[follower] = incarnation
+            recorded = self.state.state.incarnation_of(follower)
+            if follower in self.replica.isr and recorded and recorded != incarnation:
+                # A new incarnation of an ISR member: whatever it had may be gone.
+                self._apply(self.replica.followers_gone([follower]))
         decision = self.replica.on_fetch(
             follower, request.epoch, request.fetch_offset, request.fsynced_offset
         )

@@ -118,6 +118,7 @@ class Membership:
         )
         self._key = node_key(cluster, node_id)
         self._lease: LeaseKeeper | None = None
+        self._incarnation = 0
         self._members: dict[str, Member] = {}
         self.revision = 0  # the etcd revision ``members`` reflects
         self._watch_from = 0  # where the member watch continues
@@ -142,6 +143,21 @@ class Membership:
         """The lease this node's key lives under now (it changes when a lost lease is
         replaced: whatever this node decided under the old one must be decided again)."""
         return self._lease.id if self._lease is not None else 0
+
+    @property
+    def incarnation(self) -> int:
+        """This node's incarnation: the create revision of its node key as it registered
+        it (PROTOCOL §7, "restarts are new incarnations"). Every process start registers
+        a new one; so does a registration after the old key lapsed (its lease expired),
+        since the node cannot know what it missed meanwhile. 0 before registering."""
+        return self._incarnation
+
+    def is_current(self, node_id: str, incarnation: int) -> bool:
+        """Whether ``node_id`` is live as ``incarnation`` (not dead, not registered anew)."""
+        if node_id == self.node_id:
+            return incarnation != 0 and incarnation == self._incarnation
+        member = self._members.get(node_id)
+        return member is not None and incarnation != 0 and member.joined_revision == incarnation
 
     def holds_lease(self) -> bool:
         return self._clock() < self.lease_valid_until()
@@ -197,15 +213,18 @@ class Membership:
                 [Compare.version(self._key, "=", 0)], put, [Get.of(self._key)]
             )
             if claimed.succeeded:
+                self._incarnation = claimed.revision  # the put's revision: its create revision
                 return
             (existing,) = claimed.results
             assert isinstance(existing, RangeResult)
             if existing.kvs and previous_lease and existing.kvs[0].lease == previous_lease:
-                # Our own key under the lease we lost: move it to the new lease.
+                # Our own key under the lease we lost, still there (etcd never expired
+                # it): move it to the new lease; this is still the same incarnation.
                 retake = await self._etcd.txn(
                     [Compare.lease(self._key, "=", previous_lease)], put, []
                 )
                 if retake.succeeded:
+                    self._incarnation = existing.kvs[0].create_revision
                     return
                 continue
             remaining = give_up_at - self._clock()

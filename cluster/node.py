@@ -11,12 +11,17 @@ never vote among themselves):
 - a partition this node leads gets a :class:`LeaderRole` (cluster/leading.py), one it
   follows a :class:`FollowerRole` on the :class:`FetchSession` to its leader's node
   (cluster/following.py), one it does not replicate neither;
-- a partition whose leader is not a live member (its lease lapsed: the node key is
-  gone) is taken by a live ISR member with one transaction: the partition key
-  unchanged since it looked, the old leader's key absent, its own present; epoch + 1;
-  the dead leader leaves the ISR. The first live ISR member in replica order tries at
-  once, the others after a pause if the partition is still leaderless (so one node
-  does not lose a race to itself, and a node that cannot reach etcd does not block).
+- every part a node holds in a partition's state — leader, ISR member — is held as one
+  *incarnation* of it (cluster/state.py): a node that registered anew (a restart, a
+  lapsed lease) leads nothing and counts in no ISR under an older incarnation's entry;
+- a partition whose leader is not live as the incarnation etcd names (its lease lapsed,
+  or it registered anew) is taken by a *current* ISR member with one transaction: the
+  partition key unchanged since it looked, the old leader's incarnation gone, its own
+  still registered; epoch + 1; members that are not current leave the ISR. The first
+  current ISR member in replica order tries at once, the others after a pause if the
+  partition is still leaderless (so one node does not lose a race to itself, and a node
+  that cannot reach etcd does not block). With no current ISR member, the most
+  up-to-date one takes it once all of them are back (cluster/log_ends.py).
 
 The node starts in :meth:`start` (registration, the first full read of the state, the
 roles) before the server serves, and stops in :meth:`close`.
@@ -57,6 +62,7 @@ from cluster.etcd_watch import EventType
 from cluster.follower import EpochAnswer, FetchRequest, FetchResponse
 from cluster.following import FetchSession, FollowerRole
 from cluster.leading import Counters, LeaderRole, monotonic_ms
+from cluster.log_ends import LogEnds, log_ends_prefix, most_up_to_date, snapshot
 from cluster.membership import Member, Membership, node_key, nodes_prefix
 from cluster.replication import FetchError
 from cluster.state import (
@@ -161,6 +167,7 @@ class ClusterNode:
         self._idle: set[Ref] = set()  # partitions this node does not replicate
         self._seen: set[Ref] = set()  # partitions given a role at least once
         self._lease_seen = 0  # the lease the roles were given under
+        self.log_ends: dict[str, LogEnds] = {}  # node -> what its incarnation found on disk
         # Subscriptions (cluster/coordination.py): configs, who coordinates each, and the
         # cursors this node has to replicate.
         self.subscriptions: dict[str, bytes] = {}
@@ -181,6 +188,7 @@ class ClusterNode:
     async def start(self) -> None:
         await self.membership.__aenter__()
         self._entered = True
+        await self._publish_log_ends()
         revision = await self._load()
         self._lease_seen = self.membership.lease_id
         await self._reconcile()
@@ -210,6 +218,24 @@ class ClusterNode:
                 log.info("leaving the cluster: %s", exc)
         await self.etcd.aclose()
 
+    async def _publish_log_ends(self) -> None:
+        """What this incarnation's disk holds (cluster/log_ends.py), before any role."""
+        ends = snapshot(
+            self.node_id,
+            self.membership.incarnation,
+            (
+                ((topic.name, p.partition), p.latest_epoch, p.log_end_offset)
+                for topic in self.storage.topics()
+                for p in topic.partitions
+            ),
+        )
+        await self.etcd.put(
+            log_ends_prefix(self.name) + self.node_id,
+            ends.to_json(),
+            lease=self.membership.lease_id,
+        )
+        self.log_ends[self.node_id] = ends
+
     # ------------------------------------------------------------------ state from etcd
 
     async def _load(self) -> int:
@@ -217,6 +243,7 @@ class ClusterNode:
         topics: dict[str, TopicConfig] = {}
         states: dict[Ref, VersionedState] = {}
         self.subscriptions, self.coordinators = {}, {}
+        self.log_ends = {}
         for kv in result.kvs:
             self._read_kv(kv.key.decode(errors="replace"), kv, topics, states)
         self.topics, self.states, self.loaded = topics, states, True
@@ -233,7 +260,14 @@ class ClusterNode:
         from cluster.etcd_model import KeyValue
 
         assert isinstance(kv, KeyValue)
-        if key.startswith(topics_prefix(self.name)):
+        if key.startswith(log_ends_prefix(self.name)):
+            node = key[len(log_ends_prefix(self.name)) :]
+            reported = None if deleted else LogEnds.from_json(node, kv.value)
+            if reported is None:
+                self.log_ends.pop(node, None)
+            else:
+                self.log_ends[node] = reported
+        elif key.startswith(topics_prefix(self.name)):
             name = key[len(topics_prefix(self.name)) :]
             if deleted:
                 topics.pop(name, None)
@@ -341,6 +375,7 @@ class ClusterNode:
             # again, so no role is granted from a view older than the lease.
             for ref in [r for r, role in self.roles.items() if isinstance(role, LeaderRole)]:
                 await self._drop_role(ref)
+            await self._publish_log_ends()
             await self._load()
             self._lease_seen = lease
         topics = dict(self.topics)
@@ -397,6 +432,13 @@ class ClusterNode:
             # or as leader once its followers have fetched).
             self._seen.add(ref)
             partition.replicate(_NOT_A_REPLICA, high_watermark=0)
+        if state.leader == self.node_id and not self._current(self.node_id, state):
+            # An earlier incarnation of this node led it: this one may lack what that one
+            # had (an empty or rolled-back disk, a lost unfsynced tail). Only an election
+            # (epoch + 1, below) makes it leader again.
+            if role is not None:
+                await self._drop_role(ref)
+            return
         follows = (
             self.node_id in state.replicas or ref[0] in self._observed
         ) and state.leader not in (None, self.node_id)
@@ -420,6 +462,7 @@ class ClusterNode:
                 replica_lag_ms=self.settings.replica_lag_ms,
                 counters=self.counters,
                 live=lambda: self.membership.members.keys(),
+                is_current=self.membership.is_current,
             )
             self.roles[ref] = leader
             self.counters.leader_changes += 1
@@ -453,6 +496,7 @@ class ClusterNode:
                     leader=state.leader,
                     url_of=self.member_url,
                     headers=self._peer_headers,
+                    incarnation=lambda: self.membership.incarnation,
                 )
             session.add(follower)
         else:
@@ -485,40 +529,80 @@ class ClusterNode:
         for ref in [r for r in self.roles if r[0] == topic]:
             await self._drop_role(ref)
 
+    def _current(self, node: str | None, state: PartitionState) -> bool:
+        """Whether ``node`` is live as the incarnation ``state`` records for it."""
+        return node is not None and self.membership.is_current(node, state.incarnation_of(node))
+
     def _takeover(
         self, ref: Ref, versioned: VersionedState, members: Mapping[str, Member]
     ) -> Change | None:
         state = versioned.state
-        if state.leader is not None and state.leader in members:
+        if state.leader is not None and self._current(state.leader, state):
             self._leaderless_since.pop(ref, None)
             return None
         now = monotonic_ms()
         since = self._leaderless_since.setdefault(ref, now)
         if self.node_id not in state.isr or not self.membership.holds_lease():
             return None
-        live = [r for r in state.replicas if r in state.isr and r in members and r != state.leader]
-        if not live:
+        me = self.membership.incarnation
+        current = [
+            r
+            for r in state.replicas
+            if r in state.isr and r != state.leader and self._current(r, state)
+        ]
+        if current:
+            # Ordinary failover: a current ISR member has every committed record.
+            if self.node_id not in current:
+                return None
+            if current[0] != self.node_id and now - since < _FAILOVER_PAUSE_MS:
+                return None
+            incarnations = {r: state.incarnation_of(r) for r in current}
+            new = PartitionState(
+                state.replicas, self.node_id, state.epoch + 1, tuple(current), incarnations
+            )
+            return Change(partition_key(self.name, *ref), versioned, new)
+        # No ISR member is current: each restarted (or is away). The most up-to-date of
+        # them takes it, once every one is back and has said what its disk holds.
+        isr = [r for r in state.replicas if r in state.isr]
+        reported = {
+            r: ends
+            for r in isr
+            if (ends := self.log_ends.get(r)) is not None
+            and self.membership.is_current(r, ends.incarnation)
+        }
+        if most_up_to_date(ref, isr, reported) != self.node_id:
             return None
-        if live[0] != self.node_id and now - since < _FAILOVER_PAUSE_MS:
-            return None
-        isr = tuple(r for r in state.isr if r != state.leader) or (self.node_id,)
-        if self.node_id not in isr:
-            isr = (*isr, self.node_id)
-        new = PartitionState(state.replicas, self.node_id, state.epoch + 1, isr)
+        new = PartitionState(
+            state.replicas, self.node_id, state.epoch + 1, (self.node_id,), {self.node_id: me}
+        )
         return Change(partition_key(self.name, *ref), versioned, new)
 
+    def _guards(self, old: PartitionState, new: PartitionState) -> list[Compare]:
+        """A takeover's guards: the old leader's incarnation gone, this one registered, and
+        for an election among restarted members, each of them still the incarnation whose
+        log ends were compared."""
+        guards = failover_guards(self.name, old, self.node_id, self.membership.incarnation)
+        if new.isr == (self.node_id,) and len(old.isr) > 1:
+            for member in old.isr:
+                ends = self.log_ends.get(member)
+                if member not in (self.node_id, old.leader) and ends is not None:
+                    guards.append(
+                        Compare.create_revision(node_key(self.name, member), "=", ends.incarnation)
+                    )
+        return guards
+
     async def _take_over(self, changes: list[Change]) -> None:
-        # One transaction per old leader (its node key is one of the guards).
-        by_leader: dict[str | None, list[Change]] = {}
+        # One transaction per set of guards (the old leader's node key is one of them).
+        by_guards: dict[tuple[Compare, ...], list[Change]] = {}
         for change in changes:
-            by_leader.setdefault(change.expected.state.leader, []).append(change)
-        for old, group in by_leader.items():
+            guards = tuple(self._guards(change.expected.state, change.new))
+            by_guards.setdefault(guards, []).append(change)
+        for guards, group in by_guards.items():
+            old = group[0].expected.state.leader
             for first in range(0, len(group), 100):
                 chunk = group[first : first + 100]
                 try:
-                    outcome = await compare_and_set_all(
-                        self.etcd, chunk, guards=failover_guards(self.name, old, self.node_id)
-                    )
+                    outcome = await compare_and_set_all(self.etcd, chunk, guards=guards)
                 except EtcdUnavailable as exc:
                     log.info("taking over from %s: %s", old, exc)
                     return
@@ -789,7 +873,9 @@ class ClusterNode:
         if versioned is None:
             return None
         leader = versioned.state.leader
-        return PartitionView(versioned.state, self.member_url(leader) if leader else None)
+        if leader is None or not self._current(leader, versioned.state):
+            return PartitionView(versioned.state, None)
+        return PartitionView(versioned.state, self.member_url(leader))
 
     def leader_role(self, topic: str, partition: int) -> LeaderRole | None:
         role = self.roles.get((topic, partition))
@@ -821,7 +907,9 @@ class ClusterNode:
         replicas = assign_replicas(
             name, config.partitions, config.replication_factor, nodes, self.leader_counts()
         )
-        created = await create_topic(self.etcd, self.name, name, config, replicas)
+        incarnations = {n: m.joined_revision for n, m in self.membership.members.items()}
+        incarnations[self.node_id] = self.membership.incarnation
+        created = await create_topic(self.etcd, self.name, name, config, replicas, incarnations)
         await self.wait_applied(
             lambda: (
                 self.storage.topic(name) is not None
@@ -862,7 +950,9 @@ class ClusterNode:
                     (fetch, None, self._no_role_error(fetch.topic, fetch.partition, fetch.epoch))
                 )
             else:
-                noted.append((fetch, role, role.note_fetch(request.node, fetch)))
+                noted.append(
+                    (fetch, role, role.note_fetch(request.node, fetch, request.incarnation))
+                )
         if not epochs and request.max_wait_ms > 0 and all(e is None for _, _, e in noted):
             await self._long_poll(request)
         fetches = []

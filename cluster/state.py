@@ -9,12 +9,20 @@ acting on the same view, one wins and the other re-reads.
 
 The epoch goes up by exactly 1 at each change of leader, and only then — checked here,
 once, for every write.
+
+**Incarnations** (PROTOCOL §7, "restarts are new incarnations"; Kafka's broker epochs,
+KIP-380/903): ``incarnations`` names, for the leader and each ISR member, the
+registration of its node under which it took that part — the create revision of its
+node key (cluster/membership.py). A node that registered again since (a restart, however
+quick, or a lease that lapsed) is a new incarnation: it may have lost its disk or an
+unfsynced tail, so it neither leads nor counts in the ISR under its old entry. It leads
+again only through an election (epoch + 1) and rejoins the ISR once it has caught up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -33,6 +41,9 @@ class PartitionState:
     leader: str | None
     epoch: int
     isr: tuple[str, ...]
+    # node id -> the incarnation it holds its part under (leader and ISR members; a
+    # missing entry is an unknown incarnation, never a current one)
+    incarnations: Mapping[str, int] = field(default_factory=dict, compare=True, hash=False)
 
     def __post_init__(self) -> None:
         if not self.replicas or len(set(self.replicas)) != len(self.replicas):
@@ -43,6 +54,14 @@ class PartitionState:
             raise InvalidState(f"epoch {self.epoch} is negative")
         if self.leader is not None and self.leader not in self.isr:
             raise InvalidState(f"leader {self.leader!r} is not in the isr {self.isr!r}")
+        if not set(self.incarnations) <= set(self.replicas):
+            raise InvalidState(
+                f"incarnations of nodes that are not replicas: {self.incarnations!r}"
+            )
+
+    def incarnation_of(self, node: str) -> int:
+        """The incarnation ``node`` holds its part under (0: unknown)."""
+        return self.incarnations.get(node, 0)
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -51,6 +70,7 @@ class PartitionState:
                 "leader": self.leader,
                 "epoch": self.epoch,
                 "isr": list(self.isr),
+                "incarnations": {n: self.incarnations[n] for n in sorted(self.incarnations)},
             }
         )
 
@@ -72,15 +92,25 @@ class PartitionState:
             raise InvalidState(f"leader must be a node id or null: {data[:200]!r}")
         if not isinstance(epoch, int) or isinstance(epoch, bool):
             raise InvalidState(f"epoch must be an integer: {data[:200]!r}")
-        return cls(tuple(replicas), leader, epoch, tuple(isr))
+        incarnations = raw.get("incarnations", {})
+        if not isinstance(incarnations, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in incarnations.values()
+        ):
+            raise InvalidState(f"incarnations must map node ids to revisions: {data[:200]!r}")
+        return cls(tuple(replicas), leader, epoch, tuple(isr), dict(incarnations))
 
     def led_by(self, leader: str | None) -> PartitionState:
         """The same partition under a new leader: the next epoch."""
-        return PartitionState(self.replicas, leader, self.epoch + 1, self.isr)
+        return PartitionState(self.replicas, leader, self.epoch + 1, self.isr, self.incarnations)
 
-    def with_isr(self, isr: Sequence[str]) -> PartitionState:
-        """The ISR grown or shrunk, same leader, same epoch."""
-        return PartitionState(self.replicas, self.leader, self.epoch, tuple(isr))
+    def with_isr(
+        self, isr: Sequence[str], incarnations: Mapping[str, int] | None = None
+    ) -> PartitionState:
+        """The ISR grown or shrunk, same leader, same epoch; ``incarnations`` gives those
+        of members that join (the others keep theirs; those that leave lose theirs)."""
+        known = {**self.incarnations, **(incarnations or {})}
+        kept = {n: known[n] for n in isr if n in known}
+        return PartitionState(self.replicas, self.leader, self.epoch, tuple(isr), kept)
 
 
 def _names(values: list[Any]) -> bool:
@@ -182,11 +212,20 @@ async def compare_and_set_all(
     return BatchOutcome(False, current)
 
 
-def failover_guards(cluster: str, old_leader: str | None, successor: str) -> list[Compare]:
-    """PROTOCOL §7 failover: the old leader's node key is gone, the successor's present."""
-    guards = [Compare.version(node_key(cluster, successor), ">", 0)]
-    if old_leader is not None:
-        guards.append(Compare.version(node_key(cluster, old_leader), "=", 0))
+def failover_guards(
+    cluster: str, old: PartitionState, successor: str, incarnation: int
+) -> list[Compare]:
+    """PROTOCOL §7 failover: the old leader's incarnation is gone (its node key deleted, or
+    registered again by a new incarnation), and the successor is still the incarnation
+    that decided to take over."""
+    guards = [Compare.create_revision(node_key(cluster, successor), "=", incarnation)]
+    if old.leader is not None:
+        key = node_key(cluster, old.leader)
+        known = old.incarnation_of(old.leader)
+        # A missing key has create revision 0, so "!= known" also holds for a dead node.
+        guards.append(
+            Compare.create_revision(key, "!=", known) if known else Compare.version(key, "=", 0)
+        )
     return guards
 
 

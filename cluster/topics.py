@@ -97,12 +97,21 @@ async def create_topic(
     name: str,
     config: TopicConfig,
     replicas: Sequence[tuple[str, ...]],
+    incarnations: Mapping[str, int] | None = None,
 ) -> Created:
-    """Write the partitions' first states, then the topic's key, unless it exists."""
+    """Write the partitions' first states, then the topic's key, unless it exists.
+    ``incarnations`` are the live nodes' (cluster/state.py): each replica holds its first
+    part under the incarnation it had when the topic was created."""
     key = topic_key(cluster, name)
     absent = Compare.version(key, "=", 0)
+    known = incarnations or {}
     states = [
-        Put.of(partition_key(cluster, name, n), PartitionState(r, r[0], 0, r).to_json())
+        Put.of(
+            partition_key(cluster, name, n),
+            PartitionState(
+                r, r[0], 0, r, {node: known[node] for node in r if node in known}
+            ).to_json(),
+        )
         for n, r in enumerate(replicas)
     ]
     chunk = MAX_TXN_OPS - 1

@@ -4,11 +4,14 @@ A follower node holds one WebSocket to each leader node (``/v1/cluster/fetch``) 
 in turn, one request naming every partition it follows there; the leader answers each
 in order. A request is a JSON text frame::
 
-    {"node": "n2", "max_wait_ms": 500,
+    {"node": "n2", "incarnation": 1234, "max_wait_ms": 500,
      "epochs": [{"topic", "partition", "leader_epoch", "epoch"}, ...],
      "fetch": [{"topic", "partition", "epoch", "fetch_offset", "fsynced_offset",
                 "max_bytes", "high_watermark"}, ...]}
 
+``incarnation`` is the follower node's (cluster/state.py): a leader counts a follower in
+the ISR only as the incarnation it recorded there, so a restarted follower leaves the
+ISR at its first fetch and rejoins as its new incarnation once it has caught up.
 ``high_watermark`` is the mark the follower knows: the leader answers at once when its
 own is newer, so followers (and the readers they serve) learn a commit one round trip
 after it happens. The answer is a binary frame: a 4-byte big-endian length, a JSON
@@ -49,12 +52,14 @@ class Request:
     max_wait_ms: int
     epochs: tuple[EpochQuery, ...]
     fetch: tuple[FetchEntry, ...]
+    incarnation: int = 0  # the follower node's incarnation (0: unknown)
 
 
 def encode_request(request: Request) -> bytes:
     return orjson.dumps(
         {
             "node": request.node,
+            "incarnation": request.incarnation,
             "max_wait_ms": request.max_wait_ms,
             "epochs": [
                 {
@@ -110,6 +115,7 @@ def decode_request(data: bytes | str) -> Request:
                 )
                 for f in raw.get("fetch", ())
             ),
+            incarnation=max(_int(raw.get("incarnation", 0)), 0),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise BadMessage(f"not a fetch request: {exc}") from exc

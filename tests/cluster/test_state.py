@@ -137,21 +137,57 @@ async def test_a_transition_that_breaks_the_epoch_rule_is_refused_before_etcd(
 async def test_failover_needs_the_old_leader_gone_and_the_successor_present(
     etcd: EtcdClient,
 ) -> None:
-    read = (await create_partition(etcd, KEY, STATE)).current
+    n1 = await etcd.put(node_key("c", "n1"), "{}")  # its create revision: its incarnation
+    state = PartitionState(STATE.replicas, "n1", 0, STATE.isr, {"n1": n1})
+    read = (await create_partition(etcd, KEY, state)).current
     assert read is not None
-    await etcd.put(node_key("c", "n1"), "{}")
-    guards = failover_guards("c", old_leader="n1", successor="n2")
+    n2 = n1 + 100  # not registered yet
+    guards = failover_guards("c", state, "n2", n2)
 
-    refused = await compare_and_set(etcd, KEY, read, STATE.led_by("n2"), guards=guards)
+    refused = await compare_and_set(etcd, KEY, read, state.led_by("n2"), guards=guards)
     assert not refused.succeeded  # n1 still registered, n2 not
-    await etcd.put(node_key("c", "n2"), "{}")
-    refused = await compare_and_set(etcd, KEY, read, STATE.led_by("n2"), guards=guards)
-    assert not refused.succeeded  # n1 still registered
+    n2 = await etcd.put(node_key("c", "n2"), "{}")
+    guards = failover_guards("c", state, "n2", n2)
+    refused = await compare_and_set(etcd, KEY, read, state.led_by("n2"), guards=guards)
+    assert not refused.succeeded  # n1 still registered as the incarnation that leads
     await etcd.delete(node_key("c", "n1"))
-    taken = await compare_and_set(etcd, KEY, read, STATE.led_by("n2"), guards=guards)
+    taken = await compare_and_set(etcd, KEY, read, state.led_by("n2"), guards=guards)
     assert taken.succeeded
     assert await read_partition(etcd, KEY) == taken.current
     assert isinstance(taken.current, VersionedState) and taken.current.state.epoch == 1
+
+
+async def test_failover_from_a_leader_that_registered_again_needs_no_wait(
+    etcd: EtcdClient,
+) -> None:
+    """PROTOCOL §7: a restart is a new incarnation; the old one's part is over at once."""
+    n1 = await etcd.put(node_key("c", "n1"), "{}")
+    n2 = await etcd.put(node_key("c", "n2"), "{}")
+    state = PartitionState(STATE.replicas, "n1", 0, STATE.isr, {"n1": n1, "n2": n2})
+    read = (await create_partition(etcd, KEY, state)).current
+    assert read is not None
+    guards = failover_guards("c", state, "n2", n2)
+    assert not (await compare_and_set(etcd, KEY, read, state.led_by("n2"), guards=guards)).succeeded
+    await etcd.delete(node_key("c", "n1"))
+    await etcd.put(node_key("c", "n1"), "{}")  # restarted within a blink: a new key
+    taken = await compare_and_set(etcd, KEY, read, state.led_by("n2"), guards=guards)
+    assert taken.succeeded
+
+
+def test_incarnations_round_trip_and_follow_isr_changes() -> None:
+    state = PartitionState(("a", "b", "c"), "a", 3, ("a", "b"), {"a": 10, "b": 11})
+    assert PartitionState.from_json(state.to_json()) == state
+    grown = state.with_isr(("a", "b", "c"), {"c": 12})
+    assert grown.incarnations == {"a": 10, "b": 11, "c": 12}
+    shrunk = grown.with_isr(("a", "c"))
+    assert shrunk.incarnations == {"a": 10, "c": 12}
+    assert shrunk.incarnation_of("b") == 0  # left the ISR: unknown from now on
+    with pytest.raises(InvalidState):
+        PartitionState(("a",), "a", 0, ("a",), {"z": 1})
+    with pytest.raises(InvalidState):
+        PartitionState.from_json(
+            b'{"replicas":["a"],"leader":"a","epoch":0,"isr":["a"],"incarnations":{"a":true}}'
+        )
 
 
 async def test_a_batch_of_changes_applies_all_in_one_transaction(etcd: EtcdClient) -> None:
