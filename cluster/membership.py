@@ -243,7 +243,7 @@ class Membership:
                     async for event in watch:
                         if event.type is EventType.DELETE:
                             return
-        except TimeoutError:
+        except (TimeoutError, WatchCompacted):
             return  # the caller looks once more, then gives up
 
     # ------------------------------------------------------------------ the task
@@ -289,6 +289,10 @@ class Membership:
             except EtcdUnavailable as error:
                 log.info("membership watch interrupted: %s", error)
                 await asyncio.sleep(RETRY_PAUSE_S)
+            except Exception:
+                log.exception("membership watch failed; reading the members afresh")
+                await asyncio.sleep(RETRY_PAUSE_S)
+                await self._reload_when_possible()
 
     async def _reload_when_possible(self) -> None:
         while True:

@@ -39,6 +39,7 @@ from typing import Protocol
 
 import orjson
 
+from cluster.compaction import COMPACT_EVERY_S, KEEP_S, Compactor
 from cluster.coordination import (
     CLAIM_PAUSE_S,
     CURSOR_EVERY_S,
@@ -74,6 +75,7 @@ from cluster.state import (
     failover_guards,
     partition_key,
 )
+from cluster.topic_ids import LocalTopicIds
 from cluster.topics import (
     Created,
     assign_replicas,
@@ -105,6 +107,7 @@ class ClusterSettings:
     advertise_url: str
     node_ttl_ms: int
     replica_lag_ms: int
+    etcd_history_s: float = KEEP_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,9 @@ class ClusterNode:
         )
         self.counters = Counters()
         self.topics: dict[str, TopicConfig] = {}  # from etcd
+        self.topic_ids: dict[str, int] = {}  # from etcd: each topic key's create revision
+        self._unreadable_topics: set[str] = set()  # keys in etcd that do not parse
+        self._local_ids = LocalTopicIds(storage.data_dir)  # which of them the disk holds
         self.states: dict[Ref, VersionedState] = {}  # from etcd
         self.loaded = False
         self.roles: dict[Ref, LeaderRole | FollowerRole] = {}
@@ -171,6 +177,10 @@ class ClusterNode:
         # Subscriptions (cluster/coordination.py): configs, who coordinates each, and the
         # cursors this node has to replicate.
         self.subscriptions: dict[str, bytes] = {}
+        self.subscription_ids: dict[str, int] = {}  # each config key's create revision
+        # running here -> (the subscription id it was adopted as, the lease it was adopted
+        # under): a runtime lives only as long as both
+        self._adopted: dict[str, tuple[int, int]] = {}
         self.coordinators: dict[str, Coordinator] = {}
         self._host: SubscriptionHost | None = None
         self._unclaimed_since: dict[str, float] = {}
@@ -182,6 +192,13 @@ class ClusterNode:
         self._applied = asyncio.Condition()  # notified after each reconcile pass
         self._tasks: list[asyncio.Task[None]] = []
         self._entered = False
+        self.compactor = Compactor(
+            self.etcd,
+            is_compactor=self._compacts,
+            probe_key=cluster_prefix(settings.name),
+            every_s=min(COMPACT_EVERY_S, settings.etcd_history_s / 5),
+            keep_s=settings.etcd_history_s,
+        )
 
     # ------------------------------------------------------------------ life
 
@@ -196,6 +213,7 @@ class ClusterNode:
             asyncio.create_task(self._watch(revision + 1), name="herald-cluster-watch"),
             asyncio.create_task(self._reconcile_loop(), name="herald-cluster-reconcile"),
             asyncio.create_task(self._tick_loop(), name="herald-cluster-tick"),
+            asyncio.create_task(self.compactor.run(), name="herald-etcd-compaction"),
         ]
 
     async def close(self) -> None:
@@ -243,6 +261,8 @@ class ClusterNode:
         topics: dict[str, TopicConfig] = {}
         states: dict[Ref, VersionedState] = {}
         self.subscriptions, self.coordinators = {}, {}
+        self.subscription_ids, self.topic_ids = {}, {}
+        self._unreadable_topics = set()
         self.log_ends = {}
         for kv in result.kvs:
             self._read_kv(kv.key.decode(errors="replace"), kv, topics, states)
@@ -271,20 +291,28 @@ class ClusterNode:
             name = key[len(topics_prefix(self.name)) :]
             if deleted:
                 topics.pop(name, None)
+                self.topic_ids.pop(name, None)
+                self._unreadable_topics.discard(name)
                 for ref in [r for r in states if r[0] == name]:
                     del states[ref]
                 return
             config = config_from_json(kv.value)
             if config is None:
+                # Not a reason to delete anything: the topic keeps its local copy.
                 log.error("etcd key %s is not a topic config", key)
+                self._unreadable_topics.add(name)
             else:
+                self._unreadable_topics.discard(name)
                 topics[name] = config
+                self.topic_ids[name] = kv.create_revision
         elif key.startswith(subscriptions_prefix(self.name)):
             name = key[len(subscriptions_prefix(self.name)) :]
             if deleted:
                 self.subscriptions.pop(name, None)
+                self.subscription_ids.pop(name, None)
             else:
                 self.subscriptions[name] = kv.value
+                self.subscription_ids[name] = kv.create_revision
         elif key.startswith(coordinators_prefix(self.name)):
             name = key[len(coordinators_prefix(self.name)) :]
             if deleted:
@@ -331,6 +359,12 @@ class ClusterNode:
             except EtcdUnavailable as exc:
                 log.info("cluster watch interrupted: %s", exc)
                 await asyncio.sleep(0.5)
+            except Exception:
+                # Never end silently: a node that stops following etcd would act on an
+                # ever older view. Read it afresh and follow on.
+                log.exception("cluster watch failed; reading the state afresh")
+                await asyncio.sleep(0.5)
+                revision = await self._reload_when_possible()
 
     async def _reload_when_possible(self) -> int:
         while True:
@@ -381,8 +415,19 @@ class ClusterNode:
         topics = dict(self.topics)
         for name, config in topics.items():
             local = self.storage.topic(name)
+            wanted, held = self.topic_ids.get(name, 0), self._local_ids.get(name)
+            if local is not None and wanted and held is not None and held != wanted:
+                # Deleted and created again while this node looked away: its copy is of
+                # another topic, and goes before anything reads it.
+                log.warning("topic %s was created again (id %d, here %d)", name, wanted, held)
+                await self._forget_topic(name)
+                local = None
             if local is None:
+                if wanted:
+                    await self._local_ids.record(name, wanted)
                 await self.storage.ensure_topic(name, config)
+            elif held is None and wanted:
+                await self._local_ids.record(name, wanted)  # a copy from before topic ids
             elif local.config.partitions != config.partitions:
                 log.error(
                     "topic %s: %d partitions here, %d in etcd",
@@ -392,12 +437,8 @@ class ClusterNode:
                 )
         if self.loaded:
             for topic in self.storage.topics():
-                if topic.name not in topics:
-                    await self._drop_roles(topic.name)
-                    try:
-                        await self._on_topic_deleted(topic.name)
-                    except Exception:
-                        log.exception("deleting topic %s here failed", topic.name)
+                if topic.name not in topics and topic.name not in self._unreadable_topics:
+                    await self._forget_topic(topic.name)
         members = self.membership.members
         self._observed = self._observed_topics()
         takeovers: list[Change] = []
@@ -420,6 +461,18 @@ class ClusterNode:
         await self._reconcile_subscriptions(members)
         async with self._applied:
             self._applied.notify_all()
+
+    async def _forget_topic(self, name: str) -> None:
+        """Drop this node's copy of a topic etcd no longer has (or has anew)."""
+        await self._drop_roles(name)
+        try:
+            await self._on_topic_deleted(name)
+        except Exception:
+            log.exception("deleting topic %s here failed", name)
+            return
+        self._seen = {r for r in self._seen if r[0] != name}
+        self._idle = {r for r in self._idle if r[0] != name}
+        await self._local_ids.forget(name)
 
     async def _assign_role(self, topic: Topic, ref: Ref, versioned: VersionedState) -> None:
         state = versioned.state
@@ -505,6 +558,11 @@ class ClusterNode:
             if ref not in self._idle:
                 self._idle.add(ref)
                 partition.replicate(_NOT_A_REPLICA)
+
+    def _compacts(self) -> bool:
+        """One live node compacts etcd's history: the one with the smallest id."""
+        live = self.membership.members
+        return self.membership.holds_lease() and bool(live) and min(live) == self.node_id
 
     def _lease_check(self) -> Callable[[], bool]:
         """True while this node holds the lease it holds now (not a later one)."""
@@ -715,6 +773,24 @@ class ClusterNode:
                 preferred == self.node_id or now - since > CLAIM_PAUSE_S
             ):
                 await self._claim(name)
+        lease = self.membership.lease_id
+        for name in sorted(host.running()):
+            adopted, wanted = self._adopted.get(name), self.subscription_ids.get(name)
+            if adopted is not None and wanted is not None and adopted[0] != wanted:
+                # Deleted and created again (PROTOCOL §7): the runtime of the old one, its
+                # cursor and config included, ends here; the new one starts afresh.
+                log.warning("subscription %s was created again: the old one ends here", name)
+                self._cursors.pop(name, None)
+                self._adopted.pop(name, None)
+                await host.deleted(name)
+            elif adopted is not None and adopted[1] != lease:
+                # Adopted under a lease this node lost: another node may have run it since
+                # and moved its cursor on. Even if this node claimed it again, it starts
+                # again from etcd's cursor, never writing its older one back.
+                log.info("subscription %s was adopted under a lost lease: adopting it anew", name)
+                self._cursors.pop(name, None)
+                self._adopted.pop(name, None)
+                await host.release(name)
         running = host.running()
         for name in sorted(self.subscriptions):
             mine = self.coordinates(name)
@@ -732,6 +808,7 @@ class ClusterNode:
                         # leaders have it: wait until this node's copies hold that (the
                         # next pass, within half a second, looks again).
                         continue
+                    self._adopted[name] = (self.subscription_ids.get(name, 0), lease)
                     await host.adopt(
                         name, self.subscriptions[name], cursor.value if cursor else None
                     )
@@ -743,9 +820,11 @@ class ClusterNode:
             elif not mine and name in running:
                 log.info("subscription %s is coordinated elsewhere now", name)
                 self._cursors.pop(name, None)
+                self._adopted.pop(name, None)
                 await host.release(name)
         for name in running - set(self.subscriptions):
             self._cursors.pop(name, None)
+            self._adopted.pop(name, None)
             await host.deleted(name)
 
     async def _claim(self, name: str) -> None:
@@ -787,11 +866,17 @@ class ClusterNode:
         lease = self.membership.lease_id
         for name, cursor in pending.items():
             key = coordinators_prefix(self.name) + name
-            try:
-                await self.etcd.txn(
-                    [Compare.value(key, "=", self.node_id), Compare.lease(key, "=", lease)],
-                    [Put.of(cursors_prefix(self.name) + name, cursor)],
+            guards = [Compare.value(key, "=", self.node_id), Compare.lease(key, "=", lease)]
+            adopted = self._adopted.get(name)
+            if adopted is not None and adopted[1] != lease:
+                continue  # a runtime of a lost lease: its cursor is not etcd's to take
+            if adopted is not None and adopted[0]:
+                # The cursor of the subscription as adopted, not of one created since.
+                guards.append(
+                    Compare.create_revision(subscriptions_prefix(self.name) + name, "=", adopted[0])
                 )
+            try:
+                await self.etcd.txn(guards, [Put.of(cursors_prefix(self.name) + name, cursor)])
             except EtcdUnavailable as exc:
                 log.info("replicating the cursor of %s: %s", name, exc)
                 self._cursors.setdefault(name, cursor)  # the next round tries again

@@ -223,6 +223,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         help=f"a follower this far behind leaves the in-sync replicas "
         f"(default {defaults.replica_lag_ms}; env HERALD_REPLICA_LAG_MS)",
     )
+    cluster.add_argument(
+        "--etcd-history-s",
+        type=float,
+        help=f"seconds of etcd history kept; older revisions are compacted "
+        f"(default {defaults.etcd_history_s:g}; env HERALD_ETCD_HISTORY_S)",
+    )
     add_security_flags(p)
     p.set_defaults(func=run_serve)
 
@@ -256,6 +262,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "cluster_name",
             "node_ttl_ms",
             "replica_lag_ms",
+            "etcd_history_s",
             *SECURITY_FIELDS,
         )
     }

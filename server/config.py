@@ -81,6 +81,7 @@ class ServerConfig:
     cluster_name: str = "herald"
     node_ttl_ms: int = 5000  # this node's etcd lease: how soon a dead leader is replaced
     replica_lag_ms: int = 10000  # a follower this far behind leaves the ISR
+    etcd_history_s: float = 300.0  # etcd's history kept; older revisions are compacted
     # With credentials, the token nodes present to each other (env HERALD_CLUSTER_TOKEN
     # only: a flag would show it in `ps`); it needs the admin role.
     cluster_token: str = ""
@@ -119,6 +120,8 @@ class ServerConfig:
             raise ConfigError("node_ttl_ms must be in 1000..600000")
         if not 100 <= self.replica_lag_ms <= 3_600_000:
             raise ConfigError("replica_lag_ms must be in 100..3600000")
+        if not 1 <= self.etcd_history_s <= 86_400:
+            raise ConfigError("etcd_history_s must be in 1..86400")
         if self.advertise_url and not re.fullmatch(r"https?://[^/\s]+", self.advertise_url):
             raise ConfigError(
                 f"advertise_url must be http(s)://host:port, not {self.advertise_url!r}"

@@ -195,6 +195,7 @@ class Runtime:
                         advertise_url=self.config.node_url,
                         node_ttl_ms=self.config.node_ttl_ms,
                         replica_lag_ms=self.config.replica_lag_ms,
+                        etcd_history_s=self.config.etcd_history_s,
                     ),
                     on_topic_deleted=self._topic_deleted,
                     peer_headers=(

@@ -4,6 +4,9 @@ watcher that fell behind past it is told so (and reads the state afresh)."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 from cluster.compaction import Compactor
@@ -68,3 +71,32 @@ async def test_a_revision_someone_else_compacted_further_is_no_error(etcd: EtcdC
     await etcd.compact(latest)  # another node went further meanwhile
     clock.now += 10
     assert await compactor.step() is not None
+
+
+@pytest.mark.timeout(240)
+def test_a_cluster_compacts_its_own_history_while_it_works(tmp_path: Path) -> None:
+    """Three real nodes keeping 2 s of history: etcd's old revisions go, and the nodes
+    (their watches told of it) go on working."""
+    from tests.cluster.nodes import HeraldCluster
+
+    with HeraldCluster(tmp_path / "c", 3, extra_args=["--etcd-history-s", "2"]) as cluster:
+        assert cluster.etcd is not None
+        cluster.create_topic("orders", replication_factor=3, min_insync_replicas=2)
+
+        async def compacted_past(revision: int) -> bool:
+            assert cluster.etcd is not None
+            async with EtcdClient(cluster.etcd.urls) as etcd:
+                try:
+                    await etcd.range("/herald/", prefix=True, revision=revision)
+                except EtcdError as exc:
+                    return "compacted" in exc.message
+                return False
+
+        cluster.wait_for(lambda: asyncio.run(compacted_past(2)), 60.0, "etcd compacted")
+        answer = cluster.post(
+            "n2", "/v1/topics/orders/messages", {"messages": [{"value": 1}]}, acks="all"
+        )
+        assert answer.status_code == 200, answer.text
+        created = cluster.put("n3", "/v1/topics/later", None)
+        assert created.status_code == 201, created.text
+        cluster.create_topic("later")  # every node sees it, with leaders
