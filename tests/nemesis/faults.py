@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import httpx
@@ -50,6 +50,7 @@ class Nemesis:
     rng: random.Random
     firewall: Firewall | None  # None: iptables unusable, partitions left out
     isr_full: Callable[[], bool]  # every partition of every topic: ISR == replicas
+    topics: Mapping[str, int]  # topic -> partitions, to pick a leader to hit
 
     def kinds(self) -> tuple[str, ...]:
         if self.firewall is None:
@@ -72,6 +73,8 @@ class Nemesis:
         started = self.history.now()
         revision_before = await asyncio.to_thread(self.cluster.etcd_revision)
         node = self.rng.choice(sorted(self.cluster.nodes))
+        if self.rng.random() < 0.5:  # half the time a partition's leader: where it hurts
+            node = await asyncio.to_thread(self._a_leader, node)
         target, note = node, ""
         process = self.cluster.nodes[node]
         if kind == "kill":
@@ -127,6 +130,22 @@ class Nemesis:
         else:
             await asyncio.to_thread(member.terminate)
             await asyncio.to_thread(self.cluster.restart_etcd, member)
+
+    def _a_leader(self, otherwise: str) -> str:
+        """The leader of a partition chosen at random, as a serving node shows it."""
+        topic = self.rng.choice(sorted(self.topics))
+        partition = self.rng.randrange(self.topics[topic])
+        for node in self.cluster.nodes.values():
+            if not node.serving:
+                continue
+            try:
+                answer = httpx.get(f"{node.url}/v1/topics/{topic}", timeout=1.0)
+                leader = answer.json()["partitions"][partition]["leader"]
+            except (httpx.HTTPError, ValueError, KeyError, IndexError):
+                continue
+            if leader in self.cluster.nodes:
+                return str(leader)
+        return otherwise
 
     def _etcd_leader(self) -> EtcdMember | None:
         for member in self.cluster.etcd:

@@ -124,7 +124,14 @@ async def _exercise(
     stop, deliver_stop = asyncio.Event(), asyncio.Event()
     clients = workload.Clients(cluster, history, random.Random(seed + 1), stop, {}, asyncio.Lock())
     await workload.setup(clients)
-    nemesis = Nemesis(cluster, history, random.Random(seed), firewall, lambda: isr_full(cluster))
+    nemesis = Nemesis(
+        cluster,
+        history,
+        random.Random(seed),
+        firewall,
+        lambda: isr_full(cluster),
+        workload.PARTITIONS,
+    )
     tasks = [asyncio.create_task(c) for c in workload.all_clients(clients, deliver_stop)]
     try:
         await nemesis.run(history.now() + minutes * 60, stop)
