@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench compare clean chromium etcd
+.PHONY: run test lint bench compare clean chromium etcd nemesis
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ etcd:
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+## A Jepsen-style run against a real cluster (issue 25; root: iptables). Exit 1 on a violation.
+SEED    ?= 1
+MINUTES ?= 60
+nemesis: $(VENV)/.installed-test etcd
+	$(BIN)/python -m tests.nemesis --seed $(SEED) --minutes $(MINUTES) $(if $(OUT),--out $(OUT))
 
 ## Benchmarks print figures (they are not tests): storage engine, then end to end.
 bench: $(VENV)/.installed-test

@@ -1,0 +1,218 @@
+"""The faults: a seeded random schedule, one fault at a time, each healed and followed by
+a recovery pause (every node live and every partition's ISR full again, bounded) before
+the next.
+
+Kinds: ``kill`` (kill -9 and restart at once), ``kill-later`` (kill -9, restart after
+twice the node TTL), ``pause`` (SIGSTOP past the node TTL, then SIGCONT), ``restart``
+(SIGTERM and start), ``wipe`` (kill -9, empty data directory, restart: one node at a
+time, min_insync_replicas - 1 = 1), ``etcd-kill``, ``etcd-pause``, ``etcd-restart`` (an
+etcd member; the etcd leader when it can be told), ``cut-etcd`` (a node cut from every
+etcd member), ``cut-nodes`` (a node cut from every other node, both ways),
+``cut-one-way`` (one node cannot reach another; the other still reaches it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from tests.nemesis.cluster import NODE_TTL_MS, Cluster, EtcdMember, HeraldNode
+from tests.nemesis.history import Fault, History
+from tests.nemesis.network import Firewall
+
+KINDS = (
+    "kill",
+    "kill-later",
+    "pause",
+    "restart",
+    "wipe",
+    "etcd-kill",
+    "etcd-pause",
+    "etcd-restart",
+    "cut-etcd",
+    "cut-nodes",
+    "cut-one-way",
+)
+TTL_S = NODE_TTL_MS / 1000
+RECOVER_WITHIN_S = 60.0
+PAUSE_BETWEEN_S = (1.0, 4.0)
+
+
+@dataclass
+class Nemesis:
+    cluster: Cluster
+    history: History
+    rng: random.Random
+    firewall: Firewall | None  # None: iptables unusable, partitions left out
+    isr_full: Callable[[], bool]  # every partition of every topic: ISR == replicas
+    topics: Mapping[str, int]  # topic -> partitions, to pick a leader to hit
+
+    def kinds(self) -> tuple[str, ...]:
+        if self.firewall is None:
+            return tuple(k for k in KINDS if not k.startswith("cut-"))
+        return KINDS
+
+    async def run(self, until: float, stop: asyncio.Event) -> None:
+        """Faults until the run's clock passes ``until`` (history seconds)."""
+        await self._settle()
+        settled = True
+        while not stop.is_set() and self.history.now() < until:
+            kind = self.rng.choice(self.kinds())
+            if kind == "wipe" and not settled:
+                kind = "kill"  # a second lost disk before the first caught up: not allowed
+            await self.inject(kind)
+            settled = await self._settle()
+            await asyncio.sleep(self.rng.uniform(*PAUSE_BETWEEN_S))
+
+    async def inject(self, kind: str) -> None:
+        started = self.history.now()
+        revision_before = await asyncio.to_thread(self.cluster.etcd_revision)
+        node = self.rng.choice(sorted(self.cluster.nodes))
+        if self.rng.random() < 0.5:  # half the time a partition's leader: where it hurts
+            node = await asyncio.to_thread(self._a_leader, node)
+        target, note = node, ""
+        process = self.cluster.nodes[node]
+        if kind == "kill":
+            await asyncio.to_thread(process.kill)
+            await asyncio.to_thread(self._start, process)
+        elif kind == "kill-later":
+            await asyncio.to_thread(process.kill)
+            await asyncio.sleep(2 * TTL_S + self.rng.uniform(0, 2))
+            await asyncio.to_thread(self._start, process)
+        elif kind == "pause":
+            held = TTL_S + self.rng.uniform(1, 3)
+            process.pause()
+            await asyncio.sleep(held)
+            process.resume()
+            note = f"stopped {held:.1f} s"
+        elif kind == "restart":
+            await asyncio.to_thread(process.terminate)
+            await asyncio.to_thread(self._start, process)
+        elif kind == "wipe":
+            await asyncio.to_thread(process.kill)
+            process.wipe()
+            await asyncio.to_thread(self._start, process)
+        elif kind.startswith("etcd-"):
+            member = self.rng.choice(self.cluster.etcd)
+            leader = await asyncio.to_thread(self._etcd_leader)
+            if leader is not None and self.rng.random() < 0.5:
+                member = leader
+            target = member.name + (" (leader)" if member is leader else "")
+            await self._etcd_fault(kind, member)
+        else:
+            target, note = await self._partition(kind, process)
+        ended = self.history.now()
+        revision_after = await asyncio.to_thread(self.cluster.etcd_revision)
+        revisions = None
+        if revision_before is not None and revision_after is not None:
+            revisions = (revision_before, revision_after)
+        self.history.faults.append(Fault(kind, target, started, ended, note, revisions))
+
+    def _start(self, process: HeraldNode) -> None:
+        process.spawn()
+        with contextlib.suppress(RuntimeError):  # counted by the recovery wait
+            process.wait_healthy()
+
+    async def _etcd_fault(self, kind: str, member: EtcdMember) -> None:
+        if kind == "etcd-kill":
+            await asyncio.to_thread(member.kill)
+            await asyncio.sleep(self.rng.uniform(1, 2 * TTL_S))
+            await asyncio.to_thread(self.cluster.restart_etcd, member)
+        elif kind == "etcd-pause":
+            member.pause()
+            await asyncio.sleep(self.rng.uniform(1, 2 * TTL_S))
+            member.resume()
+        else:
+            await asyncio.to_thread(member.terminate)
+            await asyncio.to_thread(self.cluster.restart_etcd, member)
+
+    def _a_leader(self, otherwise: str) -> str:
+        """The leader of a partition chosen at random, as a serving node shows it."""
+        topic = self.rng.choice(sorted(self.topics))
+        partition = self.rng.randrange(self.topics[topic])
+        for node in self.cluster.nodes.values():
+            if not node.serving:
+                continue
+            try:
+                answer = httpx.get(f"{node.url}/v1/topics/{topic}", timeout=1.0)
+                leader = answer.json()["partitions"][partition]["leader"]
+            except (httpx.HTTPError, ValueError, KeyError, IndexError):
+                continue
+            if leader in self.cluster.nodes:
+                return str(leader)
+        return otherwise
+
+    def _etcd_leader(self) -> EtcdMember | None:
+        for member in self.cluster.etcd:
+            if not member.serving:
+                continue
+            try:
+                answer = httpx.post(
+                    f"{member.client_url}/v3/maintenance/status", json={}, timeout=1
+                )
+                body = answer.json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            if body.get("leader") == body.get("header", {}).get("member_id"):
+                return member
+        return None
+
+    async def _partition(self, kind: str, process: HeraldNode) -> tuple[str, str]:
+        assert self.firewall is not None
+        gid = self.cluster.node_gid(process.name)
+        held = TTL_S + self.rng.uniform(1, 4)
+        others = [n for n in self.cluster.nodes.values() if n is not process]
+        if kind == "cut-etcd":
+            for member in self.cluster.etcd:
+                self.firewall.cut(gid, member.address)
+            target = f"{process.name} | etcd"
+        elif kind == "cut-nodes":
+            for other in others:
+                self.firewall.cut(gid, other.address)
+                self.firewall.cut(self.cluster.node_gid(other.name), process.address)
+            target = f"{process.name} | nodes"
+        else:
+            other = self.rng.choice(others)
+            self.firewall.cut(gid, other.address)
+            target = f"{process.name} -/-> {other.name}"
+        await asyncio.sleep(held)
+        self.firewall.heal()
+        return target, f"held {held:.1f} s"
+
+    async def heal_all(self) -> None:
+        """Every link back, every process running and resumed."""
+        if self.firewall is not None:
+            self.firewall.heal()
+        for member in self.cluster.etcd:
+            member.resume()
+            if not member.running:
+                await asyncio.to_thread(self.cluster.restart_etcd, member)
+        for node in self.cluster.nodes.values():
+            node.resume()
+            if not node.running:
+                await asyncio.to_thread(self._start, node)
+
+    async def _settle(self) -> bool:
+        """Wait (bounded) until every node sees every node live and every ISR is full."""
+        await self.heal_all()
+        deadline = self.history.now() + RECOVER_WITHIN_S
+        while self.history.now() < deadline:
+            live = await asyncio.to_thread(self.cluster.wait_all_live, 1.0)
+            if live and await asyncio.to_thread(self.isr_full):
+                return True
+            await asyncio.sleep(0.5)
+        self.history.faults.append(
+            Fault(
+                "no-recovery",
+                "cluster",
+                deadline - RECOVER_WITHIN_S,
+                self.history.now(),
+                f"not all live with full ISRs within {RECOVER_WITHIN_S:.0f} s",
+            )
+        )
+        return False

@@ -1,0 +1,208 @@
+"""One nemesis run: start the cluster, run the workload with the seeded faults for the
+given minutes, heal, wait for the ISRs to settle, read everything back from every node
+(over HTTP, then from each node's partition files once it is stopped), read etcd's
+history of the partition and cursor keys from revision 1, check, report.
+
+Whatever happens (an exception, Ctrl-C, SIGTERM), every process is stopped and the
+firewall chain removed before returning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+
+from cluster.etcd import EtcdClient, EtcdUnavailable, WatchCompacted
+from tests.nemesis import checker, report, workload
+from tests.nemesis.cluster import Cluster
+from tests.nemesis.faults import Nemesis
+from tests.nemesis.history import History
+from tests.nemesis.network import Firewall, FirewallUnavailable
+
+SETTLE_WITHIN_S = 90.0
+DRAIN_WITHIN_S = 60.0
+CLUSTER_NAME = "herald"  # herald serve's default --cluster-name
+
+
+def isr_full(cluster: Cluster) -> bool:
+    """Every serving node shows every partition of every topic led, with a full ISR."""
+    for node in cluster.nodes.values():
+        if not node.serving:
+            return False
+        for topic in workload.PARTITIONS:
+            try:
+                answer = httpx.get(f"{node.url}/v1/topics/{topic}", timeout=2.0)
+            except httpx.TransportError:
+                return False
+            if answer.status_code != 200:
+                return False
+            for p in answer.json()["partitions"]:
+                if p.get("leader") is None or set(p["isr"]) != set(p["replicas"]):
+                    return False
+    return True
+
+
+def high_watermarks(cluster: Cluster) -> dict[tuple[str, int], int]:
+    """Each partition's end_offset, the lowest any node shows."""
+    marks: dict[tuple[str, int], int] = {}
+    for node in cluster.nodes.values():
+        for topic in workload.PARTITIONS:
+            try:
+                answer = httpx.get(f"{node.url}/v1/topics/{topic}", timeout=5.0)
+            except httpx.TransportError:
+                continue
+            if answer.status_code != 200:
+                continue
+            for p in answer.json()["partitions"]:
+                key = (topic, p["partition"])
+                marks[key] = min(marks.get(key, p["end_offset"]), p["end_offset"])
+    return marks
+
+
+async def etcd_history(cluster: Cluster, notes: list[str]) -> list[dict[str, Any]]:
+    """Every change to the partition and cursor keys, from revision 1 to now."""
+    events: list[dict[str, Any]] = []
+    prefix = f"/herald/{CLUSTER_NAME}/"
+    async with EtcdClient(cluster.etcd_urls, timeout=20.0, attempt_timeout=5.0) as etcd:
+        head = (await etcd.range(prefix, prefix=True, count_only=True)).revision
+        try:
+            async with etcd.watch(prefix, prefix=True, start_revision=1) as watch:
+                async for event in watch:
+                    key = event.kv.key.decode(errors="replace")
+                    if "/partitions/" in key or "/cursors/" in key:
+                        events.append(
+                            {
+                                "key": key,
+                                "type": event.type.value,
+                                "revision": event.revision,
+                                "value": event.kv.value.decode(errors="replace"),
+                            }
+                        )
+                    if event.revision >= head:
+                        break
+        except WatchCompacted as exc:
+            notes.append(f"etcd history compacted at {exc.compact_revision}: not checked")
+        except EtcdUnavailable as exc:
+            notes.append(f"etcd history not read: {exc}")
+    return events
+
+
+async def run(
+    seed: int, minutes: float, size: int, out: Path, *, churn: bool = True
+) -> dict[str, Any]:
+    history = History()
+    notes: list[str] = []
+    cluster = Cluster(out / "cluster", size)
+    with contextlib.ExitStack() as stack:
+        firewall: Firewall | None
+        try:
+            firewall = stack.enter_context(Firewall())
+        except FirewallUnavailable as exc:
+            firewall = None
+            notes.append(f"no partitions: iptables unusable ({exc})")
+        stack.callback(cluster.stop)
+        await asyncio.to_thread(cluster.start)
+        violations = await _exercise(cluster, history, firewall, seed, minutes, notes, churn)
+    result = report.build(
+        history, violations, seed=seed, minutes=minutes, nodes=size, notes=notes, churn=churn
+    )
+    report.write(out, result, history)
+    return result
+
+
+async def _exercise(
+    cluster: Cluster,
+    history: History,
+    firewall: Firewall | None,
+    seed: int,
+    minutes: float,
+    notes: list[str],
+    churn: bool,
+) -> list[checker.Violation]:
+    stop, deliver_stop = asyncio.Event(), asyncio.Event()
+    clients = workload.Clients(cluster, history, random.Random(seed + 1), stop, {}, asyncio.Lock())
+    await workload.setup(clients)
+    nemesis = Nemesis(
+        cluster,
+        history,
+        random.Random(seed),
+        firewall,
+        lambda: isr_full(cluster),
+        workload.PARTITIONS,
+    )
+    coroutines = workload.all_clients(clients, deliver_stop, churn)
+    tasks = [asyncio.create_task(c) for c in coroutines]
+    try:
+        await nemesis.run(history.now() + minutes * 60, stop)
+        await nemesis.heal_all()
+        settled = await _wait(
+            lambda: cluster.wait_all_live(1.0) and isr_full(cluster), SETTLE_WITHIN_S
+        )
+        if not settled:
+            notes.append(f"not every ISR full within {SETTLE_WITHIN_S:.0f} s of the heal")
+        stop.set()  # producers, readers, tails and the churn end
+        await _wait(lambda: all(t.done() for t in tasks[:-2]), 60.0)  # all but consumers
+        acked = {
+            w.token
+            for w in history.writes
+            if w.outcome == "ok" and w.acks == "all" and w.topic == workload.MAIN
+        }
+        await _wait(lambda: _delivered(history, acked), DRAIN_WITHIN_S)
+        deliver_stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60.0)
+        await workload.read_everywhere(clients, how="final-read", once=True)
+        marks = await asyncio.to_thread(high_watermarks, cluster)
+        events = await etcd_history(cluster, notes)
+        history.etcd_events = events
+    finally:
+        stop.set()
+        deliver_stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            notes.append(f"a client failed: {task.exception()!r}")
+    await asyncio.to_thread(cluster.stop)
+    data_dirs = {name: node.data_dir for name, node in cluster.nodes.items()}
+    return [
+        *checker.check_history(history, workload.PARTITIONS),
+        *checker.check_stale_reads(history),
+        *checker.check_delivery(history, workload.MAIN),
+        *checker.check_files(history, data_dirs, workload.PARTITIONS, marks),
+        *checker.check_etcd(events),
+        *checker.check_restarts(history, events),
+    ]
+
+
+def _delivered(history: History, acked: set[str]) -> bool:
+    for how in ("consume", "pull"):
+        if not acked <= {s.token for s in history.seen if s.how == how}:
+            return False
+    return True
+
+
+async def _wait(condition: Any, within: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        if await asyncio.to_thread(condition):
+            return True
+        await asyncio.sleep(0.5)
+    return False
+
+
+def terminate_as_interrupt() -> None:
+    """SIGTERM unwinds like Ctrl-C, so that the cleanup runs."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)

@@ -1,0 +1,186 @@
+"""The nemesis checker over small hand-made histories: each violation kind is found, and
+a clean history has none (tests/nemesis/checker.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from tests.nemesis import checker
+from tests.nemesis.history import OK, UNKNOWN, Fault, History, Incarnation, Seen, Write
+
+TOPICS = {"t": 1}
+
+
+def history_with(*writes: Write, seen: tuple[Seen, ...] = ()) -> History:
+    history = History()
+    history.incarnations.append(Incarnation("t", 1, 0.0))
+    history.writes += writes
+    history.seen += seen
+    return history
+
+
+def ack(token: str, offset: int, acks: str = "all", inc: int = 1) -> Write:
+    return Write(token, "t", inc, acks, 1.0, 2.0, OK, 0, offset)
+
+
+def shown(how: str, offset: int, token: str, node: str | None = "n1", at: float = 3.0) -> Seen:
+    return Seen(how, node, "t", 0, offset, token, at, at - 0.1)
+
+
+def kinds(violations: list[checker.Violation]) -> list[str]:
+    return sorted(v.kind for v in violations)
+
+
+def test_a_clean_history_has_no_violation() -> None:
+    history = history_with(
+        ack("t/1/a/0", 0),
+        ack("t/1/a/1", 1),
+        seen=(
+            shown("read", 0, "t/1/a/0"),
+            shown("tail", 1, "t/1/a/1", node="n2"),
+            shown("final-read", 0, "t/1/a/0"),
+            shown("final-read", 1, "t/1/a/1"),
+        ),
+    )
+    assert checker.check_history(history, TOPICS) == []
+
+
+def test_an_acked_record_missing_from_a_final_read_is_lost() -> None:
+    history = history_with(
+        ack("t/1/a/0", 0),
+        ack("t/1/a/1", 1),
+        seen=(
+            shown("final-read", 0, "t/1/a/0"),
+            shown("final-read", 0, "t/1/a/0", node="n2"),
+            shown("final-read", 1, "t/1/a/1"),  # n2 lost offset 1
+        ),
+    )
+    [violation] = checker.check_history(history, TOPICS)
+    assert violation.kind == "lost-acked"
+    assert violation.examples[0]["missing_on"] == ["n2"]
+
+
+def test_an_acks_1_record_may_be_lost_and_an_unknown_one_may_appear() -> None:
+    history = history_with(
+        ack("t/1/b/0", 0, acks="1"),
+        Write("t/1/a/0", "t", 1, "all", 1.0, 2.0, UNKNOWN),
+        seen=(shown("read", 0, "t/1/a/0"), shown("final-read", 0, "t/1/a/0")),
+    )
+    assert checker.check_history(history, TOPICS) == []
+
+
+def test_two_records_at_one_offset_and_a_record_never_written() -> None:
+    history = history_with(
+        ack("t/1/a/0", 0),
+        seen=(
+            shown("read", 0, "t/1/a/0"),
+            shown("tail", 0, "t/1/zz/9", node="n3"),
+            shown("final-read", 0, "t/1/a/0"),
+        ),
+    )
+    assert kinds(checker.check_history(history, TOPICS)) == [
+        "never-written",
+        "two-records-at-offset",
+    ]
+
+
+def test_an_acknowledgement_counts_as_a_reader_of_its_offset() -> None:
+    history = history_with(
+        ack("t/1/a/0", 0),
+        ack("t/1/a/1", 1),
+        seen=(shown("read", 0, "t/1/a/1"),),  # offset 0 shown holding the other record
+    )
+    assert "two-records-at-offset" in kinds(checker.check_history(history, TOPICS))
+
+
+def test_a_record_of_a_deleted_incarnation_read_after_the_re_create() -> None:
+    history = History()
+    history.incarnations += [Incarnation("t", 1, 0.0, 10.0), Incarnation("t", 2, 12.0)]
+    history.writes += [ack("t/1/a/0", 0), ack("t/2/a/5", 0, inc=2)]
+    history.seen += [
+        Seen("tail", "n3", "t", 0, 0, "t/1/a/0", 20.0, 15.0),
+        Seen("final-read", "n1", "t", 0, 0, "t/2/a/5", 30.0, 29.0),
+    ]
+    violations = checker.check_history(history, TOPICS)
+    assert "deleted-topic-served" in kinds(violations)
+    # the record at offset 0 of incarnation 2 differs from what the ack said, too
+    assert "two-records-at-offset" in kinds(violations)
+
+
+def test_records_not_delivered_to_a_subscription() -> None:
+    history = history_with(ack("t/1/a/0", 0), seen=(shown("consume", 0, "t/1/a/0", None),))
+    [violation] = checker.check_delivery(history, "t")
+    assert violation.kind == "not-delivered"
+    assert "pull" in violation.what
+
+
+def put(revision: int, key: str, value: dict[str, Any], header: bytes = b"") -> dict[str, Any]:
+    raw = (header + orjson.dumps(value)).decode(errors="replace")
+    return {"key": key, "type": "PUT", "revision": revision, "value": raw}
+
+
+P = "/herald/herald/partitions/t/0"
+
+
+def state(leader: str | None, epoch: int, isr: list[str]) -> dict[str, Any]:
+    return {"replicas": ["n1", "n2", "n3"], "leader": leader, "epoch": epoch, "isr": isr}
+
+
+def test_etcd_history_epochs_and_isr() -> None:
+    good = [
+        put(5, P, state("n1", 0, ["n1", "n2", "n3"])),
+        put(9, P, state("n1", 0, ["n1", "n2"])),
+        put(12, P, state("n2", 1, ["n2"])),
+        put(14, P, state("n2", 2, ["n2"])),  # a restart of n2 is a new incarnation: +1
+    ]
+    assert checker.check_etcd(good) == []
+    bad = [
+        put(5, P, state("n1", 0, ["n1", "n2", "n3"])),
+        put(9, P, state("n2", 0, ["n2", "n3"])),  # new leader, same epoch
+        put(12, P, state("n3", 3, ["n2"])),  # jumps by 3, leader outside the ISR
+    ]
+    assert kinds(checker.check_etcd(bad)) == ["epoch", "leader-not-in-isr"]
+
+
+def test_a_cursor_going_back_in_etcd() -> None:
+    key = "/herald/herald/cursors/s"
+    events = [
+        put(5, key, {"p": {"0": [10, []]}, "a": []}, b"HCUR\x01\x00"),
+        put(6, key, {"p": {"0": [12, [14]]}, "a": []}, b"HCUR\x01\x00"),
+        put(7, key, {"p": {"0": [11, []]}, "a": []}, b"HCUR\x01\x00"),
+    ]
+    [violation] = checker.check_etcd(events)
+    assert violation.kind == "cursor-back"
+    assert violation.examples[0]["went_back"] == {"0": (12, 11)}
+
+
+def test_a_restarted_leader_keeping_its_epoch() -> None:
+    history = History()
+    history.faults.append(Fault("wipe", "n1", 10.0, 15.0, "", (8, 20)))
+    events = [
+        put(5, P, state("n1", 0, ["n1", "n2", "n3"])),
+        put(18, P, state("n1", 0, ["n1", "n2"])),
+    ]
+    [violation] = checker.check_restarts(history, events)
+    assert violation.kind == "restart-kept-leadership"
+    elected = [*events, put(19, P, state("n2", 1, ["n2"])), put(20, P, state("n1", 2, ["n1"]))]
+    assert checker.check_restarts(history, elected) == []
+
+
+def test_a_read_that_misses_a_record_acked_before_it_began() -> None:
+    history = history_with(ack("t/1/a/0", 0), ack("t/1/a/1", 1))  # acked at 2.0
+    fresh = history.invoke("read", "reader", "n1", topic="t", partition=0, offset=0)
+    fresh.invoked = 2.5
+    history.complete(fresh, OK, count=2)
+    assert checker.check_stale_reads(history) == []
+    stale = history.invoke("read", "reader", "n3", topic="t", partition=0, offset=1)
+    stale.invoked = 2.5
+    history.complete(stale, OK, count=0)
+    early = history.invoke("read", "reader", "n2", topic="t", partition=0, offset=0)
+    early.invoked = 1.5  # begun before the answer: may miss it
+    history.complete(early, OK, count=0)
+    [violation] = checker.check_stale_reads(history)
+    assert violation.kind == "stale-read"
+    assert [e["node"] for e in violation.examples] == ["n3"]

@@ -1,0 +1,28 @@
+"""A short seeded nemesis run (issue 25): 2 minutes of mixed faults, partitions included,
+against a real cluster of 3 etcd members and 3 Herald nodes; passes only with no
+violation of PROTOCOL §7. Select it with ``-m nemesis``; it needs root (iptables)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.nemesis import report
+from tests.nemesis.run import run
+
+SEED = 7
+MINUTES = 2.0
+
+
+@pytest.mark.nemesis
+@pytest.mark.skip(
+    reason="today's cluster loses records acked at acks=all under these faults (issue 25); "
+    "the lead enables this once the fixes land"
+)
+def test_a_short_seeded_nemesis_run_finds_no_violation(tmp_path: Path) -> None:
+    result = asyncio.run(run(SEED, MINUTES, 3, tmp_path / "nemesis"))
+    assert not result["violations"], report.render(result)
+    assert result["acknowledged_all"] > 0, report.render(result)
+    assert sum(result["faults"].values()) > 0, report.render(result)
