@@ -118,11 +118,20 @@ def _names(values: list[Any]) -> bool:
 
 
 def check_transition(old: PartitionState, new: PartitionState) -> None:
-    """PROTOCOL §7: the epoch goes up by exactly 1 at each change of leader, and only then."""
+    """PROTOCOL §7: the epoch goes up by exactly 1 at each change of leader — a new
+    incarnation of the same node included — and only then."""
     if new.leader != old.leader and new.epoch != old.epoch + 1:
         raise InvalidState(f"a new leader needs epoch {old.epoch + 1}, not {new.epoch}")
     if new.leader == old.leader and new.epoch != old.epoch:
-        raise InvalidState(f"the epoch changes only with the leader ({old.epoch} → {new.epoch})")
+        # "Restarts are new incarnations": the same node elected again as a new
+        # incarnation is a change of leader too (epoch + 1).
+        again = new.leader is not None and new.incarnation_of(new.leader) != old.incarnation_of(
+            old.leader or ""
+        )
+        if not (again and new.epoch == old.epoch + 1):
+            raise InvalidState(
+                f"the epoch changes only with the leader ({old.epoch} → {new.epoch})"
+            )
 
 
 def partition_key(cluster: str, topic: str, partition: int) -> str:

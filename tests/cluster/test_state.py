@@ -229,3 +229,12 @@ async def test_a_batch_as_large_as_etcd_accepts_goes_and_a_larger_one_is_refused
     too_many = [*full, Change(partition_key("c", "big", MAX_TXN_OPS), read, STATE.led_by("n2"))]
     with pytest.raises(ValueError, match="changes per transaction"):
         await compare_and_set_all(etcd, too_many)
+
+
+def test_the_same_node_elected_again_as_a_new_incarnation_takes_the_next_epoch() -> None:
+    old = PartitionState(("a", "b"), "a", 4, ("a", "b"), {"a": 10, "b": 11})
+    check_transition(old, PartitionState(("a", "b"), "a", 5, ("a",), {"a": 20}))
+    with pytest.raises(InvalidState):  # the same incarnation: no change of leader
+        check_transition(old, PartitionState(("a", "b"), "a", 5, ("a",), {"a": 10}))
+    with pytest.raises(InvalidState):  # a new incarnation still takes exactly epoch + 1
+        check_transition(old, PartitionState(("a", "b"), "a", 7, ("a",), {"a": 20}))
