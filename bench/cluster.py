@@ -1,8 +1,8 @@
 """A Herald cluster's figures (issue 14): three `herald serve --cluster` nodes and one etcd
 on this machine, started by the tests' harness (tests/cluster/nodes.py).
 
-    python bench/cluster.py [--seconds 5] [--rate 2000] [--failovers 3]
-                            [--catchup-mib 1024] [--node-ttl-ms 5000]
+    python bench/cluster.py [--seconds 5] [--rate 2000] [--sends 200] [--failovers 3]
+                            [--catchup-mib 1024] [--node-ttl-ms 5000] [--only FIGURE]
 
 Figures:
 
@@ -12,9 +12,17 @@ Figures:
   with replication_factor 1 on the same cluster (the ratio; issue 14's target: >= 50 %),
   and a standalone `herald serve` (no --cluster) for reference; RF 3 through a follower
   too (the publish forwarded to the leader).
+- ``one-at-a-time`` (issue 27): ``--sends`` one-record publishes through the SDK
+  (``send_and_wait``: the next sent once the last is answered), 100-byte values, at
+  acks=all and acks=1, to an RF 3 topic's leader, through a follower (forwarded), and to
+  a standalone `herald serve`, taken in turn so the host's load weighs on each alike;
+  the cluster holds several topics of several partitions (each follower's fetch names
+  many, as in any real cluster): median and p99 of each, and the RF 3 / standalone ratio
+  (the issue's target: <= 3x).
 - ``publish-to-deliver``: ``--rate`` records/s (2,000) for ``--seconds`` to an RF 3
   topic through the SDK, each value stamped with its send time; an SDK Tail on the
-  leader and one on a follower: p50 / p99 / max from the send to the tail's receipt.
+  leader and one on a follower: p50 / p99 / max from the send to the tail's receipt;
+  then the same to a standalone `herald serve` with a Tail on it, for reference.
 - ``failover``: kill -9 of the leader of an RF 3 topic while a client publishes one
   record at a time at acks=all to another node (raw HTTP, a retry 20 ms after a 503 or
   no answer, so that the figure is the server's and not a client's backoff): from the
@@ -38,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import os
 import shutil
 import statistics
@@ -116,6 +125,64 @@ def throughput(cluster: HeraldCluster, root: Path, seconds: float) -> None:
     )
 
 
+# -- one record at a time ---------------------------------------------------------------
+
+
+async def one_at_a_time(
+    targets: dict[str, tuple[str, str]], acks: str, sends: int
+) -> dict[str, list[float]]:
+    """Seconds from send to answer of ``sends`` one-record publishes per target (name:
+    (url, topic)), each target in turn, one record at a time."""
+    latencies: dict[str, list[float]] = {name: [] for name in targets}
+    async with contextlib.AsyncExitStack() as stack:
+        producers = {
+            name: await stack.enter_async_context(Producer(url, acks=acks))
+            for name, (url, _) in targets.items()
+        }
+        for name, (_, topic) in targets.items():  # warm: connections open, paths taken
+            for _ in range(10):
+                await producers[name].send_and_wait(topic, VALUE, partition=0)
+        for _ in range(sends):
+            for name, (_, topic) in targets.items():
+                started = time.perf_counter()
+                await producers[name].send_and_wait(topic, VALUE, partition=0)
+                latencies[name].append(time.perf_counter() - started)
+    return latencies
+
+
+def one_record_at_a_time(cluster: HeraldCluster, root: Path, sends: int) -> None:
+    for name in ("oat-a", "oat-b", "oat-c"):
+        cluster.create_topic(name, partitions=4, replication_factor=3)
+    leader = cluster.leader("oat-a")
+    follower = cluster.any_serving(exclude={leader.node_id})
+    single = HeraldProcess(root / "standalone-oat").start()
+    try:
+        httpx.put(f"{single.url}/v1/topics/oat", json={"partitions": 4}).raise_for_status()
+        targets = {
+            "standalone herald serve": (single.url, "oat"),
+            f"RF 3 via the leader {leader.node_id}": (leader.url, "oat-a"),
+            f"RF 3 via {follower.node_id} (forwarded)": (follower.url, "oat-a"),
+        }
+        print(
+            f"one record at a time (SDK send_and_wait, 100-byte values, {sends} sends per "
+            "row, rows in turn; 3 topics of 4 partitions on the cluster):",
+            flush=True,
+        )
+        for acks in ("all", "1"):
+            latencies = asyncio.run(one_at_a_time(targets, acks, sends))
+            alone = statistics.median(latencies["standalone herald serve"])
+            for name, values in latencies.items():
+                ms = [v * 1000 for v in values]
+                ratio = statistics.median(values) / alone
+                print(
+                    f"  acks={acks:<3} {name:<28} p50 {statistics.median(ms):6.1f} ms  "
+                    f"p99 {percentile(ms, 0.99):6.1f} ms  ({ratio:.1f}x standalone)",
+                    flush=True,
+                )
+    finally:
+        single.terminate()
+
+
 # -- publish to deliver ----------------------------------------------------------------
 
 
@@ -152,7 +219,7 @@ async def deliver_latency(
     return latencies
 
 
-def publish_to_deliver(cluster: HeraldCluster, rate: int, seconds: float) -> None:
+def publish_to_deliver(cluster: HeraldCluster, root: Path, rate: int, seconds: float) -> None:
     cluster.create_topic("latency", replication_factor=3)
     leader = cluster.leader("latency")
     follower = cluster.followers("latency")[0]
@@ -166,6 +233,17 @@ def publish_to_deliver(cluster: HeraldCluster, rate: int, seconds: float) -> Non
             seconds,
         )
     )  # fmt: skip
+    single = HeraldProcess(root / "standalone-latency").start()
+    try:
+        httpx.put(f"{single.url}/v1/topics/latency").raise_for_status()
+        latencies |= asyncio.run(
+            deliver_latency(
+                single.url, {"standalone herald serve (reference)": single.url}, "latency",
+                rate, seconds,
+            )
+        )  # fmt: skip
+    finally:
+        single.terminate()
     print(f"publish-to-deliver, {rate:,} msg/s for {seconds:g} s, RF 3, acks=all (SDK):")
     for name, values in latencies.items():
         ms = [v * 1000 for v in values]
@@ -286,7 +364,16 @@ def main() -> None:
     parser.add_argument("--catchup-mib", type=int, default=1024)
     parser.add_argument("--node-ttl-ms", type=int, default=5000)
     parser.add_argument("--records", type=int, default=100_000, help="for consume")
-    figures = ["throughput", "latency", "failover", "consume", "coordinator", "catchup"]
+    parser.add_argument("--sends", type=int, default=200, help="for one-at-a-time")
+    figures = [
+        "throughput",
+        "one-at-a-time",
+        "latency",
+        "failover",
+        "consume",
+        "coordinator",
+        "catchup",
+    ]
     parser.add_argument("--only", choices=figures, action="append")
     args = parser.parse_args()
     only = set(args.only or figures)
@@ -298,8 +385,10 @@ def main() -> None:
         ) as cluster:
             if "throughput" in only:
                 throughput(cluster, root, args.seconds)
+            if "one-at-a-time" in only:
+                one_record_at_a_time(cluster, root, args.sends)
             if "latency" in only:
-                publish_to_deliver(cluster, args.rate, args.seconds)
+                publish_to_deliver(cluster, root, args.rate, args.seconds)
             if "failover" in only:
                 failover(cluster, args.failovers)
             if "consume" in only:
