@@ -154,8 +154,16 @@ def classify(scope_type: str, method: str, path: str) -> tuple[Rule, dict[str, s
     return ADMIN, {}
 
 
+# docs/protocol.md: a browser cannot set headers on a WebSocket, so it offers its token as
+# the subprotocol `herald.token.<token>` beside `herald.v1`, which the server selects (the
+# token one is never echoed). Unlike `?token=`, no proxy or server logs a header.
+SUBPROTOCOL = "herald.v1"
+TOKEN_SUBPROTOCOL = "herald.token."
+
+
 def bearer_token(scope: Scope) -> str | None:
-    """``Authorization: Bearer`` always; ``?token=`` only on WebSockets (browsers)."""
+    """``Authorization: Bearer`` always; on WebSockets (browsers) also the
+    ``herald.token.<token>`` subprotocol, or ``?token=`` (kept for compatibility)."""
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
@@ -163,10 +171,27 @@ def bearer_token(scope: Scope) -> str | None:
                 return token.strip()
             return None
     if scope["type"] == "websocket":
+        for offered in scope.get("subprotocols", ()):
+            if offered.startswith(TOKEN_SUBPROTOCOL) and len(offered) > len(TOKEN_SUBPROTOCOL):
+                return str(offered[len(TOKEN_SUBPROTOCOL) :])
         for key, value in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
             if key == "token" and value:
                 return value
     return None
+
+
+def selecting_subprotocol(scope: Scope, send: Send) -> Send:
+    """``send`` that accepts a WebSocket with ``herald.v1`` when the client offered it (a
+    browser that offered subprotocols fails a handshake that selects none)."""
+    if scope["type"] != "websocket" or SUBPROTOCOL not in scope.get("subprotocols", ()):
+        return send
+
+    async def accept_with_subprotocol(message: Message) -> None:
+        if message["type"] == "websocket.accept" and not message.get("subprotocol"):
+            message = {**message, "subprotocol": SUBPROTOCOL}
+        await send(message)
+
+    return accept_with_subprotocol
 
 
 class AccessGuard:
@@ -326,6 +351,7 @@ class AccessControlMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        send = selecting_subprotocol(scope, send)
         if self.guard is not None:
             rule, params = classify(scope["type"], scope.get("method", "GET"), scope["path"])
             if rule is not OPEN:

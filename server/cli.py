@@ -266,6 +266,9 @@ def run_serve(args: argparse.Namespace) -> int:
             *SECURITY_FIELDS,
         )
     }
+    allow_cidrs: list[str] | None = overrides.get("webhook_allow_cidr")
+    if allow_cidrs is not None:  # repeatable: one string
+        overrides["webhook_allow_cidr"] = ",".join(allow_cidrs)
     try:
         config = ServerConfig.from_env(**overrides)
     except (ConfigError, TypeError, ValueError) as exc:

@@ -57,6 +57,9 @@ class ServerConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     webhook_ca_file: Path | None = None  # extra CA bundle webhook deliveries trust
+    # PROTOCOL §6: with an auth file, the non-public ranges webhooks may reach anyway,
+    # comma-separated CIDRs (--webhook-allow-cidr, repeatable).
+    webhook_allow_cidr: str = ""
     # Requests + WebSockets at once per client address (server/limits.py); 0 = no cap.
     max_requests_per_client: int = 256
     # Proxies whose X-Forwarded-For names the client (uvicorn's forwarded_allow_ips):
@@ -113,6 +116,7 @@ class ServerConfig:
                 f"not {self.node_id!r}"
             )
         self.pinned_cpus  # noqa: B018 (validates)
+        self.webhook_allowed_networks  # noqa: B018 (validates)
         self.etcd_endpoints  # noqa: B018 (validates)
         if not NODE_ID.fullmatch(self.cluster_name):
             raise ConfigError(f"cluster_name must match {NODE_ID.pattern}")
@@ -192,6 +196,16 @@ class ServerConfig:
                     f"forwarded_allow_ips must list IP addresses or networks (or *), not {entry!r}"
                 ) from None
         return entries
+
+    @property
+    def webhook_allowed_networks(self) -> tuple[Any, ...]:
+        """``webhook_allow_cidr`` as IP networks."""
+        from subscribers.destination import parse_networks
+
+        try:
+            return parse_networks(e for e in self.webhook_allow_cidr.split(",") if e.strip())
+        except ValueError as exc:
+            raise ConfigError(f"webhook_allow_cidr: {exc}") from None
 
     @property
     def allowed_origins(self) -> list[str]:

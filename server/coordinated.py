@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from urllib.parse import parse_qsl, urlencode
 
 import websockets
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,6 +33,7 @@ from websockets.asyncio.client import connect
 
 from cluster.errors import LeaderUnavailable
 from delivery.close_codes import CloseCode
+from server.access import bearer_token
 from server.errors import herald_error_response
 from server.peers import FORWARDED
 from server.runtime import Services, app_services
@@ -153,12 +155,18 @@ async def _relay(url: str, client: WebSocket) -> None:
     """Copy a consumer's frames to the coordinator's socket and back."""
     scope = client.scope
     target = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + scope["path"]
-    if scope["query_string"]:
-        target += "?" + scope["query_string"].decode("latin-1")
+    # The token goes on as a header, however the client gave it (never in a URL: logs).
+    query = [
+        (k, v)
+        for k, v in parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+        if k != "token"
+    ]
+    if query:
+        target += "?" + urlencode(query)
     headers = {FORWARDED: "1"}
-    for key, value in scope["headers"]:
-        if key == b"authorization":
-            headers["authorization"] = value.decode("latin-1")
+    token = bearer_token(scope)
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
     try:
         upstream = await connect(target, additional_headers=headers, max_size=None, open_timeout=5)
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:

@@ -19,6 +19,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -135,11 +136,23 @@ def push_stats(webhooks: WebhookDispatchers, name: str) -> dict[str, Any]:
     return webhooks.stats(name) or {}
 
 
-def subscription_body(engine: Any, name: str, webhooks: Any = None) -> dict[str, Any]:
+def subscription_body(
+    engine: Any, name: str, webhooks: Any = None, *, admin: bool = True
+) -> dict[str, Any]:
     """The GET /v1/subscriptions/{name} body: config with defaults filled, and §5 stats
-    (with the push members of docs/protocol.md for a push subscription)."""
+    (with the push members of docs/protocol.md for a push subscription). Shown to a
+    non-admin (PROTOCOL §6), a push url has no user info and no query."""
     config = engine.get(name)
     stats = engine.stats(name)
     if webhooks is not None and (push := webhooks.stats(name)) is not None:
         stats.update(push)
-    return {"name": name, "config": config.public_dict(), "stats": stats}
+    shown = config.public_dict()
+    if not admin and isinstance(shown.get("push"), dict):
+        shown["push"] = {**shown["push"], "url": without_secrets(shown["push"]["url"])}
+    return {"name": name, "config": shown, "stats": stats}
+
+
+def without_secrets(url: str) -> str:
+    """``url`` without user info, query or fragment (where credentials hide)."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(username=None, password=None, query=None, fragment=None))

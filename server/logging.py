@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -31,6 +32,41 @@ _MAX_CLIENT_ID = 128
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id_var.get()
+        return True
+
+
+# PROTOCOL §6: a token is never written to a log. uvicorn logs each WebSocket handshake
+# with its query string at INFO, so ``?token=`` is cut from every line, whichever logger
+# wrote it, and so is anything shaped like a token (its id stays: it names it).
+_TOKEN_PARAM = re.compile(r"([?&;]token=)[^&\s\"']+", re.IGNORECASE)
+_TOKEN = re.compile(r"\b(hrd_[0-9a-f]{8}_)[A-Za-z0-9_-]+|\bhrb_[A-Za-z0-9_.-]+")
+REDACTED = "[redacted]"
+
+
+def redact_tokens(text: str) -> str:
+    """``text`` without the secret of any token or ``token=`` parameter in it."""
+    if "token" not in text and "hrd_" not in text and "hrb_" not in text:
+        return text
+    text = _TOKEN_PARAM.sub(lambda m: m.group(1) + REDACTED, text)
+    return _TOKEN.sub(lambda m: (m.group(1) or "hrb_") + REDACTED, text)
+
+
+class _RedactTokensFilter(logging.Filter):
+    """Rewrites a record whose message (or traceback) holds a token before any handler
+    formats it."""
+
+    _exceptions = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact_tokens(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+            record.__dict__.pop("color_message", None)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self._exceptions.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_tokens(record.exc_text)
         return True
 
 
@@ -78,6 +114,7 @@ def configure_logging(log_format: str, level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(_RequestIdFilter())
+    handler.addFilter(_RedactTokensFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

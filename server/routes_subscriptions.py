@@ -33,6 +33,8 @@ async def put_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     config, given = parse_subscription_config(await json_body(request))
     state = services(request)
+    if config.push is not None:  # PROTOCOL §6: webhooks do not reach inside
+        await state.webhooks.destinations.check_url(config.push.url)
     engine = state.engine
     if state.cluster is not None and engine.existing(name, config, given) is None:
         return await _create_in_cluster(request, state, name, config)
@@ -116,7 +118,9 @@ async def list_subscriptions(request: Request) -> Response:
 async def get_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     state = services(request)
-    return json_response(subscription_body(state.engine, name, state.webhooks))
+    principal = request.scope.get("state", {}).get("principal")
+    admin = principal is None or principal.is_admin  # an open server: everyone is
+    return json_response(subscription_body(state.engine, name, state.webhooks, admin=admin))
 
 
 async def patch_subscription(request: Request) -> Response:
@@ -124,6 +128,9 @@ async def patch_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     patch = parse_subscription_patch(await json_body(request))
     state = services(request)
+    push = patch.changes.get("push")
+    if push is not None:  # PROTOCOL §6: webhooks do not reach inside
+        await state.webhooks.destinations.check_url(push.url)
     async with state.admin_lock:
         if state.cluster is not None:
             # PROTOCOL §7: etcd first (a 503 there changes nothing), then applied here.

@@ -31,6 +31,7 @@ from server.tasks import cancel_and_wait
 from storage.cursors import decode_snapshot, encode_snapshot
 from storage.engine import Storage
 from storage.lock import DataDirLock
+from subscribers.destination import DestinationGuard
 from subscribers.tail import TailRegistry
 from subscribers.webhook import WebhookDispatchers, webhook_verify
 from subscribers.websocket import SocketServices
@@ -219,7 +220,12 @@ class Runtime:
             )
             await engine.start()
             verify = await asyncio.to_thread(webhook_verify, self.config.webhook_ca_file)
-            webhooks = WebhookDispatchers(engine, verify=verify)
+            # PROTOCOL §6: with credentials, webhooks reach public addresses only.
+            destinations = DestinationGuard(
+                enforced=self.config.auth_file is not None,
+                allowed=self.config.webhook_allowed_networks,
+            )
+            webhooks = WebhookDispatchers(engine, verify=verify, destinations=destinations)
             await webhooks.start()
             if cluster is not None:
                 self.tails.on_first, self.tails.on_last = cluster.tail_opened, cluster.tail_closed

@@ -23,6 +23,7 @@ SECURITY_FIELDS = (
     "tls_cert",
     "tls_key",
     "webhook_ca_file",
+    "webhook_allow_cidr",
     "encryption_key_file",
     "max_requests_per_client",
     "forwarded_allow_ips",
@@ -63,6 +64,13 @@ def add_security_flags(p: argparse.ArgumentParser) -> None:
         "--webhook-ca-file",
         type=Path,
         help="PEM CA bundle webhook deliveries trust besides the system's",
+    )
+    p.add_argument(
+        "--webhook-allow-cidr",
+        action="append",
+        metavar="CIDR",
+        help="with --auth-file, let webhooks reach this non-public range too (repeatable; "
+        "env HERALD_WEBHOOK_ALLOW_CIDR, comma-separated), e.g. 10.1.0.0/16",
     )
     p.add_argument(
         "--encryption-key-file",

@@ -34,6 +34,7 @@ from delivery.push import Ack, Action, Answer, Extend, Grant, Nack, Post, PushPo
 from storage.errors import SubscriptionNotFound
 from storage.writer import wall_clock_ms
 from subscribers.attempt_log import FLUSH_INTERVAL_S, Attempt, AttemptLog
+from subscribers.destination import ANYWHERE, DestinationGuard, guarded_transport
 from subscribers.signing import secret_key, webhook_headers
 from subscribers.webhook_request import build_request
 
@@ -80,6 +81,7 @@ class WebhookDispatcher:
         config: SubscriptionConfig,
         *,
         verify: Verify = True,
+        destinations: DestinationGuard = ANYWHERE,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -91,6 +93,7 @@ class WebhookDispatcher:
         self.push = config.push
         self.policy = PushPolicy(config)
         self._verify = verify
+        self._destinations = destinations
         self._clock = clock
         self._wall_ms = wall_ms
         # PROTOCOL §8: the delivery history survives restarts (subscription names are
@@ -136,8 +139,11 @@ class WebhookDispatcher:
         self._wake.set()  # a smaller batch may be due now
 
     def stats(self) -> dict[str, Any]:
-        """The push members of the subscription's stats (docs/protocol.md)."""
-        return self.policy.stats(self._clock(), self._credit())
+        """The push members of the subscription's stats (docs/protocol.md); ``last_error``
+        as its category (PROTOCOL §6: the details are the admin's, in the attempt log)."""
+        stats = self.policy.stats(self._clock(), self._credit())
+        stats["last_error"] = error_category(stats.get("last_error"))
+        return stats
 
     # ------------------------------------------------------------------ the worker
 
@@ -173,11 +179,14 @@ class WebhookDispatcher:
         limits = httpx.Limits(
             max_connections=push.max_in_flight, max_keepalive_connections=push.max_in_flight
         )
+        # PROTOCOL §6: every connection is checked after DNS resolution (no rebinding).
+        transport = guarded_transport(
+            self._destinations, verify=self._verify, limits=limits, trust_env=False
+        )
         async with httpx.AsyncClient(
             timeout=httpx.Timeout(push.timeout_ms / 1000),
-            limits=limits,
             follow_redirects=False,  # PROTOCOL §4: redirects are not followed
-            verify=self._verify,
+            transport=transport,
             trust_env=False,
         ) as client:
             self._consumer = self.engine.attach(self.name, self, 0)
@@ -321,6 +330,23 @@ def _connect_error(exc: httpx.ConnectError) -> str:
     return f"connect failed: {exc}" if str(exc) else "connect failed"
 
 
+def error_category(error: str | None) -> str | None:
+    """What anyone who may read a subscription sees of a failed delivery (PROTOCOL §6):
+    ``timeout``, ``connection refused``, ``tls error``, ``HTTP <status>``, ``destination
+    not allowed``, ``invalid url`` or ``connection failed``; never the text of the error,
+    which maps the network behind the server (ports, TLS versions, names)."""
+    if error is None or error in ("timeout", "connection refused") or error.startswith("HTTP "):
+        return error
+    lowered = error.lower()
+    if "destination not allowed" in lowered:
+        return "destination not allowed"
+    if "ssl" in lowered or "tls" in lowered or "certificate" in lowered:
+        return "tls error"
+    if lowered.startswith("invalid url"):
+        return "invalid url"
+    return "connection failed"
+
+
 async def _drain(response: httpx.Response) -> None:
     """Read (and drop) a bounded part of the answer so the connection can be reused."""
     read = 0
@@ -352,9 +378,16 @@ def _signing_keys(push: PushConfig) -> list[tuple[bytes, int | None]]:
 class WebhookDispatchers:
     """The dispatchers of all push subscriptions, supervised under the server lifespan."""
 
-    def __init__(self, engine: DeliveryEngine, *, verify: Verify = True) -> None:
+    def __init__(
+        self,
+        engine: DeliveryEngine,
+        *,
+        verify: Verify = True,
+        destinations: DestinationGuard = ANYWHERE,
+    ) -> None:
         self.engine = engine
         self.verify = verify
+        self.destinations = destinations  # PROTOCOL §6: where webhooks may go
         self._dispatchers: dict[str, WebhookDispatcher] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopped = False
@@ -377,7 +410,9 @@ class WebhookDispatchers:
         # A fresh context: the dispatcher outlives the request that created it (its log
         # lines must not carry that request's id).
         # Registered at once, so the PUT that created it already shows its stats.
-        dispatcher = WebhookDispatcher(self.engine, name, config, verify=self.verify)
+        dispatcher = WebhookDispatcher(
+            self.engine, name, config, verify=self.verify, destinations=self.destinations
+        )
         self._dispatchers[name] = dispatcher
         task = asyncio.create_task(
             self._supervise(dispatcher),

@@ -90,7 +90,6 @@ class Consumer:
         self.urls = node_urls(url)
         self._current = 0  # the node connected to, or to be tried next
         self._ws_path = f"/v1/subscriptions/{quote(subscription, safe='')}/ws"
-        self._token = token
         self.ws_url = self._session_url(credit)
         self.subscription = subscription
         self.credit = credit
@@ -124,8 +123,7 @@ class Consumer:
 
     @property
     def url(self) -> str:
-        """The node connected to (or to be tried next); for messages, as ws_url may
-        carry the token."""
+        """The node connected to (or to be tried next)."""
         return self.urls[self._current]
 
     # -- the application side ----------------------------------------------------------
@@ -219,7 +217,8 @@ class Consumer:
             log.debug("herald: %s of a lost connection's record dropped", frame.get("type"))
 
     def _session_url(self, credit: int) -> str:
-        query = {"credit": str(credit)} | ({"token": self._token} if self._token else {})
+        # The token travels in the Authorization header only: a URL ends up in logs.
+        query = {"credit": str(credit)}
         base = self.url.replace("http", "ws", 1)
         return f"{base}{self._ws_path}?{urlencode(query)}"
 

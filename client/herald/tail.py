@@ -48,7 +48,8 @@ class Tail:
             raise ValueError("limit must be at least 1")
         if limit is not None:
             credit = min(credit, limit)  # never sent records it will not take
-        query = {"from": str(start), "credit": str(credit)} | ({"token": token} if token else {})
+        # The token travels in the Authorization header only: a URL ends up in logs.
+        query = {"from": str(start), "credit": str(credit)}
         self.urls = node_urls(url)
         self._target = f"/v1/topics/{quote(topic, safe='')}/ws?{urlencode(query)}"
         self.url = self.urls[0]

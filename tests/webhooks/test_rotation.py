@@ -295,7 +295,10 @@ def test_rotation_needs_admin_and_is_audited(
         tokens[who] = token
         entries.append(toml_entry(token_id, token, roles, ["rot.*"] if who != "admin" else []))
     auth_file.write_text("\n".join(entries))
-    server = herald_factory("--auth-file", str(auth_file), "--audit-log", str(audit_file))
+    server = herald_factory(
+        "--auth-file", str(auth_file), "--audit-log", str(audit_file),
+        "--webhook-allow-cidr", "127.0.0.0/8",  # PROTOCOL §6: the receiver is on loopback
+    )  # fmt: skip
     admin = {"Authorization": f"Bearer {tokens['admin']}"}
     subscriber = {"Authorization": f"Bearer {tokens['subscriber']}"}
     topic, name = unique("rot.t"), unique("s")

@@ -30,6 +30,21 @@ export class HeraldError extends Error {
   }
 }
 
+// A browser cannot set headers on a WebSocket: the token goes as the subprotocol
+// `herald.token.<token>` beside `herald.v1`, which the server selects (docs/protocol.md),
+// so it stays out of URLs and logs. A token that is not a valid subprotocol name (not a
+// Herald token) falls back to `?token=`.
+const SUBPROTOCOL = "herald.v1";
+const PROTOCOL_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+function openSocket(url, token) {
+  if (!token) return new WebSocket(url, [SUBPROTOCOL]);
+  if (PROTOCOL_NAME.test(token)) return new WebSocket(url, [SUBPROTOCOL, `herald.token.${token}`]);
+  const withToken = new URL(url);
+  withToken.searchParams.set("token", token);
+  return new WebSocket(withToken.toString(), [SUBPROTOCOL]);
+}
+
 function wsUrl(base, path, params) {
   const url = new URL(path, base);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
@@ -173,7 +188,7 @@ class Stream {
     }
     if (this.closed) return;
     this.onState("connecting");
-    const socket = new WebSocket(url);
+    const socket = openSocket(url, this.herald.token);
     this.socket = socket;
     socket.onmessage = (event) => {
       let frame;
@@ -289,7 +304,6 @@ export class Tail extends Stream {
     return wsUrl(base, `/v1/topics/${encodeURIComponent(this.topic)}/ws`, {
       from: Number.isFinite(lowest) ? lowest : "latest",
       credit: this.credit,
-      token: this.herald.token,
     });
   }
 
@@ -353,7 +367,6 @@ export class Subscription extends Stream {
   async _socketUrl(base) {
     return wsUrl(base, `/v1/subscriptions/${encodeURIComponent(this.name)}/ws`, {
       credit: this.credit,
-      token: this.herald.token,
     });
   }
 
@@ -415,7 +428,7 @@ export class StatsStream extends Stream {
 
   async _socketUrl(base) {
     this._live = false;
-    return wsUrl(base, "/v1/stats/ws", { token: this.herald.token });
+    return wsUrl(base, "/v1/stats/ws", {});
   }
 
   _frame(frame) {
