@@ -312,11 +312,13 @@ class EtcdClient:
             raise LeaseNotFound(GRPC_NOT_FOUND, f"lease {lease_id:x} expired or revoked")
         return ttl
 
-    async def lease_revoke(self, lease_id: int) -> None:
+    async def lease_revoke(self, lease_id: int, *, within_s: float | None = None) -> None:
         """Revoke the lease, deleting every key attached to it (a lease already gone is
         not an error: repeating the call after a lost answer reaches the same state)."""
         with contextlib.suppress(LeaseNotFound):
-            await self._call("/v3/lease/revoke", {"ID": str(lease_id)}, repeatable=True)
+            await self._call(
+                "/v3/lease/revoke", {"ID": str(lease_id)}, repeatable=True, within_s=within_s
+            )
 
     # ---------------------------------------------------------------------- watch
 

@@ -19,6 +19,10 @@ from cluster.etcd import Clock, EtcdClient, EtcdUnavailable, LeaseNotFound
 
 log = logging.getLogger("herald.cluster")
 
+# A revoke on the way out is a courtesy (the lease expires on its own after its TTL): a
+# node stopping while etcd is gone must not wait out a whole etcd timeout for it.
+REVOKE_WITHIN_S = 1.0
+
 
 class LeaseKeeper:
     """``async with LeaseKeeper(etcd, ttl_s=5) as lease:`` grants a lease, renews it
@@ -73,7 +77,7 @@ class LeaseKeeper:
         if not self.lost.is_set():
             self.lost.set()
             try:  # keys under it go now rather than at expiry
-                await self._etcd.lease_revoke(self.id)
+                await self._etcd.lease_revoke(self.id, within_s=REVOKE_WITHIN_S)
             except EtcdUnavailable as error:
                 log.warning("lease %x not revoked (it expires on its own): %s", self.id, error)
 

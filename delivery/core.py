@@ -188,10 +188,16 @@ class SubscriptionCore:
         ``reason`` is what a dead letter of these records will say went wrong (PROTOCOL §8)."""
         delay = None if delay_ms is None else delay_ms / 1000
         error = NACKED if reason is None else reason
-        for id in ids:
-            entry = self._in_flight.pop(id)
-            if entry is not None:
-                self._give_back(entry, now, delay, error)
+        entries = [e for e in map(self._in_flight.pop, ids) if e is not None]
+        if delay is None and len(entries) > 1:
+            # PROTOCOL §8: records that failed together (a webhook batch) are retried
+            # together: one jittered backoff for the group, not one each.
+            delay = self._backoff_s(max(e.attempt for e in entries))
+        # ... and in offset order within a partition: the redelivery queue keeps the order
+        # of scheduling for records due at the same time.
+        entries.sort(key=lambda e: (e.record.partition, e.record.offset))
+        for entry in entries:
+            self._give_back(entry, now, delay, error)
 
     def extend(self, ids: Iterable[str], ms: int, now: float) -> None:
         """The ack deadline becomes now + ms (PROTOCOL §3 `extend`); unknown ids ignored."""
@@ -285,18 +291,20 @@ class SubscriptionCore:
         Every request must be answered with feed/feed_refetch or read_failed/refetch_failed."""
         room = self._room() - len(self._refetched) - self._refetching  # sends still possible
         want = room - self._buffered - self._reading  # records to read for them
-        if room <= 0 or (want <= 0 and self._match is None):
+        if self._match is None and (room <= 0 or want <= 0):
             return []
         requests: list[ReadRequest | RefetchRequest] = []
         if self._refetch_wait and want > 0:
             taken = self._take_refetches(want, requests)
             room -= taken
             want -= taken
-        if self._match is not None and room > 0:
-            # PROTOCOL §8: records the filter drops are acked unsent and take no room, so
-            # a filtered subscription reads a batch ahead while it can send anything: a
-            # consumer with little credit must not cost a log read per record scanned.
-            # The buffer stays bounded (READ_BATCH, or the room when that is larger).
+        if self._match is not None:
+            # PROTOCOL §8: records the filter drops are acked unsent and take no room,
+            # whether or not a consumer is attached (so `backlog` counts only matching
+            # records), and a consumer with little credit must not cost a log read per
+            # record scanned: a filtered subscription reads a batch ahead. The buffer
+            # keeps only matching records (feed drops the rest) and stays bounded
+            # (READ_BATCH, or the room when that is larger).
             want = max(want, READ_BATCH - self._buffered - self._reading)
         if want > 0:
             self._take_range_reads(want, requests)
@@ -318,10 +326,17 @@ class SubscriptionCore:
         fetch = state.fetch_offset
         buffer = state.buffer
         before = len(buffer)
+        match = self._match
         for record in records:
             if record.offset >= fetch:
-                buffer.append(record)
                 fetch = record.offset + 1
+                if match is not None and not match(record) and not state.is_done(record.offset):
+                    # PROTOCOL §8: acked unsent as soon as it is read, consumer or not.
+                    self._filter_out(record)
+                    if self._prior:
+                        self._prior.pop((record.partition, record.offset), None)
+                    continue
+                buffer.append(record)
         state.fetch_offset = fetch
         if fetch > state.end_offset:
             state.end_offset = fetch
@@ -533,6 +548,12 @@ class SubscriptionCore:
         """The wall clock for deliver_at; with delays off (a tail) every record is due."""
         return _NO_DELAYS if self._wall_ms is None else self._wall_ms()
 
+    @property
+    def scans_without_credit(self) -> bool:
+        """A filter skips records whether or not a consumer is attached (PROTOCOL §8): an
+        append is worth a step even with no credit anywhere."""
+        return self._match is not None
+
     def _room(self) -> int:
         # PROTOCOL §3 Rules: a record is sent only while the consumer has credit and the
         # subscription's in-flight count is under max_in_flight.
@@ -552,15 +573,16 @@ class SubscriptionCore:
             return
         ref = RedeliveryRef(record.partition, record.offset, entry.attempt, state.epoch, record.key)
         if delay_s is None:
-            backoff = self.config.retry_backoff
-            delay_s = (
-                jittered_backoff_ms(entry.attempt, backoff.min_ms, backoff.max_ms, self._rand)
-                / 1000
-            )
+            delay_s = self._backoff_s(entry.attempt)
         if delay_s <= 0:
             self._refetch_wait.append(ref)
         else:
             self._redelivery.schedule(now + delay_s, ref)
+
+    def _backoff_s(self, attempt: int) -> float:
+        """The jittered delay before the redelivery that follows ``attempt``."""
+        backoff = self.config.retry_backoff
+        return jittered_backoff_ms(attempt, backoff.min_ms, backoff.max_ms, self._rand) / 1000
 
     def _dead_letter(self, record: Record, deliveries: int, epoch: int) -> None:
         # The key stays held until the dead letter is published: order is kept.

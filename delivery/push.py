@@ -22,13 +22,17 @@ What it decides:
   deadline extended before it runs out, so holding it spends no attempt;
 - an answer: 2xx acks every record of the request; anything else nacks every one of them
   (each spends its attempt, as a failed single delivery), after the Retry-After of a
-  429/503 (capped by `retry_backoff.max_ms`), else after the subscription's backoff.
+  429/503 (capped by `retry_backoff.max_ms`), else after the subscription's backoff;
+- retries: records that failed together come back together (the core gives a nacked
+  group one backoff) and leave again as one request of their own, in offset order, ahead
+  of first tries and without waiting for a batch to fill (PROTOCOL §8, settled 2026-11-26).
 """
 
 from __future__ import annotations
 
 import email.utils
 import enum
+import itertools
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,6 +48,9 @@ DEADLINE_SLACK_MS = 1_000  # a POST's record stays in flight this long past time
 # deadline are left as slack for a loop that looks late.
 HOLD_REFRESH_PARTS = 3
 TIMER_SLACK_S = 0.001  # wake a hair after the breaker reopens, not a hair before
+# Failed groups remembered per request that may be out at once (the records of a group
+# that never comes back — dead-lettered, sought past — are forgotten oldest first).
+FAILED_GROUPS_PER_REQUEST = 4
 
 
 # ---------------------------------------------------------------- actions
@@ -141,6 +148,10 @@ class PushPolicy:
         # Received, not POSTed yet, with when each was received (a batch's wait starts at
         # its first record's).
         self._ready: deque[tuple[Delivery, float]] = deque()
+        # Records of a failed request, back for their retry: one request per group.
+        self._retries: deque[tuple[Delivery, ...]] = deque()
+        self._failed_group: dict[str, int] = {}  # record id -> its failed request's number
+        self._group_numbers = itertools.count()
         self._held_since: dict[str, float] = {}  # ready record id -> last deadline extension
         self.posting = 0  # requests out, not answered yet
         self.posting_records = 0  # the records of those requests
@@ -160,9 +171,18 @@ class PushPolicy:
 
     def received(self, deliveries: Iterable[Delivery], now: float) -> None:
         """The core sent these (it spent their credit); they wait for a POST slot."""
+        groups: dict[int, list[Delivery]] = {}
         for delivery in deliveries:
-            self._ready.append((delivery, now))
-            self._held_since[delivery.record.id] = now
+            record_id = delivery.record.id
+            self._held_since[record_id] = now
+            group = self._failed_group.pop(record_id, None)
+            if group is None:
+                self._ready.append((delivery, now))
+            else:
+                groups.setdefault(group, []).append(delivery)
+        for members in groups.values():
+            members.sort(key=lambda d: (d.record.partition, d.record.offset))
+            self._retries.append(tuple(members))
 
     def poll(self, now: float, credit: int) -> list[Action]:
         """What to do now. ``credit``: what the core may still send this endpoint."""
@@ -172,9 +192,16 @@ class PushPolicy:
         actions: list[Action] = []
         post_ms = push.timeout_ms + DEADLINE_SLACK_MS
         form = body_form(push)
-        while self._ready and self.posting < limit and self._batch_due(now):
-            count = min(push.batch.max_records, len(self._ready))
-            taken = tuple(self._ready.popleft()[0] for _ in range(count))
+        while (self._retries or (self._ready and self._batch_due(now))) and self.posting < limit:
+            if self._retries:  # older than any first try, and due at once
+                taken = self._retries.popleft()
+                if len(taken) > push.batch.max_records:  # a PATCH made batches smaller
+                    self._retries.appendleft(taken[push.batch.max_records :])
+                    taken = taken[: push.batch.max_records]
+            else:
+                count = min(push.batch.max_records, len(self._ready))
+                taken = tuple(self._ready.popleft()[0] for _ in range(count))
+            count = len(taken)
             ids = tuple(d.record.id for d in taken)
             for record_id in ids:
                 self._held_since.pop(record_id, None)  # a redelivered copy may share its id
@@ -192,7 +219,7 @@ class PushPolicy:
                 self._held_since[record_id] = now
         # Room for `limit` requests of max_records each (PROTOCOL §8: a batch is one).
         room = limit * push.batch.max_records
-        want = room - self.posting_records - len(self._ready) - credit
+        want = room - self.posting_records - self.waiting - credit
         if want > 0:
             actions.append(Grant(want))
         return actions
@@ -210,6 +237,7 @@ class PushPolicy:
             self.concurrency.on_success(answer.latency_s)
             return Ack(ids)
         self.failures_total += 1
+        self._remember_failed_group(post)
         self.breaker.on_failure(now)
         self.concurrency.on_failure()
         delay_ms = None
@@ -235,7 +263,7 @@ class PushPolicy:
         reopens = self.breaker.reopens_at()
         if reopens is not None:
             times.append(reopens + TIMER_SLACK_S)
-        if self._ready:
+        if self._ready and not self._retries:
             # Only ahead of now: a batch already due waits for a free slot, and the answer
             # that frees one wakes the dispatcher.
             batch_due = self._ready[0][1] + self._push.batch.max_wait_ms / 1000
@@ -247,7 +275,7 @@ class PushPolicy:
 
     @property
     def waiting(self) -> int:
-        return len(self._ready)
+        return len(self._ready) + sum(map(len, self._retries))
 
     def stats(self, now: float, credit: int) -> dict[str, Any]:
         """The push members of the subscription's stats (docs/protocol.md)."""
@@ -259,7 +287,7 @@ class PushPolicy:
             "endpoint_concurrency": self.concurrency.limit,
             "endpoint_in_flight": self.posting,  # requests (a batch is one)
             "endpoint_in_flight_records": self.posting_records,
-            "endpoint_waiting": len(self._ready),  # received, held (breaker, Retry-After)
+            "endpoint_waiting": self.waiting,  # received, held (breaker, Retry-After)
             "endpoint_credit": credit,
             "endpoint_requests_total": self.requests_total,
             "endpoint_failures_total": self.failures_total,
@@ -273,6 +301,19 @@ class PushPolicy:
         push = self.config.push
         assert push is not None
         return push
+
+    def _remember_failed_group(self, post: Post) -> None:
+        """PROTOCOL §8: the records of a failed request are retried together."""
+        if len(post.deliveries) < 2:
+            return
+        group = next(self._group_numbers)
+        failed = self._failed_group
+        for record_id in post.ids:
+            failed[record_id] = group
+        push = self._push
+        bound = FAILED_GROUPS_PER_REQUEST * push.max_in_flight * push.batch.max_records
+        while len(failed) > bound:
+            del failed[next(iter(failed))]
 
     def _batch_due(self, now: float) -> bool:
         """PROTOCOL §8: a request leaves once max_records are ready, or max_wait_ms after

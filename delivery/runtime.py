@@ -146,8 +146,9 @@ class SubscriptionRuntime:
 
     def _on_append(self, partition: Partition) -> None:
         self.core.set_end(partition.partition, partition.end_offset)
-        # Nobody to send to: the record waits in the log, not in memory.
-        if self.core.consumers.total_credit > 0:
+        # Nobody to send to: the record waits in the log, not in memory (a filter still
+        # skips what it does not match, PROTOCOL §8).
+        if self.core.consumers.total_credit > 0 or self.core.scans_without_credit:
             self.wake()
 
     def _on_timer(self) -> None:

@@ -282,6 +282,12 @@ def run_serve(args: argparse.Namespace) -> int:
     if (problem := configure_encryption(config)) is not None:
         print(f"herald serve: {problem}", file=sys.stderr)
         return 2
+    if config.clustered:
+        from server.etcd_check import unreachable
+
+        if (problem := unreachable(config.etcd_endpoints)) is not None:
+            print(f"herald serve: {problem}", file=sys.stderr)
+            return 1
     # The port first, then the data directory's lock, then recovery (in the lifespan): a
     # start on a busy port touches no data, and a second server on a directory in use
     # exits having read nothing of it.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -39,17 +40,33 @@ def node_urls(url: str | Sequence[str]) -> list[str]:
     return urls
 
 
+def ws_ssl(ws_url: str, ssl_context: ssl.SSLContext | None) -> dict[str, Any]:
+    """`websockets.connect`'s ssl argument: a private CA's context for a wss:// URL (a
+    ws:// URL takes none; a wss:// one without it uses the system's CAs)."""
+    if ssl_context is None or not ws_url.startswith("wss://"):
+        return {}
+    return {"ssl": ssl_context}
+
+
 class Nodes:
     """The HTTP side of an SDK object: one httpx client and the node URLs its requests
     go to, the current one until it cannot be reached (then the next, in turn)."""
 
     __slots__ = ("current", "http", "urls")
 
-    def __init__(self, url: str | Sequence[str], token: str | None, timeout: float) -> None:
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        token: str | None,
+        timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.urls = node_urls(url)
         self.current = 0
         headers = {"authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.AsyncClient(headers=headers, timeout=timeout)
+        # ssl_context: a private CA's (https:// nodes); None: the system's CAs.
+        verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        self.http = httpx.AsyncClient(headers=headers, timeout=timeout, verify=verify)
 
     @property
     def url(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
@@ -26,8 +27,9 @@ class Admin:
         *,
         timeout: float = 60.0,
         retries: int = 5,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._nodes = Nodes(url, token, timeout)
+        self._nodes = Nodes(url, token, timeout, ssl_context)
         self._reach = Reachability(self._nodes.url)
         self.retries = retries
 

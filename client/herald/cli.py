@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import itertools
 import os
+import ssl
 import sys
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
@@ -64,6 +65,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--token", default=argparse.SUPPRESS, help="bearer token (env HERALD_TOKEN)"
+    )
+    parser.add_argument(
+        "--ca-file",
+        default=argparse.SUPPRESS,
+        metavar="PEM",
+        help="trust this CA (PEM) for https:// and wss:// servers (env HERALD_CA_FILE)",
     )
 
 
@@ -291,7 +298,7 @@ def _tail(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 async def _topics_list(args: argparse.Namespace) -> Any:
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         return await admin.list_topics()
 
 
@@ -301,7 +308,7 @@ async def _topics_create(args: argparse.Namespace) -> Any:
         extra["retention_ms"] = args.retention_ms
     if args.retention_bytes is not _ABSENT:
         extra["retention_bytes"] = args.retention_bytes
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         return await admin.create_topic(
             args.topic,
             partitions=args.partitions,
@@ -311,17 +318,17 @@ async def _topics_create(args: argparse.Namespace) -> Any:
 
 
 async def _topics_get(args: argparse.Namespace) -> Any:
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         return await admin.get_topic(args.topic)
 
 
 async def _topics_delete(args: argparse.Namespace) -> None:
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         await admin.delete_topic(args.topic)
 
 
 async def _subs_list(args: argparse.Namespace) -> Any:
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         return await admin.list_subscriptions()
 
 
@@ -343,7 +350,7 @@ async def _subs_create(args: argparse.Namespace) -> Any:
     push = _push_config(args)
     if push:
         config["push"] = {**(config.get("push") or {}), **push}
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         return await admin.create_subscription(args.subscription, args.topic, **config)
 
 
@@ -405,30 +412,30 @@ async def _subs_update(args: argparse.Namespace) -> Any:
         raise HeraldClientError(
             "bad_request", 0, "push settings need --push-url (push is replaced whole)"
         )
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         return await admin.update_subscription(args.subscription, **changes)
 
 
 async def _subs_redrive(args: argparse.Namespace) -> Any:
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         return await admin.redrive(
             args.subscription, rate=args.rate, max_records=args.max_records, reason=args.reason
         )
 
 
 async def _subs_get(args: argparse.Namespace) -> Any:
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         return await admin.get_subscription(args.subscription)
 
 
 async def _subs_delete(args: argparse.Namespace) -> None:
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         await admin.delete_subscription(args.subscription)
 
 
 async def _subs_seek(args: argparse.Namespace) -> Any:
     offsets = dict(args.offset) if args.offset else None
-    async with Admin(args.url, args.token) as admin:
+    async with Admin(args.url, args.token, ssl_context=args.ssl_context) as admin:
         return await admin.seek(
             args.subscription, to=args.to, timestamp=args.timestamp, offsets=offsets
         )
@@ -437,7 +444,9 @@ async def _subs_seek(args: argparse.Namespace) -> Any:
 async def _run_publish(args: argparse.Namespace) -> None:
     lines: Iterable[str] = args.values or (line.rstrip("\r\n") for line in sys.stdin)
     headers = dict(args.header) if args.header else None
-    async with Producer(args.url, args.token, acks=args.acks) as producer:
+    async with Producer(
+        args.url, args.token, acks=args.acks, ssl_context=args.ssl_context
+    ) as producer:
         # Sent concurrently, a chunk at a time, so they share requests and memory stays
         # bounded on a long stdin; results are printed in input order.
         source = iter(lines)
@@ -476,6 +485,7 @@ async def _run_consume(args: argparse.Namespace) -> None:
             max_messages=args.max_messages,
             wait_ms=args.wait_ms,
             limit=args.count,
+            ssl_context=args.ssl_context,
         ) as puller:
             async for pulled in puller:
                 _print(pulled.to_json())
@@ -485,7 +495,12 @@ async def _run_consume(args: argparse.Namespace) -> None:
     # `limit`: exactly --count records are granted credit, none more that would be sent
     # and then come back later as attempt 2.
     async with Consumer(
-        args.url, args.subscription, args.token, credit=max(1, args.credit), limit=args.count
+        args.url,
+        args.subscription,
+        args.token,
+        credit=max(1, args.credit),
+        limit=args.count,
+        ssl_context=args.ssl_context,
     ) as consumer:
         async for message in consumer:
             _print(message.to_json())
@@ -503,6 +518,7 @@ async def _run_tail(args: argparse.Namespace) -> None:
         start=args.start,
         credit=max(1, args.credit),
         limit=args.count,
+        ssl_context=args.ssl_context,
     ) as tail:
         async for message in tail:
             record = message.to_json()
@@ -520,6 +536,13 @@ def _runner(run: Handler) -> Callable[[argparse.Namespace], int]:
         args.url = _node_urls(args.url)
         if getattr(args, "token", None) is None:
             args.token = os.environ.get("HERALD_TOKEN")
+        if getattr(args, "ca_file", None) is None:
+            args.ca_file = os.environ.get("HERALD_CA_FILE") or None
+        try:
+            args.ssl_context = _ssl_context(args.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            print(f"herald: --ca-file {args.ca_file}: {exc}", file=sys.stderr)
+            return 2
         try:
             result = asyncio.run(run(args))
         except HeraldClientError as exc:
@@ -536,6 +559,15 @@ def _runner(run: Handler) -> Callable[[argparse.Namespace], int]:
         return 0
 
     return main
+
+
+def _ssl_context(ca_file: str | None) -> ssl.SSLContext | None:
+    """The system's CAs and, with --ca-file, a private one's (the SDK's ssl_context=)."""
+    if ca_file is None:
+        return None
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=ca_file)
+    return context
 
 
 def _node_urls(given: list[str]) -> list[str]:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
@@ -24,7 +25,7 @@ import websockets
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 from websockets.asyncio.client import ClientConnection
 
-from herald._http import DEFAULT_URL, node_urls
+from herald._http import DEFAULT_URL, node_urls, ws_ssl
 from herald.errors import ConsumerClosedError, HeraldClientError, HeraldConnectionError
 from herald.message import Message
 
@@ -77,6 +78,7 @@ class Consumer:
         open_timeout: float = 10.0,
         compression: str | None = None,
         limit: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if not subscription:
             raise ValueError("subscription is required")
@@ -102,6 +104,7 @@ class Consumer:
         # 17.6 µs, client 11.8 vs 9.0 µs per record consumed and acked). "deflate" is for
         # links where bandwidth costs more than CPU.
         self.compression = compression
+        self._ssl = ssl_context  # a private CA's, for wss:// nodes
         self.consumer_id: str | None = None
         self.connections = 0  # how many times a connection became ready
         self._ready_attempt = 0
@@ -307,6 +310,7 @@ class Consumer:
             max_size=None,
             open_timeout=self.open_timeout,
             compression=self.compression,
+            **ws_ssl(self.ws_url, self._ssl),
         ) as ws:
             try:
                 # A server that upgrades but never says `ready` is not Herald's.

@@ -14,6 +14,7 @@ and webhooks.
 
 from __future__ import annotations
 
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -48,6 +49,7 @@ class Puller:
         limit: int | None = None,
         timeout: float = 60.0,
         retries: int = 5,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if not subscription:
             raise ValueError("subscription is required")
@@ -58,7 +60,7 @@ class Puller:
         if limit is not None and limit < 1:
             raise ValueError("limit must be at least 1")
         # The HTTP timeout must outlast the long-poll.
-        self._nodes = Nodes(url, token, max(timeout, wait_ms / 1000 + 10))
+        self._nodes = Nodes(url, token, max(timeout, wait_ms / 1000 + 10), ssl_context)
         self._reach = Reachability(self._nodes.url)
         self._path = f"/v1/subscriptions/{quote(subscription, safe='')}"
         self.subscription = subscription

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections import deque
 from collections.abc import Sequence
 from urllib.parse import quote, urlencode
@@ -18,7 +19,7 @@ import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from herald._http import DEFAULT_URL, node_urls
+from herald._http import DEFAULT_URL, node_urls, ws_ssl
 from herald.consumer import MAX_CREDIT, TERMINAL_CLOSE_CODES, Message, as_client_error
 from herald.errors import ConsumerClosedError
 
@@ -39,6 +40,7 @@ class Tail:
         limit: int | None = None,
         open_timeout: float = 10.0,
         compression: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if not topic:
             raise ValueError("topic is required")
@@ -59,6 +61,7 @@ class Tail:
         self.limit = limit
         self.open_timeout = open_timeout
         self.compression = compression
+        self._ssl = ssl_context  # a private CA's, for wss:// nodes
         self._headers = {"authorization": f"Bearer {token}"} if token else None
         self._ws: ClientConnection | None = None
         self._buffer: deque[Message] = deque()
@@ -133,6 +136,7 @@ class Tail:
                     max_size=None,
                     open_timeout=self.open_timeout,
                     compression=self.compression,
+                    **ws_ssl(self.ws_url, self._ssl),
                 )
                 break
             except Exception as exc:

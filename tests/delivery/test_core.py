@@ -686,15 +686,29 @@ def test_a_filtered_subscription_reads_ahead_of_a_small_credit():
         h.publish(key="a" if n % 1000 == 999 else "b")
     h.attach("c1", credit=1)
     assert h.ids("c1") == ["0-999"]
-    assert [(r.offset, r.max_records) for r in h.reads] == [(0, 1000)]
+    # Batches of up to 1000, less what the buffer holds: only the matching 0-1999, which
+    # waits for credit.
+    assert [(r.offset, r.max_records) for r in h.reads] == [(0, 1000), (1000, 1000), (2000, 999)]
     h.ack("0-999")
     h.credit("c1", 1)
     assert h.ids("c1") == ["0-999", "0-1999"]
-    assert [(r.offset, r.max_records) for r in h.reads] == [(0, 1000), (1000, 1000)]
     stats = h.core.stats()
-    assert (stats.filtered_total, stats.delivered_total, h.core.ack_floor(0)) == (1998, 2, 1999)
-    # Without credit nothing more is read: the rest waits in the log, not in memory.
-    assert h.core.take_reads() == []
+    assert (stats.filtered_total, stats.delivered_total, h.core.ack_floor(0)) == (2498, 2, 1999)
+    assert stats.backlog == 1  # 0-1999, in flight: the skipped records are acked
+
+
+def test_a_filter_skips_records_with_no_consumer_attached():
+    """PROTOCOL §8 (settled 2026-11-26): skipping happens whether or not a consumer is
+    attached, so `backlog` counts only matching records; what matches waits, bounded."""
+    h = Harness(config(filter='key = "a"'))
+    for n in range(2500):
+        h.publish(key="a" if n in (5, 2400) else "b")
+    h.step()
+    stats = h.core.stats()
+    assert (stats.filtered_total, stats.delivered_total, stats.backlog) == (2498, 0, 2)
+    assert h.core.ack_floor(0) == 5
+    h.attach("c1", credit=10)
+    assert h.ids("c1") == ["0-5", "0-2400"]
 
 
 def test_an_unfiltered_subscription_reads_only_what_credit_allows():

@@ -11,6 +11,7 @@ from tests.conftest import HeraldProcess
 from tests.e2e import ack, stats
 from tests.e2e.test_pull import pull
 from tests.e2e.test_redelivery import consumer
+from tests.helpers import wait_until
 from tests.subscribers import make_subscription, nothing_arrives, receive_records, recv_json
 
 
@@ -51,6 +52,34 @@ async def test_websocket_consumer_gets_only_matching_records(
     assert (current["filtered_total"], current["delivered_total"], current["backlog"]) == (3, 2, 0)
     text = (await http.get("/metrics")).text
     assert f'herald_filtered_records_total{{subscription="{name}"}} 3' in text
+
+
+async def test_a_filter_skips_records_with_no_consumer_attached(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    """PROTOCOL §8 (settled 2026-11-26): skipped records are acked whether or not a
+    consumer is attached, so `backlog` counts only the records that match."""
+    topic, name, none = unique("fn"), unique("fns"), unique("fnz")
+    await make_subscription(http, name, topic, filter=FILTER)
+    await make_subscription(http, none, topic, filter='key = "nobody"')
+    await publish_keyed(http, topic, ITEMS)
+
+    async def skipped() -> bool:
+        return (await stats(http, name))["filtered_total"] == 3 and (await stats(http, none))[
+            "filtered_total"
+        ] == 5
+
+    await wait_until(skipped, within=20, what="the filters applied without a consumer")
+    matching, nothing = await stats(http, name), await stats(http, none)
+    assert (matching["backlog"], matching["delivered_total"]) == (2, 0)
+    assert (nothing["backlog"], nothing["delivered_total"]) == (0, 0)
+    async with consumer(shared_herald, name, 10) as ws:
+        await recv_json(ws)
+        records = await receive_records(ws, 2)
+        assert [r["value"] for r in records] == [0, 3]
+        await ack(ws, [r["id"] for r in records])
+    current = await stats(http, name)
+    assert (current["filtered_total"], current["delivered_total"], current["backlog"]) == (3, 2, 0)
 
 
 async def test_pull_and_patch_use_the_filter(

@@ -39,6 +39,11 @@ def batch_ids(received: Received) -> list[str]:
     return [m["id"] for m in received.message["messages"]]
 
 
+def first_offset(received: Received) -> int:
+    """Where a request's records start: requests sent side by side may land in any order."""
+    return int(batch_ids(received)[0].split("-")[1])
+
+
 def test_batches_fill_to_max_records_and_a_2xx_acks_all_of_them(
     herald_url: str, unique: Any
 ) -> None:
@@ -56,7 +61,9 @@ def test_batches_fill_to_max_records_and_a_2xx_acks_all_of_them(
         assert created["config"]["push"]["payload"] == "envelope"
         publish(herald_url, topic, [{"n": i} for i in range(20)])
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 20)
-        received = receiver.snapshot()
+        # The two batches go out side by side (push.max_in_flight 16): either may land
+        # first, so they are read in the order of their first record, not of arrival.
+        received = sorted(receiver.snapshot(), key=first_offset)
         wait_until_sync(lambda: stats(herald_url, name)["acked_total"] == 20)
     assert len(received) == 2 and all(r.verified for r in received)
     assert [batch_ids(r) for r in received] == [
@@ -130,8 +137,11 @@ def test_a_failed_batch_fails_every_record_which_retries_and_dead_letters_on_its
         assert request.message is not None
         for m in request.message["messages"]:
             sent.setdefault(m["id"], []).append(m["attempt"])
-    # Each record: three attempts (max_deliveries), each a failed delivery of its own.
+    # Each record: three attempts (max_deliveries), each a failed delivery of its own ...
     assert sent == {f"0-{i}": [1, 2, 3] for i in range(4)}
+    # ... and the records that failed together were retried together, in offset order
+    # (PROTOCOL §8, settled 2026-11-26).
+    assert [r.ids() for r in received] == [[f"0-{i}" for i in range(4)]] * 3
     s = stats(herald_url, name)
     assert (s["acked_total"], s["redelivered_total"], s["delivered_total"]) == (0, 8, 12)
     dead = httpx.get(f"{herald_url}/v1/topics/{dlq}/partitions/0/messages?offset=0").json()
@@ -139,6 +149,41 @@ def test_a_failed_batch_fails_every_record_which_retries_and_dead_letters_on_its
     for letter in dead["messages"]:
         assert letter["headers"]["herald-source-deliveries"] == "3"
         assert letter["headers"]["herald-source-last-error"] == "http 500"
+
+
+def test_a_failed_batch_is_retried_together_in_offset_order(herald_url: str, unique: Any) -> None:
+    """PROTOCOL §8: records that failed together are retried together, in offset order
+    within a partition, however the backoff is jittered; other requests go on meanwhile."""
+    topic, name = unique("gt"), unique("gs")
+    with Receiver([SECRET], fail_first_attempt_of_batches) as receiver:
+        push_subscription(
+            herald_url,
+            name,
+            topic,
+            receiver.url,
+            retry_backoff={"min_ms": 10, "max_ms": 200},
+            push={"batch": {"max_records": 3, "max_wait_ms": 10_000}, "breaker": NEVER_OPENS},
+        )
+        for round in range(4):  # one publish per batch: each fills one request
+            publish(herald_url, topic, [{"n": 3 * round + i} for i in range(3)])
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 12, timeout=30)
+        received = receiver.snapshot()
+    assert all(r.verified for r in received)
+    first = sorted((r for r in received if attempts_of(r) == {1}), key=first_offset)
+    retries = sorted((r for r in received if attempts_of(r) == {2}), key=first_offset)
+    assert len(first) + len(retries) == len(received)  # no request mixed attempts
+    expected = [[f"0-{3 * b + i}" for i in range(3)] for b in range(4)]
+    assert [r.ids() for r in first] == expected
+    assert [r.ids() for r in retries] == expected  # the same groups, in offset order
+
+
+def attempts_of(received: Received) -> set[int]:
+    assert received.message is not None
+    return {m["attempt"] for m in received.message["messages"]}
+
+
+def fail_first_attempt_of_batches(received: Received) -> Answer:
+    return Answer(500 if attempts_of(received) == {1} else 200)
 
 
 def test_max_in_flight_counts_requests_a_batch_being_one(herald_url: str, unique: Any) -> None:
