@@ -385,6 +385,11 @@ def check_restarts(history: History, events: list[dict[str, Any]]) -> list[Viola
                 before is not None and after is not None
                 and before.get("leader") == fault.target == after.get("leader")
                 and before.get("epoch") == after.get("epoch")
+                # The same leadership, not a new one: the key was not deleted and
+                # created again meanwhile (a topic re-created starts at epoch 0 again),
+                # and the leader holds it as the same incarnation (PROTOCOL §7).
+                and not _deleted_between(partition_events, key, before_rev, after_rev)
+                and _incarnation(before, fault.target) == _incarnation(after, fault.target)
             ):  # fmt: skip
                 found.append(
                     {
@@ -397,6 +402,17 @@ def check_restarts(history: History, events: list[dict[str, Any]]) -> list[Viola
     if not found:
         return []
     return [Violation("restart-kept-leadership", f"{len(found)} partitions", found[:10])]
+
+
+def _deleted_between(events: list[dict[str, Any]], key: str, after: int, upto: int) -> bool:
+    return any(
+        e["key"] == key and e["type"] == "DELETE" and after < e["revision"] <= upto for e in events
+    )
+
+
+def _incarnation(state: Any, node: str) -> Any:
+    incarnations = state.get("incarnations") if isinstance(state, dict) else None
+    return incarnations.get(node) if isinstance(incarnations, dict) else None
 
 
 def _state_at(events: list[dict[str, Any]], key: str, revision: int) -> Any:

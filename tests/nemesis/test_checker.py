@@ -169,6 +169,23 @@ def test_a_restarted_leader_keeping_its_epoch() -> None:
     assert checker.check_restarts(history, elected) == []
 
 
+def test_a_topic_created_again_or_a_new_incarnation_is_not_a_kept_leadership() -> None:
+    history = History()
+    history.faults.append(Fault("kill-later", "n1", 10.0, 15.0, "", (8, 20)))
+    recreated = [
+        put(5, P, state("n1", 0, ["n1", "n2", "n3"])),
+        {"key": P, "type": "DELETE", "revision": 12, "value": ""},
+        put(14, P, state("n1", 0, ["n1", "n2", "n3"])),  # the topic created again
+    ]
+    assert checker.check_restarts(history, recreated) == []
+    before = {**state("n1", 0, ["n1", "n2"]), "incarnations": {"n1": 4, "n2": 3}}
+    after = {**state("n1", 0, ["n1", "n2"]), "incarnations": {"n1": 16, "n2": 3}}
+    assert checker.check_restarts(history, [put(5, P, before), put(17, P, after)]) == []
+    kept = [put(5, P, before), put(17, P, {**before, "isr": ["n1"]})]
+    [violation] = checker.check_restarts(history, kept)
+    assert violation.kind == "restart-kept-leadership"
+
+
 def test_a_read_that_misses_a_record_acked_before_it_began() -> None:
     history = history_with(ack("t/1/a/0", 0), ack("t/1/a/1", 1))  # acked at 2.0
     fresh = history.invoke("read", "reader", "n1", topic="t", partition=0, offset=0)
