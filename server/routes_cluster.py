@@ -62,6 +62,8 @@ async def get_cluster(request: Request) -> Response:
     body = {
         "name": state.cluster.name,
         "node": node,
+        # PROTOCOL §7 (stale reads): whether this node holds its etcd lease right now.
+        "holds_lease": state.cluster.membership.holds_lease(),
         "nodes": _nodes(state),
         "partitions": await cluster_partitions(state),
         "subscriptions": [

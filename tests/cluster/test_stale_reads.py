@@ -1,0 +1,95 @@
+"""Issue 25, item 5: no stale reads from a node that lost its lease (PROTOCOL §7,
+settled 2026-11-26).
+
+A leader cut off from etcd alone (the other nodes still reach it) loses its lease and
+another node takes its partition and acknowledges newer writes. Before this, the cut-off
+node went on answering reads from its own copy, without them. Now, while another node
+holds a lease, it answers 503 ``leader_unavailable`` (the client reads elsewhere); once
+it reaches etcd again it follows the new leader and serves everything.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from tests.cluster.link import Link
+from tests.cluster.nodes import HeraldCluster, message_bytes, read_all
+
+
+@pytest.fixture
+def cluster_with_a_cuttable_node(tmp_path: Path) -> Iterator[tuple[HeraldCluster, Link]]:
+    """Three nodes; n1 reaches etcd through a link the test can cut."""
+    cluster = HeraldCluster(tmp_path / "cluster", 3)
+    cluster.start()
+    link: Link | None = None
+    try:
+        assert cluster.etcd is not None
+        link = Link(urlparse(cluster.etcd.urls[0]).port or 0).start()
+        cluster.nodes["n1"].etcd_urls = [link.url]
+        cluster.terminate("n1")
+        cluster.restart("n1")
+        cluster.wait_live(3, within=60.0)
+        yield cluster, link
+    finally:
+        if link is not None:
+            link.close()
+        cluster.stop()
+
+
+def publish(cluster: HeraldCluster, node: str, partition: int, value: str) -> int:
+    message = {"id": value, "value_b64": base64.b64encode(value.encode()).decode()}
+    answer = cluster.post(
+        node,
+        "/v1/topics/t/messages",
+        {"messages": [{**message, "partition": partition}]},
+        acks="all",
+    )
+    assert answer.status_code == 200, f"{node}: {answer.status_code} {answer.text}"
+    offset: int = answer.json()["results"][0]["offset"]
+    return offset
+
+
+@pytest.mark.timeout(300)
+def test_a_leader_cut_off_from_etcd_alone_serves_no_stale_read(
+    cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
+) -> None:
+    cluster, link = cluster_with_a_cuttable_node
+    cluster.create_topic("t", via="n1", partitions=3, replication_factor=3, min_insync_replicas=2)
+    topic = cluster.topic("t", "n2")
+    led = [p["partition"] for p in topic["partitions"] if p["leader"] == "n1"]
+    assert led, f"n1 leads none of {topic['partitions']}"
+    number = led[0]
+    publish(cluster, "n1", number, "before")
+
+    link.cut()
+    try:
+
+        def taken_over() -> bool:
+            state = cluster.partition_state("t", number, "n2")
+            return state["leader"] not in (None, "n1")
+
+        cluster.wait_for(taken_over, 60.0, f"another node leading t/{number}")
+        after = publish(cluster, "n2", number, "after")
+        read = cluster.get("n1", f"/v1/topics/t/partitions/{number}/messages", offset=0)
+        if read.status_code == 200:
+            values = [message_bytes(m) for m in read.json()["messages"]]
+            assert b"after" in values, (
+                f"n1 answered a read begun after offset {after} was acknowledged without it: "
+                f"{values}"
+            )
+        else:
+            assert read.status_code == 503, read.text
+            assert read.json()["code"] == "leader_unavailable", read.text
+    finally:
+        link.heal()
+
+    cluster.wait_for(
+        lambda: b"after" in [message_bytes(m) for m in read_all(cluster, "n1", "t", number)],
+        60.0,
+        "n1 serving the new leader's records once it reaches etcd again",
+    )
