@@ -780,17 +780,17 @@ class ClusterNode:
                 # Deleted and created again (PROTOCOL §7): the runtime of the old one, its
                 # cursor and config included, ends here; the new one starts afresh.
                 log.warning("subscription %s was created again: the old one ends here", name)
-                self._cursors.pop(name, None)
                 self._adopted.pop(name, None)
                 await host.deleted(name)
+                self._cursors.pop(name, None)
             elif adopted is not None and adopted[1] != lease:
                 # Adopted under a lease this node lost: another node may have run it since
                 # and moved its cursor on. Even if this node claimed it again, it starts
                 # again from etcd's cursor, never writing its older one back.
                 log.info("subscription %s was adopted under a lost lease: adopting it anew", name)
-                self._cursors.pop(name, None)
                 self._adopted.pop(name, None)
                 await host.release(name)
+                self._cursors.pop(name, None)  # after: a save under way may have added one
         running = host.running()
         for name in sorted(self.subscriptions):
             mine = self.coordinates(name)
@@ -819,13 +819,13 @@ class ClusterNode:
                     log.exception("running subscription %s here failed", name)
             elif not mine and name in running:
                 log.info("subscription %s is coordinated elsewhere now", name)
-                self._cursors.pop(name, None)
                 self._adopted.pop(name, None)
                 await host.release(name)
+                self._cursors.pop(name, None)  # after: a save under way may have added one
         for name in running - set(self.subscriptions):
-            self._cursors.pop(name, None)
             self._adopted.pop(name, None)
             await host.deleted(name)
+            self._cursors.pop(name, None)
 
     async def _claim(self, name: str) -> None:
         key = coordinators_prefix(self.name) + name

@@ -450,15 +450,15 @@ class DeliveryEngine:
 
     async def _save(self, runtime: SubscriptionRuntime, *, with_attempts: bool = False) -> None:
         async with runtime.save_lock:
-            if runtime.name not in self._runtimes:
-                return  # deleted meanwhile
+            if self._runtimes.get(runtime.name) is not runtime:
+                return  # deleted or released meanwhile (maybe running anew: not this one)
             snapshot = runtime.core.snapshot(with_attempts=with_attempts)
             try:
                 await asyncio.to_thread(self.storage.cursors.save, runtime.name, snapshot)
             except BaseException:
                 runtime.core.dirty = True  # try again on the next flush
                 raise
-            if self._cursor_saved is not None:
+            if self._cursor_saved is not None and self._runtimes.get(runtime.name) is runtime:
                 # A cluster's next coordinator takes the attempt counts over too (issue
                 # 15): max_deliveries holds across a coordinator's crash, not only across a
                 # graceful restart as on a single node.
