@@ -143,6 +143,7 @@ class ClusterNode:
         *,
         on_topic_deleted: Callable[[str], Awaitable[None]],
         peer_headers: dict[str, str] | None = None,
+        lease_elsewhere: Callable[[list[str]], Awaitable[bool]] | None = None,
     ) -> None:
         self.storage = storage
         self.settings = settings
@@ -150,6 +151,8 @@ class ClusterNode:
         self.name = settings.name
         self._on_topic_deleted = on_topic_deleted
         self._peer_headers = peer_headers or {}
+        # Whether any node at these URLs holds its lease now (the server asks them).
+        self._lease_elsewhere = lease_elsewhere
         self.etcd = EtcdClient(settings.endpoints)
         self.membership = Membership(
             self.etcd,
@@ -559,6 +562,13 @@ class ClusterNode:
                 self._idle.add(ref)
                 partition.replicate(_NOT_A_REPLICA)
 
+    async def _fenced_off(self) -> bool:
+        """This node cannot renew its lease while another node holds one."""
+        if self.membership.holds_lease() or self._lease_elsewhere is None:
+            return False
+        others = [url for node, url in self.known_nodes().items() if node != self.node_id and url]
+        return await self._lease_elsewhere(others)
+
     def _compacts(self) -> bool:
         """One live node compacts etcd's history: the one with the smallest id."""
         live = self.membership.members
@@ -759,6 +769,16 @@ class ClusterNode:
     async def _reconcile_subscriptions(self, members: Mapping[str, Member]) -> None:
         host = self._host
         if host is None:
+            return
+        if await self._fenced_off():
+            # PROTOCOL §7: this node lost its lease while another holds one, so another
+            # may coordinate its subscriptions now: it stops delivering them (consumers
+            # get 1012 and reconnect elsewhere) rather than run two coordinators.
+            for name in sorted(host.running()):
+                log.warning("subscription %s: lease lost while another node holds one", name)
+                self._adopted.pop(name, None)
+                await host.release(name)
+                self._cursors.pop(name, None)
             return
         now = monotonic_ms() / 1000
         live = sorted(members)

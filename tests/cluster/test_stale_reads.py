@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from cluster.coordination import preferred_coordinator
 from tests.cluster.link import Link
 from tests.cluster.nodes import HeraldCluster, message_bytes, read_all
 
@@ -93,3 +94,58 @@ def test_a_leader_cut_off_from_etcd_alone_serves_no_stale_read(
         60.0,
         "n1 serving the new leader's records once it reaches etcd again",
     )
+
+
+@pytest.mark.timeout(300)
+def test_a_coordinator_cut_off_from_etcd_alone_stops_delivering(
+    cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
+) -> None:
+    """Issue 25, item 6: one coordinator per subscription at a time. The node cut off
+    from etcd alone cannot know whether it still coordinates: once its lease may have
+    lapsed while another node holds one, it delivers nothing more."""
+    cluster, link = cluster_with_a_cuttable_node
+    name = next(
+        f"s{k}" for k in range(1000) if preferred_coordinator(f"s{k}", ["n1", "n2", "n3"]) == "n1"
+    )
+    cluster.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
+    created = cluster.put("n2", f"/v1/subscriptions/{name}", {"topic": "t", "start": "earliest"})
+    assert created.status_code == 201, created.text
+
+    def coordinator(node: str) -> str | None:
+        for s in cluster.get(node, "/v1/cluster").json()["subscriptions"]:
+            if s["name"] == name:
+                found: str | None = s["coordinator"]
+                return found
+        return None
+
+    cluster.wait_for(lambda: coordinator("n2") == "n1", 60.0, f"n1 coordinating {name}")
+    for k in range(5):
+        publish(cluster, "n2", 0, f"r{k}")
+
+    link.cut()
+    try:
+        cluster.wait_for(
+            lambda: coordinator("n2") not in (None, "n1"), 60.0, f"another node coordinating {name}"
+        )
+        answer = cluster.post(
+            "n1", f"/v1/subscriptions/{name}/pull", {"max_messages": 100, "wait_ms": 1000}
+        )
+        delivered = answer.json().get("messages", []) if answer.status_code == 200 else []
+        assert not delivered, (
+            f"n1 delivered {len(delivered)} records after losing its lease while "
+            f"{coordinator('n2')} coordinates {name}"
+        )
+    finally:
+        link.heal()
+    # The new coordinator delivers them all.
+    got: list[bytes] = []
+
+    def pulled_all() -> bool:
+        answer = cluster.post(
+            "n3", f"/v1/subscriptions/{name}/pull", {"max_messages": 100, "wait_ms": 1000}
+        )
+        if answer.status_code == 200:
+            got.extend(message_bytes(m) for m in answer.json()["messages"])
+        return {f"r{k}".encode() for k in range(5)} <= set(got)
+
+    cluster.wait_for(pulled_all, 60.0, "every record delivered by the new coordinator")
