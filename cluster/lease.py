@@ -102,5 +102,12 @@ class LeaseKeeper:
                 log.info("lease %x keepalive failed, retrying: %s", self.id, error)
                 next_renewal = self._clock() + retry_interval
                 continue
+            except Exception:
+                # Any other answer (an etcd member restarting says odd things) is retried
+                # the same way: this loop must never end silently, or the node would
+                # neither hold its lease nor notice it lost it, and never register again.
+                log.exception("lease %x keepalive failed unexpectedly, retrying", self.id)
+                next_renewal = self._clock() + retry_interval
+                continue
             self.last_keepalive_sent, self.ttl = sent, ttl
             next_renewal = sent + ttl / 3
