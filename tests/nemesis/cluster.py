@@ -206,6 +206,9 @@ class HeraldNode(Process):
             "--advertise-url", self.url,
             "--node-ttl-ms", str(self.node_ttl_ms),
             "--replica-lag-ms", str(self.replica_lag_ms),
+            # Every topic is created by a PUT the history records: a publish to a topic
+            # deleted meanwhile must not create an incarnation the checker cannot see.
+            "--no-auto-create",
         ]  # fmt: skip
 
     def spawn(self) -> None:
