@@ -20,11 +20,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=2.0)
     parser.add_argument("--nodes", type=int, choices=(3, 5), default=3)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--no-churn",
+        action="store_true",
+        help="leave out the topic deleted and created again (its finding masks others)",
+    )
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix=f"nemesis-{args.seed}-"))
     out.mkdir(parents=True, exist_ok=True)
     terminate_as_interrupt()
-    result = asyncio.run(run(args.seed, args.minutes, args.nodes, out))
+    result = asyncio.run(run(args.seed, args.minutes, args.nodes, out, churn=not args.no_churn))
     print(report.render(result))
     print(f"report: {out / 'report.json'}")
     return 1 if result["violations"] else 0

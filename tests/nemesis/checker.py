@@ -13,6 +13,9 @@ and the offending records, offsets or etcd revisions.
   acks=all answers themselves) on any node;
 - ``deleted-topic-served``: a record of an earlier incarnation of a topic shown by a
   read or tail begun after the topic was created again;
+- ``stale-read``: an HTTP read begun after a publish was answered 200 at acks=all that
+  does not show the publish's records although it started at or below their offset and
+  was not cut short by its limit (read-your-writes from every node, PROTOCOL §7);
 - ``not-delivered``: a record acked at acks=all never delivered to a subscription's
   consumer (WebSocket, pull) by the end;
 - ``epoch``: in etcd's history of a partition key, a change of leader whose epoch is
@@ -26,6 +29,7 @@ and the offending records, offsets or etcd revisions.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -153,6 +157,57 @@ def check_history(history: History, topics: Mapping[str, int]) -> list[Violation
             )
         )
     return violations
+
+
+def check_stale_reads(history: History, limit: int = 1000) -> list[Violation]:
+    acked: dict[tuple[str, int, int], list[tuple[float, int]]] = defaultdict(list)
+    for w in history.writes:
+        if w.outcome == OK and w.acks == "all" and w.partition is not None and w.offset is not None:
+            acked[(w.topic, w.incarnation, w.partition)].append((w.completed, w.offset))
+    highest: dict[tuple[str, int, int], tuple[list[float], list[int]]] = {}
+    for key, marks in acked.items():
+        marks.sort()
+        times, running, top = [], [], -1
+        for completed, offset in marks:
+            top = max(top, offset)
+            times.append(completed)
+            running.append(top)
+        highest[key] = (times, running)
+    stale = []
+    for op in history.ops:
+        if op.kind != "read" or op.outcome != OK or op.completed is None:
+            continue
+        topic, partition = op.detail["topic"], op.detail["partition"]
+        start, count = op.detail["offset"], op.detail["count"]
+        inc = incarnation_at(history, topic, op.invoked, op.completed)
+        if inc is None or count >= limit or (topic, inc, partition) not in highest:
+            continue
+        times, running = highest[(topic, inc, partition)]
+        i = bisect.bisect_left(times, op.invoked)  # acks answered before the read began
+        if i == 0:
+            continue
+        top = running[i - 1]
+        if top >= start + count:
+            stale.append(
+                {
+                    "node": op.node,
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": start,
+                    "shown_up_to": start + count - 1,
+                    "acked_up_to": top,
+                    "read_at": op.invoked,
+                }
+            )
+    if not stale:
+        return []
+    return [
+        Violation(
+            "stale-read",
+            f"{len(stale)} reads missed records acked at acks=all before they began",
+            stale[:10],
+        )
+    ]
 
 
 def check_delivery(history: History, topic: str) -> list[Violation]:

@@ -17,7 +17,7 @@ from tests.nemesis.history import OK, History
 
 def build(
     history: History, violations: list[Violation], *, seed: int, minutes: float, nodes: int,
-    notes: list[str],
+    notes: list[str], churn: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     ops = Counter(f"{op.kind}:{op.outcome}" for op in history.ops)
     writes = Counter(f"acks={w.acks}:{w.outcome}" for w in history.writes)
@@ -25,7 +25,8 @@ def build(
         "seed": seed,
         "minutes": minutes,
         "nodes": nodes,
-        "replay": f"python -m tests.nemesis --seed {seed} --minutes {minutes} --nodes {nodes}",
+        "replay": f"python -m tests.nemesis --seed {seed} --minutes {minutes} --nodes {nodes}"
+        + ("" if churn else " --no-churn"),
         "ran_s": history.now(),
         "faults": dict(Counter(f.kind for f in history.faults)),
         "fault_sequence": [

@@ -94,7 +94,9 @@ async def etcd_history(cluster: Cluster, notes: list[str]) -> list[dict[str, Any
     return events
 
 
-async def run(seed: int, minutes: float, size: int, out: Path) -> dict[str, Any]:
+async def run(
+    seed: int, minutes: float, size: int, out: Path, *, churn: bool = True
+) -> dict[str, Any]:
     history = History()
     notes: list[str] = []
     cluster = Cluster(out / "cluster", size)
@@ -107,8 +109,10 @@ async def run(seed: int, minutes: float, size: int, out: Path) -> dict[str, Any]
             notes.append(f"no partitions: iptables unusable ({exc})")
         stack.callback(cluster.stop)
         await asyncio.to_thread(cluster.start)
-        violations = await _exercise(cluster, history, firewall, seed, minutes, notes)
-    result = report.build(history, violations, seed=seed, minutes=minutes, nodes=size, notes=notes)
+        violations = await _exercise(cluster, history, firewall, seed, minutes, notes, churn)
+    result = report.build(
+        history, violations, seed=seed, minutes=minutes, nodes=size, notes=notes, churn=churn
+    )
     report.write(out, result, history)
     return result
 
@@ -120,6 +124,7 @@ async def _exercise(
     seed: int,
     minutes: float,
     notes: list[str],
+    churn: bool,
 ) -> list[checker.Violation]:
     stop, deliver_stop = asyncio.Event(), asyncio.Event()
     clients = workload.Clients(cluster, history, random.Random(seed + 1), stop, {}, asyncio.Lock())
@@ -132,7 +137,8 @@ async def _exercise(
         lambda: isr_full(cluster),
         workload.PARTITIONS,
     )
-    tasks = [asyncio.create_task(c) for c in workload.all_clients(clients, deliver_stop)]
+    coroutines = workload.all_clients(clients, deliver_stop, churn)
+    tasks = [asyncio.create_task(c) for c in coroutines]
     try:
         await nemesis.run(history.now() + minutes * 60, stop)
         await nemesis.heal_all()
@@ -142,7 +148,7 @@ async def _exercise(
         if not settled:
             notes.append(f"not every ISR full within {SETTLE_WITHIN_S:.0f} s of the heal")
         stop.set()  # producers, readers, tails and the churn end
-        await _wait(lambda: all(t.done() for t in tasks[:7]), 60.0)
+        await _wait(lambda: all(t.done() for t in tasks[:-2]), 60.0)  # all but consumers
         acked = {
             w.token
             for w in history.writes
@@ -168,6 +174,7 @@ async def _exercise(
     data_dirs = {name: node.data_dir for name, node in cluster.nodes.items()}
     return [
         *checker.check_history(history, workload.PARTITIONS),
+        *checker.check_stale_reads(history),
         *checker.check_delivery(history, workload.MAIN),
         *checker.check_files(history, data_dirs, workload.PARTITIONS, marks),
         *checker.check_etcd(events),

@@ -167,3 +167,20 @@ def test_a_restarted_leader_keeping_its_epoch() -> None:
     assert violation.kind == "restart-kept-leadership"
     elected = [*events, put(19, P, state("n2", 1, ["n2"])), put(20, P, state("n1", 2, ["n1"]))]
     assert checker.check_restarts(history, elected) == []
+
+
+def test_a_read_that_misses_a_record_acked_before_it_began() -> None:
+    history = history_with(ack("t/1/a/0", 0), ack("t/1/a/1", 1))  # acked at 2.0
+    fresh = history.invoke("read", "reader", "n1", topic="t", partition=0, offset=0)
+    fresh.invoked = 2.5
+    history.complete(fresh, OK, count=2)
+    assert checker.check_stale_reads(history) == []
+    stale = history.invoke("read", "reader", "n3", topic="t", partition=0, offset=1)
+    stale.invoked = 2.5
+    history.complete(stale, OK, count=0)
+    early = history.invoke("read", "reader", "n2", topic="t", partition=0, offset=0)
+    early.invoked = 1.5  # begun before the answer: may miss it
+    history.complete(early, OK, count=0)
+    [violation] = checker.check_stale_reads(history)
+    assert violation.kind == "stale-read"
+    assert [e["node"] for e in violation.examples] == ["n3"]

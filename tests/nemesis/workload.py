@@ -14,7 +14,6 @@ import asyncio
 import base64
 import contextlib
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -418,16 +417,24 @@ async def _until_event(stop: asyncio.Event, stream: Any) -> Any:
             return
 
 
-def all_clients(clients: Clients, deliver_stop: asyncio.Event) -> Sequence[Any]:
-    """The coroutines of the whole workload."""
+def all_clients(clients: Clients, deliver_stop: asyncio.Event, churn_topic: bool) -> list[Any]:
+    """The coroutines of the whole workload: producers, readers and tails first (they end
+    on ``stop``), then the subscriptions' consumers (they end on ``deliver_stop``).
+    Without ``churn_topic`` the churn topic is left alone (created once, never used)."""
     return [
         produce(clients, MAIN, "all", "all-1", 0.02),
         produce(clients, MAIN, "1", "one-1", 0.05),
-        produce(clients, CHURN, "all", "churn-all", 0.05),
-        churn(clients),
         read_everywhere(clients),
         tail(clients, MAIN, "tail-main"),
-        tail(clients, CHURN, "tail-churn"),
+        *(
+            [
+                produce(clients, CHURN, "all", "churn-all", 0.05),
+                churn(clients),
+                tail(clients, CHURN, "tail-churn"),
+            ]
+            if churn_topic
+            else []
+        ),
         consume(clients, deliver_stop),
         pull(clients, deliver_stop),
     ]
