@@ -4,6 +4,8 @@ and the offending records, offsets or etcd revisions.
 - ``lost-acked``: a record answered 200 at acks=all (in the topic's last incarnation)
   that a node's final read does not show at its offset, after the faults were healed
   and the ISRs were full again;
+- ``unreadable-after-heal``: a node's final read of a partition refused (503) or not
+  answered, after every fault was healed (then its records are checked in its files);
 - ``replica-files``: tests/cluster/checker.py over every node's partition files (once the
   nodes are stopped): contiguous offsets, epochs never down, the same record at an
   offset on every replica below the high watermark, every acks=all record held;
@@ -128,12 +130,35 @@ def check_history(history: History, topics: Mapping[str, int]) -> list[Violation
         if s.how == "final-read"
     }
     nodes = sorted({s.node for s in history.seen if s.how == "final-read" and s.node})
+    # (node, topic, partition) whose final read was refused or unanswered somewhere
+    unreadable = {
+        (op.node, op.detail["topic"], op.detail["partition"]): op.detail
+        for op in history.ops
+        if op.kind == "final-read" and op.outcome != OK
+    }
+    if unreadable:
+        violations.append(
+            Violation(
+                "unreadable-after-heal",
+                f"{len(unreadable)} partitions a node would not serve once every fault was "
+                "healed (PROTOCOL §7: any node serves everything)",
+                [
+                    {"node": n, "topic": t, "partition": p, **d}
+                    for (n, t, p), d in unreadable.items()
+                ],
+            )
+        )
     lost: list[dict[str, Any]] = []
     for w in acked_all:
         if w.incarnation != last_incarnation(history, w.topic):
             continue
         assert w.partition is not None and w.offset is not None
-        missing = [n for n in nodes if final.get((n, w.topic, w.partition, w.offset)) != w.token]
+        missing = [
+            n
+            for n in nodes
+            if final.get((n, w.topic, w.partition, w.offset)) != w.token
+            and (n, w.topic, w.partition) not in unreadable
+        ]
         if missing:
             lost.append(
                 {

@@ -184,3 +184,15 @@ def test_a_read_that_misses_a_record_acked_before_it_began() -> None:
     [violation] = checker.check_stale_reads(history)
     assert violation.kind == "stale-read"
     assert [e["node"] for e in violation.examples] == ["n3"]
+
+
+def test_a_node_refusing_its_final_read_is_unreadable_not_lossy() -> None:
+    history = history_with(
+        ack("t/1/a/0", 0),
+        seen=(shown("final-read", 0, "t/1/a/0"), shown("final-read", 0, "t/1/a/0", node="n3")),
+    )
+    refused = history.invoke("final-read", "reader", "n2", topic="t", partition=0, offset=0)
+    history.complete(refused, "failed", status=503)
+    [violation] = checker.check_history(history, TOPICS)
+    assert violation.kind == "unreadable-after-heal"
+    assert violation.examples[0]["node"] == "n2"
