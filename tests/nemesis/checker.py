@@ -404,6 +404,13 @@ def check_restarts(history: History, events: list[dict[str, Any]]) -> list[Viola
             continue
         before_rev, after_rev = fault.revisions
         for key in sorted({e["key"] for e in partition_events}):
+            if any(
+                e["key"] == key
+                and e["type"] == "DELETE"
+                and before_rev < e["revision"] <= after_rev
+                for e in partition_events
+            ):
+                continue  # the topic was deleted and created again meanwhile: another thing
             before = _state_at(partition_events, key, before_rev)
             after = _state_at(partition_events, key, after_rev)
             if (

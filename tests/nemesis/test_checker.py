@@ -167,6 +167,9 @@ def test_a_restarted_leader_keeping_its_epoch() -> None:
     assert violation.kind == "restart-kept-leadership"
     elected = [*events, put(19, P, state("n2", 1, ["n2"])), put(20, P, state("n1", 2, ["n1"]))]
     assert checker.check_restarts(history, elected) == []
+    deleted = {"key": P, "type": "DELETE", "revision": 12, "value": ""}
+    re_created = [events[0], deleted, events[1]]  # a new topic led by n1 at epoch 0
+    assert checker.check_restarts(history, re_created) == []
 
 
 def test_a_read_that_misses_a_record_acked_before_it_began() -> None:
