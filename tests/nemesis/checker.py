@@ -260,8 +260,10 @@ def check_files(
     data_dirs: Mapping[str, Path],
     topics: Mapping[str, int],
     high_watermarks: Mapping[tuple[str, int], int],
+    replicas: Mapping[tuple[str, int], list[str]],
 ) -> list[Violation]:
-    """tests/cluster/checker.py over each partition's files on every node (stopped)."""
+    """tests/cluster/checker.py over each partition's files on each of its replicas
+    (the nodes stopped; a node that is not a replica may keep a directory of its own)."""
     out = []
     for topic, partitions in topics.items():
         inc = last_incarnation(history, topic)
@@ -276,10 +278,11 @@ def check_files(
                 and w.outcome == OK
                 and w.offset is not None
             ]
+            holders = replicas.get((topic, p), list(data_dirs))
             dirs = {
                 name: d / "topics" / topic / str(p)
                 for name, d in data_dirs.items()
-                if (d / "topics" / topic / str(p)).is_dir()
+                if name in holders and (d / "topics" / topic / str(p)).is_dir()
             }
             hw = high_watermarks.get((topic, p))
             if hw is None:
