@@ -4,6 +4,8 @@ and the offending records, offsets or etcd revisions.
 - ``lost-acked``: a record answered 200 at acks=all (in the topic's last incarnation)
   that a node's final read does not show at its offset, after the faults were healed
   and the ISRs were full again;
+- ``unreadable-after-heal``: a node's final read of a partition refused (503) or not
+  answered, after every fault was healed (then its records are checked in its files);
 - ``replica-files``: tests/cluster/checker.py over every node's partition files (once the
   nodes are stopped): contiguous offsets, epochs never down, the same record at an
   offset on every replica below the high watermark, every acks=all record held;
@@ -128,12 +130,35 @@ def check_history(history: History, topics: Mapping[str, int]) -> list[Violation
         if s.how == "final-read"
     }
     nodes = sorted({s.node for s in history.seen if s.how == "final-read" and s.node})
+    # (node, topic, partition) whose final read was refused or unanswered somewhere
+    unreadable = {
+        (op.node, op.detail["topic"], op.detail["partition"]): op.detail
+        for op in history.ops
+        if op.kind == "final-read" and op.outcome != OK
+    }
+    if unreadable:
+        violations.append(
+            Violation(
+                "unreadable-after-heal",
+                f"{len(unreadable)} partitions a node would not serve once every fault was "
+                "healed (PROTOCOL §7: any node serves everything)",
+                [
+                    {"node": n, "topic": t, "partition": p, **d}
+                    for (n, t, p), d in unreadable.items()
+                ],
+            )
+        )
     lost: list[dict[str, Any]] = []
     for w in acked_all:
         if w.incarnation != last_incarnation(history, w.topic):
             continue
         assert w.partition is not None and w.offset is not None
-        missing = [n for n in nodes if final.get((n, w.topic, w.partition, w.offset)) != w.token]
+        missing = [
+            n
+            for n in nodes
+            if final.get((n, w.topic, w.partition, w.offset)) != w.token
+            and (n, w.topic, w.partition) not in unreadable
+        ]
         if missing:
             lost.append(
                 {
@@ -235,8 +260,10 @@ def check_files(
     data_dirs: Mapping[str, Path],
     topics: Mapping[str, int],
     high_watermarks: Mapping[tuple[str, int], int],
+    replicas: Mapping[tuple[str, int], list[str]],
 ) -> list[Violation]:
-    """tests/cluster/checker.py over each partition's files on every node (stopped)."""
+    """tests/cluster/checker.py over each partition's files on each of its replicas
+    (the nodes stopped; a node that is not a replica may keep a directory of its own)."""
     out = []
     for topic, partitions in topics.items():
         inc = last_incarnation(history, topic)
@@ -251,10 +278,11 @@ def check_files(
                 and w.outcome == OK
                 and w.offset is not None
             ]
+            holders = replicas.get((topic, p), list(data_dirs))
             dirs = {
                 name: d / "topics" / topic / str(p)
                 for name, d in data_dirs.items()
-                if (d / "topics" / topic / str(p)).is_dir()
+                if name in holders and (d / "topics" / topic / str(p)).is_dir()
             }
             hw = high_watermarks.get((topic, p))
             if hw is None:
@@ -379,16 +407,21 @@ def check_restarts(history: History, events: list[dict[str, Any]]) -> list[Viola
             continue
         before_rev, after_rev = fault.revisions
         for key in sorted({e["key"] for e in partition_events}):
+            if any(
+                e["key"] == key
+                and e["type"] == "DELETE"
+                and before_rev < e["revision"] <= after_rev
+                for e in partition_events
+            ):
+                continue  # the topic was deleted and created again meanwhile: another thing
             before = _state_at(partition_events, key, before_rev)
             after = _state_at(partition_events, key, after_rev)
             if (
                 before is not None and after is not None
                 and before.get("leader") == fault.target == after.get("leader")
                 and before.get("epoch") == after.get("epoch")
-                # The same leadership, not a new one: the key was not deleted and
-                # created again meanwhile (a topic re-created starts at epoch 0 again),
-                # and the leader holds it as the same incarnation (PROTOCOL §7).
-                and not _deleted_between(partition_events, key, before_rev, after_rev)
+                # The same leadership, not a new one: the leader holds it as the same
+                # incarnation (PROTOCOL §7: a restart leads only through an election).
                 and _incarnation(before, fault.target) == _incarnation(after, fault.target)
             ):  # fmt: skip
                 found.append(
@@ -402,12 +435,6 @@ def check_restarts(history: History, events: list[dict[str, Any]]) -> list[Viola
     if not found:
         return []
     return [Violation("restart-kept-leadership", f"{len(found)} partitions", found[:10])]
-
-
-def _deleted_between(events: list[dict[str, Any]], key: str, after: int, upto: int) -> bool:
-    return any(
-        e["key"] == key and e["type"] == "DELETE" and after < e["revision"] <= upto for e in events
-    )
 
 
 def _incarnation(state: Any, node: str) -> Any:

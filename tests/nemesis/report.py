@@ -27,6 +27,9 @@ def build(
         "nodes": nodes,
         "replay": f"python -m tests.nemesis --seed {seed} --minutes {minutes} --nodes {nodes}"
         + ("" if churn else " --no-churn"),
+        "replay_note": "the seed replays the faults' kinds, order, durations and choices "
+        "(a random node, or a partition's leader); the nodes' timing, and so which node "
+        "a choice lands on and the exact history, differ from run to run",
         "ran_s": history.now(),
         "faults": dict(Counter(f.kind for f in history.faults)),
         "fault_sequence": [

@@ -49,9 +49,12 @@ def isr_full(cluster: Cluster) -> bool:
     return True
 
 
-def high_watermarks(cluster: Cluster) -> dict[tuple[str, int], int]:
-    """Each partition's end_offset, the lowest any node shows."""
+def high_watermarks(
+    cluster: Cluster,
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], list[str]]]:
+    """Each partition's end_offset, the lowest any node shows, and its replicas."""
     marks: dict[tuple[str, int], int] = {}
+    replicas: dict[tuple[str, int], list[str]] = {}
     for node in cluster.nodes.values():
         for topic in workload.PARTITIONS:
             try:
@@ -63,7 +66,8 @@ def high_watermarks(cluster: Cluster) -> dict[tuple[str, int], int]:
             for p in answer.json()["partitions"]:
                 key = (topic, p["partition"])
                 marks[key] = min(marks.get(key, p["end_offset"]), p["end_offset"])
-    return marks
+                replicas[key] = list(p["replicas"])
+    return marks, replicas
 
 
 async def etcd_history(cluster: Cluster, notes: list[str]) -> list[dict[str, Any]]:
@@ -158,7 +162,7 @@ async def _exercise(
         deliver_stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60.0)
         await workload.read_everywhere(clients, how="final-read", once=True)
-        marks = await asyncio.to_thread(high_watermarks, cluster)
+        marks, replicas = await asyncio.to_thread(high_watermarks, cluster)
         events = await etcd_history(cluster, notes)
         history.etcd_events = events
     finally:
@@ -176,7 +180,7 @@ async def _exercise(
         *checker.check_history(history, workload.PARTITIONS),
         *checker.check_stale_reads(history),
         *checker.check_delivery(history, workload.MAIN),
-        *checker.check_files(history, data_dirs, workload.PARTITIONS, marks),
+        *checker.check_files(history, data_dirs, workload.PARTITIONS, marks, replicas),
         *checker.check_etcd(events),
         *checker.check_restarts(history, events),
     ]

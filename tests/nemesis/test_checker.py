@@ -167,6 +167,9 @@ def test_a_restarted_leader_keeping_its_epoch() -> None:
     assert violation.kind == "restart-kept-leadership"
     elected = [*events, put(19, P, state("n2", 1, ["n2"])), put(20, P, state("n1", 2, ["n1"]))]
     assert checker.check_restarts(history, elected) == []
+    deleted = {"key": P, "type": "DELETE", "revision": 12, "value": ""}
+    re_created = [events[0], deleted, events[1]]  # a new topic led by n1 at epoch 0
+    assert checker.check_restarts(history, re_created) == []
 
 
 def test_a_topic_created_again_or_a_new_incarnation_is_not_a_kept_leadership() -> None:
@@ -201,3 +204,15 @@ def test_a_read_that_misses_a_record_acked_before_it_began() -> None:
     [violation] = checker.check_stale_reads(history)
     assert violation.kind == "stale-read"
     assert [e["node"] for e in violation.examples] == ["n3"]
+
+
+def test_a_node_refusing_its_final_read_is_unreadable_not_lossy() -> None:
+    history = history_with(
+        ack("t/1/a/0", 0),
+        seen=(shown("final-read", 0, "t/1/a/0"), shown("final-read", 0, "t/1/a/0", node="n3")),
+    )
+    refused = history.invoke("final-read", "reader", "n2", topic="t", partition=0, offset=0)
+    history.complete(refused, "failed", status=503)
+    [violation] = checker.check_history(history, TOPICS)
+    assert violation.kind == "unreadable-after-heal"
+    assert violation.examples[0]["node"] == "n2"

@@ -12,7 +12,7 @@ import pytest
 from tests.nemesis import report
 from tests.nemesis.run import run
 
-SEED = 7
+SEED = 1  # on today's code: a re-created topic served from an old log (issue 25 item 4)
 MINUTES = 2.0
 
 
