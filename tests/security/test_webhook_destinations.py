@@ -23,7 +23,11 @@ from tests.security.conftest import write_auth_file
 from tests.webhooks.receiver import Receiver, body_json
 
 SECRET = "whsec_" + base64.b64encode(b"d" * 32).decode()
-TOKENS = {"admin": (["admin"], []), "reader": (["subscribe", "publish"], ["dest.*"])}
+TOKENS = {
+    "admin": (["admin"], []),
+    "reader": (["subscribe", "publish"], ["dest.*"]),
+    "metrics": (["metrics"], []),
+}
 
 # Every spelling of an inside address the issue found accepted, and the ranges of §6.
 INSIDE = [
@@ -164,6 +168,17 @@ def test_a_stored_inside_destination_is_refused_at_connection(
         assert shown["config"]["push"]["url"] == url.split("?")[0]
         as_admin = httpx.get(f"{restarted.url}/v1/subscriptions/hooked", headers=admin).json()
         assert as_admin["config"]["push"]["url"] == url
+
+        def stats_url(who: str) -> str:
+            got = httpx.get(
+                f"{restarted.url}/v1/stats", headers={"Authorization": f"Bearer {tokens[who]}"}
+            ).json()
+            (hooked,) = [s for s in got["subscriptions"] if s["name"] == "hooked"]
+            shown: str = hooked["config"]["push"]["url"]
+            return shown
+
+        assert stats_url("metrics") == url.split("?")[0]
+        assert stats_url("admin") == url
         assert receiver.snapshot() == [], "nothing reached the inside receiver"
 
 
