@@ -245,9 +245,8 @@ class AccessGuard:
                 return
             if not principal.may_subscription(name):
                 raise Forbidden(
-                    f"token {principal.token_id} may use subscriptions "
-                    f"{', '.join(f'`{p}`' for p in principal.subscription_patterns())}, "
-                    f"not {name!r}"
+                    f"token {principal.token_id} may not use subscription {name!r} (its "
+                    "subscription patterns do not match it)"
                 )
             try:
                 topic, push = lookup(name)
@@ -256,15 +255,15 @@ class AccessGuard:
                 raise Forbidden(
                     f"token {principal.token_id} may not {rule.role} on subscription {name!r}"
                 ) from None
-            if push and rule.operates:
-                raise Forbidden(
-                    f"subscription {name!r} is a push subscription: its records are its "
-                    "endpoint's, and only admin may pull, ack, nack, seek or consume them"
-                )
             if not principal.may(rule.role, topic):
                 raise Forbidden(
                     f"{_refusal(principal, (rule.role,), topic)} (the topic of subscription "
                     f"{name!r})"
+                )
+            if push and rule.operates:
+                raise Forbidden(
+                    f"subscription {name!r} is a push subscription: its records are its "
+                    "endpoint's, and only admin may pull, ack, nack, seek or consume them"
                 )
         elif rule.topic is not None:
             if not principal.may(rule.role, params[rule.topic]):

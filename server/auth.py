@@ -92,10 +92,6 @@ class Principal:
     # None: every subscription of its topics.
     subscriptions: tuple[str, ...] | None = None
 
-    def subscription_patterns(self) -> tuple[str, ...]:
-        own = ("*",) if self.subscriptions is None else self.subscriptions
-        return own if self.parent is None else own + self.parent.subscription_patterns()
-
     def may_subscription(self, name: str) -> bool:
         """Whether its subscription patterns (and its parent's) let it use ``name``."""
         if self.parent is not None and not self.parent.may_subscription(name):
