@@ -19,7 +19,7 @@ from tests.security.conftest import write_auth_file
 
 
 async def _first_record(ws_url: str, **options: object) -> dict[str, object]:
-    async with websockets.connect(ws_url, **options) as ws:  # type: ignore[arg-type]
+    async with websockets.connect(ws_url, open_timeout=60, **options) as ws:  # type: ignore[arg-type]
         ready = orjson.loads(await asyncio.wait_for(ws.recv(), 60))
         assert ready["type"] == "ready", ready
         deliver = orjson.loads(await asyncio.wait_for(ws.recv(), 60))

@@ -29,7 +29,9 @@ def _bearer(token: str) -> dict[str, str]:
 
 async def _consumer_close_code(url: str, name: str, token: str) -> int | None:
     ws_url = url.replace("http", "ws", 1) + f"/v1/subscriptions/{name}/ws?credit=10"
-    async with websockets.connect(ws_url, additional_headers=_bearer(token)) as ws:
+    async with websockets.connect(
+        ws_url, additional_headers=_bearer(token), open_timeout=60
+    ) as ws:
         try:
             async with asyncio.timeout(30):
                 async for _ in ws:
