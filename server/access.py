@@ -37,7 +37,7 @@ from storage.writer import wall_clock_ms
 log = logging.getLogger("herald.auth")
 
 WATCH_INTERVAL_S = 1.0
-_VERIFY_SLOTS = 4  # scrypt verifications at once (~16 MiB each)
+_VERIFY_SLOTS = 4  # scrypt verifications (older auth files) at once (~16 MiB each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,9 @@ class Rule:
     role: str  # "open" | "token" | "admin" | "metrics" | "publish" | "subscribe" | "topic"
     topic: str | None = None
     subscription: str | None = None
+    # Taking a subscription's records or moving its cursor (pull, ack, nack, seek, its
+    # WebSocket): of a push subscription, admin only (PROTOCOL §6: its endpoint owns them).
+    operates: bool = False
 
 
 OPEN = Rule("open")
@@ -97,7 +100,7 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
         "http",
         frozenset({"POST"}),
         _path("/v1/subscriptions/{name}/seek"),
-        Rule("subscribe", subscription="name"),
+        Rule("subscribe", subscription="name", operates=True),
     ),
     # PROTOCOL §8 pull: a consumer's rights, as the WebSocket below.
     *(
@@ -105,7 +108,7 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
             "http",
             frozenset({"POST"}),
             _path(f"/v1/subscriptions/{{name}}/{verb}"),
-            Rule("subscribe", subscription="name"),
+            Rule("subscribe", subscription="name", operates=True),
         )
         for verb in ("pull", "ack", "nack")
     ),
@@ -113,7 +116,7 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
         "websocket",
         None,
         _path("/v1/subscriptions/{name}/ws"),
-        Rule("subscribe", subscription="name"),
+        Rule("subscribe", subscription="name", operates=True),
     ),
     # Rotating a push secret is an operator's act, even for a subscriber of the topic.
     (
@@ -213,15 +216,21 @@ class AccessGuard:
                 raise Unauthorized("the browser token is not valid or has expired")
             return browser
         found = self.credentials.cached(token)
-        if found is None:
-            async with self._verify_slots:
+        if found is None and not self.credentials.slow(token):
+            found = self.credentials.verify(token)  # one HMAC: no thread needed
+        elif found is None:
+            async with self._verify_slots:  # an older file's scrypt hash
                 found = await asyncio.to_thread(self.credentials.verify, token)
         if found is None:
             raise Unauthorized("the token is not valid")
         return found
 
     def authorize(
-        self, principal: Principal, rule: Rule, params: dict[str, str], lookup: Callable[[str], str]
+        self,
+        principal: Principal,
+        rule: Rule,
+        params: dict[str, str],
+        lookup: Callable[[str], tuple[str, bool]],
     ) -> None:
         """Raise Forbidden, saying which permission and topic the token lacked."""
         if rule.role == "token":
@@ -234,8 +243,13 @@ class AccessGuard:
             name = params[rule.subscription]
             if principal.is_admin:
                 return
+            if not principal.may_subscription(name):
+                raise Forbidden(
+                    f"token {principal.token_id} may not use subscription {name!r} (its "
+                    "subscription patterns do not match it)"
+                )
             try:
-                topic = lookup(name)
+                topic, push = lookup(name)
             except SubscriptionNotFound:
                 # Only admins learn which subscriptions exist.
                 raise Forbidden(
@@ -245,6 +259,11 @@ class AccessGuard:
                 raise Forbidden(
                     f"{_refusal(principal, (rule.role,), topic)} (the topic of subscription "
                     f"{name!r})"
+                )
+            if push and rule.operates:
+                raise Forbidden(
+                    f"subscription {name!r} is a push subscription: its records are its "
+                    "endpoint's, and only admin may pull, ack, nack, seek or consume them"
                 )
         elif rule.topic is not None:
             if not principal.may(rule.role, params[rule.topic]):
@@ -280,7 +299,7 @@ class AccessGuard:
                 if current is None:
                     raise Unauthorized("the token was revoked")
                 self.authorize(
-                    current, socket.rule, socket.params, functools.partial(_topic_of, socket.scope)
+                    current, socket.rule, socket.params, functools.partial(_subscription_of, socket.scope)
                 )
             except HeraldError as exc:
                 audit.auth_failure(socket.scope, exc)
@@ -358,7 +377,7 @@ class AccessControlMiddleware:
                 try:
                     principal = await self.guard.principal(bearer_token(scope))
                     self.guard.authorize(
-                        principal, rule, params, lambda name: _topic_of(scope, name)
+                        principal, rule, params, lambda name: _subscription_of(scope, name)
                     )
                 except HeraldError as exc:
                     audit.auth_failure(scope, exc)
@@ -432,9 +451,10 @@ class OpenSocket:
             await self._send({"type": "websocket.close", "code": code, "reason": reason})
 
 
-def _topic_of(scope: Scope, subscription: str) -> str:
-    topic: str = app_services(scope["app"]).engine.get(subscription).topic
-    return topic
+def _subscription_of(scope: Scope, subscription: str) -> tuple[str, bool]:
+    """The topic of a subscription, and whether it is a push subscription."""
+    config = app_services(scope["app"]).engine.get(subscription)
+    return config.topic, config.push is not None
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, exc: HeraldError) -> None:

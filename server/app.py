@@ -134,6 +134,7 @@ def create_app(
                 ClientLimitsMiddleware,
                 max_per_client=config.max_requests_per_client,
                 body_timeout_s=config.body_timeout_s,
+                body_deadline_s=config.body_deadline_s,
             ),
             *cors,
             Middleware(AccessControlMiddleware, guard=guard),

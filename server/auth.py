@@ -2,9 +2,12 @@
 
 A token reads ``hrd_<id>_<secret>``. The id (8 hex digits) is not secret: it
 names the token in the auth file, in logs and in the audit log, and lets a
-lookup go straight to one entry instead of trying every slow hash. Only a
-salted scrypt hash of the whole token is stored; it is compared in constant
-time. Verifying costs tens of milliseconds on purpose, so a verified token is
+lookup go straight to one entry. Only a salted HMAC-SHA256 of the whole token is
+stored (a token holds 256 random bits: a slow hash would add nothing but a cost
+per guess, which an attacker chooses); it is compared in constant time. Files
+of older versions hold scrypt hashes, which still verify (tens of milliseconds,
+in a thread); once such a token has verified, the entry remembers a salted
+HMAC of it, so later guesses at that id cost an HMAC too. A verified token is
 remembered (keyed by a keyed BLAKE2b of the token, never the token) until the
 file changes.
 
@@ -12,9 +15,10 @@ The auth file (TOML)::
 
     [tokens.1a2b3c4d]
     name = "orders-service"            # optional, for people
-    hash = "scrypt$16384$8$1$<salt>$<digest>"
+    hash = "hmac-sha256$<salt>$<digest>"  # or scrypt$16384$8$1$<salt>$<digest> (older)
     roles = ["publish", "subscribe"]   # admin | metrics | publish | subscribe
     topics = ["orders.*"]              # fnmatch patterns for publish/subscribe
+    subscriptions = ["billing-*"]      # optional: the subscriptions it may use (fnmatch)
     messages_per_second = 1000         # optional publish rate limits (token bucket)
     bytes_per_second = 1048576
 
@@ -57,7 +61,8 @@ BROWSER_PREFIX = "hrb_"
 _KEY_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 MIN_TTL_MS, MAX_TTL_MS = 1_000, 86_400_000
 
-# scrypt at n=2**14, r=8: ~16 MiB and tens of ms per guess.
+HMAC_SCHEME = "hmac-sha256"
+# scrypt at n=2**14, r=8: ~16 MiB and tens of ms per guess (auth files of older versions).
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 _CACHE_LIMIT = 4096
 
@@ -80,6 +85,20 @@ class Principal:
     publish_topics: tuple[str, ...] | None = None
     subscribe_topics: tuple[str, ...] | None = None
     expires_at_ms: int | None = None
+    # A browser token's minting token as the auth file has it now (PROTOCOL §6): the
+    # browser token may only what both may.
+    parent: Principal | None = None
+    # PROTOCOL §6: subscription name patterns (fnmatch) narrowing the subscribe right;
+    # None: every subscription of its topics.
+    subscriptions: tuple[str, ...] | None = None
+
+    def may_subscription(self, name: str) -> bool:
+        """Whether its subscription patterns (and its parent's) let it use ``name``."""
+        if self.parent is not None and not self.parent.may_subscription(name):
+            return False
+        if self.is_admin or self.subscriptions is None:
+            return True
+        return any(fnmatchcase(name, p) for p in self.subscriptions)
 
     @property
     def is_admin(self) -> bool:
@@ -94,6 +113,8 @@ class Principal:
 
     def may(self, role: str, topic: str | None = None) -> bool:
         """Admin may everything; ``publish``/``subscribe`` need a matching topic pattern."""
+        if self.parent is not None and not self.parent.may(role, topic):
+            return False
         if self.is_admin:
             return True
         if role not in self.roles:
@@ -126,6 +147,19 @@ def _unb64(text: str) -> bytes:
 
 
 def hash_token(token: str, *, salt: bytes | None = None) -> str:
+    """The stored form of a new token: ``hmac-sha256$<salt>$<HMAC-SHA256(salt, token)>``.
+    A token carries 256 random bits, so a fast keyed hash is as safe as a slow one (as
+    GitHub and Stripe store theirs) and a guess costs the server microseconds."""
+    salt = salt if salt is not None else os.urandom(16)
+    return f"{HMAC_SCHEME}${_b64(salt)}${_b64(_hmac_digest(salt, token))}"
+
+
+def _hmac_digest(salt: bytes, token: str) -> bytes:
+    return hmac.new(salt, token.encode(), hashlib.sha256).digest()
+
+
+def scrypt_hash(token: str, *, salt: bytes | None = None) -> str:
+    """The stored form older versions wrote (still verified: ``is_slow``)."""
     salt = salt if salt is not None else os.urandom(16)
     digest = hashlib.scrypt(
         token.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32
@@ -133,7 +167,19 @@ def hash_token(token: str, *, salt: bytes | None = None) -> str:
     return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${_b64(salt)}${_b64(digest)}"
 
 
+def is_slow(stored: str) -> bool:
+    """Whether verifying against ``stored`` costs a scrypt (call it off the event loop)."""
+    return stored.startswith("scrypt$")
+
+
 def verify_hash(token: str, stored: str) -> bool:
+    if stored.startswith(HMAC_SCHEME + "$"):
+        try:
+            _, salt, digest = stored.split("$")
+            expected, key = _unb64(digest), _unb64(salt)
+        except ValueError:
+            return False
+        return hmac.compare_digest(_hmac_digest(key, token), expected)
     try:
         scheme, n, r, p, salt, digest = stored.split("$")
         if scheme != "scrypt":
@@ -236,8 +282,11 @@ def _entry(token_id: str, raw: Any) -> _Entry:
     if not isinstance(raw, dict):
         raise AuthFileError(f"{where} must be a table")
     stored = raw.get("hash")
-    if not isinstance(stored, str) or not stored.startswith("scrypt$") or stored.count("$") != 5:
-        raise AuthFileError(f"{where}: hash must be a scrypt$... string")
+    if not isinstance(stored, str) or not (
+        (stored.startswith(HMAC_SCHEME + "$") and stored.count("$") == 2)
+        or (stored.startswith("scrypt$") and stored.count("$") == 5)
+    ):
+        raise AuthFileError(f"{where}: hash must be a {HMAC_SCHEME}$... or scrypt$... string")
     roles = raw.get("roles", [])
     if not isinstance(roles, list) or not roles or any(r not in ROLES for r in roles):
         raise AuthFileError(f"{where}: roles must be a non-empty list of {', '.join(ROLES)}")
@@ -246,6 +295,12 @@ def _entry(token_id: str, raw: Any) -> _Entry:
         raise AuthFileError(f"{where}: topics must be a list of patterns")
     if {"publish", "subscribe"} & set(roles) and not topics:
         raise AuthFileError(f"{where}: publish/subscribe need topics")
+    subscriptions = raw.get("subscriptions")
+    if subscriptions is not None and (
+        not isinstance(subscriptions, list)
+        or not all(isinstance(n, str) and n for n in subscriptions)
+    ):
+        raise AuthFileError(f"{where}: subscriptions must be a list of name patterns")
     limits: dict[str, float | None] = {}
     for key in ("messages_per_second", "bytes_per_second"):
         value = raw.get(key)
@@ -262,6 +317,7 @@ def _entry(token_id: str, raw: Any) -> _Entry:
         topics=tuple(topics),
         messages_per_second=limits["messages_per_second"],
         bytes_per_second=limits["bytes_per_second"],
+        subscriptions=None if subscriptions is None else tuple(subscriptions),
     )
     return _Entry(principal, stored)
 
@@ -273,6 +329,7 @@ class Credentials:
         self.path = Path(path)
         self._entries: Mapping[str, _Entry] = {}
         self._verified: dict[bytes, Principal] = {}
+        self._upgraded: dict[str, str] = {}  # token id -> HMAC hash of a verified scrypt one
         self._cache_key = os.urandom(32)
         self._mtime: int | None = None
         self.signing: SigningKeys | None = None
@@ -290,6 +347,7 @@ class Credentials:
         self._entries = entries
         self.signing = signing
         self._verified = {}
+        self._upgraded = {}
         self._mtime = stat.st_mtime_ns
         log.info("auth file %s: %d tokens", self.path, len(entries))
 
@@ -312,16 +370,28 @@ class Credentials:
         """A token verified before (cheap); None if it must be verified."""
         return self._verified.get(self._cache_digest(token))
 
+    def slow(self, token: str) -> bool:
+        """Whether ``verify(token)`` costs a scrypt (an older file's entry not yet used
+        since the file was loaded): the caller runs it in a thread."""
+        token_id = token_id_of(token)
+        entry = None if token_id is None else self._entries.get(token_id)
+        return entry is not None and is_slow(entry.hash) and token_id not in self._upgraded
+
     def verify(self, token: str) -> Principal | None:
-        """The principal of a token, or None. Slow (scrypt): call it off the event loop."""
+        """The principal of a token, or None. An HMAC, or a scrypt when ``slow(token)``."""
         token_id = token_id_of(token)
         if token_id is None:
             return None
-        entries = self._entries
+        entries, upgraded = self._entries, self._upgraded
         entry = entries.get(token_id)
-        if entry is None or not verify_hash(token, entry.hash):
+        if entry is None:
+            return None
+        stored = upgraded.get(token_id, entry.hash)
+        if not verify_hash(token, stored):
             return None
         if entries is self._entries:  # not reloaded meanwhile
+            if is_slow(stored):  # later guesses at this id cost an HMAC, not a scrypt
+                upgraded[token_id] = hash_token(token)
             if len(self._verified) >= _CACHE_LIMIT:
                 self._verified.clear()
             self._verified[self._cache_digest(token)] = entry.principal
@@ -396,20 +466,27 @@ class Credentials:
             subscribe = tuple(payload.get("s", ()))
         except (KeyError, TypeError):
             return None
-        if not isinstance(expires, int) or expires <= now_ms or parent not in self._entries:
+        entry = self._entries.get(parent) if isinstance(parent, str) else None
+        if not isinstance(expires, int) or expires <= now_ms or entry is None:
             return None  # expired, or its minting token was revoked
+        # PROTOCOL §6: the rights it was minted with, within its parent's rights now, and
+        # the parent's rate-limit bucket under the parent's current limits.
+        current = entry.principal
         roles = {"publish"} if publish else set()
         roles |= {"subscribe"} if subscribe else set()
+        if not current.is_admin:
+            roles &= current.roles
         return Principal(
             token_id=parent,
             name=f"browser token of {parent}",
             roles=frozenset(roles),
             topics=tuple(dict.fromkeys(publish + subscribe)),
-            messages_per_second=payload.get("m"),
-            bytes_per_second=payload.get("b"),
+            messages_per_second=current.messages_per_second,
+            bytes_per_second=current.bytes_per_second,
             publish_topics=publish,
             subscribe_topics=subscribe,
             expires_at_ms=expires,
+            parent=current,
         )
 
 

@@ -69,6 +69,7 @@ class ServerConfig:
     # ("https://app.example,http://localhost:5173" or "*"); "" allows none.
     cors_origins: str = ""
     body_timeout_s: float = 10.0  # a request body that stalls this long gets 408
+    body_deadline_s: float = 60.0  # ... and one not whole this long after it began
     header_timeout_s: float = 10.0  # a connection must send a request's headers within this
     encryption_key_file: Path | None = None  # storage/encryption.py; or HERALD_ENCRYPTION_KEY
     ws_ping_interval: float = 20.0  # PROTOCOL §3: consumers are pinged every 20 s ...
@@ -108,6 +109,8 @@ class ServerConfig:
             raise ConfigError("max_requests_per_client must be 0 (no cap) or more")
         self.trusted_proxies  # noqa: B018 (validates)
         self.allowed_origins  # noqa: B018 (validates)
+        if self.body_timeout_s <= 0 or self.body_deadline_s <= 0:
+            raise ConfigError("body_timeout_s and body_deadline_s must be positive")
         if self.ws_ping_interval <= 0 or self.ws_ping_timeout <= 0:
             raise ConfigError("ws_ping_interval and ws_ping_timeout must be positive")
         if not NODE_ID.fullmatch(self.node_id):

@@ -152,6 +152,21 @@ def subscription_body(
     return {"name": name, "config": shown, "stats": stats}
 
 
+def is_admin(scope: Any) -> bool:
+    """Whether the caller may see everything (an open server: everyone may)."""
+    principal = scope.get("state", {}).get("principal")
+    return principal is None or bool(principal.is_admin)
+
+
+def shown_to_non_admin(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A stats snapshot whose push urls have no user info or query (PROTOCOL §6)."""
+    for subscription in snapshot.get("subscriptions", ()):
+        push = subscription.get("config", {}).get("push")
+        if isinstance(push, dict) and isinstance(push.get("url"), str):
+            push["url"] = without_secrets(push["url"])
+    return snapshot
+
+
 def without_secrets(url: str) -> str:
     """``url`` without user info, query or fragment (where credentials hide)."""
     parsed = httpx.URL(url)

@@ -8,7 +8,8 @@ requests and WebSockets per client address, and a deadline for request bodies.
   otherwise 429 ``rate_limited`` with ``Retry-After`` in whole seconds.
 * ``ClientLimitsMiddleware``: at most ``max_per_client`` requests and WebSockets
   at once per client address (429 / close 1013; 0 turns the cap off), and a body
-  that does not move for ``body_timeout_s`` ends the request with 408
+  that does not move for ``body_timeout_s``, or is not whole ``body_deadline_s``
+  after it began (a trickle of a byte every few seconds), ends the request with 408
   ``request_timeout``. The client address is the connection's peer, or, from a
   proxy the operator trusts (``--forwarded-allow-ips``), the address the proxy
   names in ``X-Forwarded-For`` (uvicorn's ProxyHeadersMiddleware sets it first).
@@ -30,6 +31,7 @@ from storage.errors import HeraldError, RateLimited
 
 MAX_REQUESTS_PER_CLIENT = 256
 BODY_TIMEOUT_S = 10.0
+BODY_DEADLINE_S = 60.0
 
 
 class RequestTimeout(HeraldError):
@@ -109,10 +111,12 @@ class ClientLimitsMiddleware:
         *,
         max_per_client: int = MAX_REQUESTS_PER_CLIENT,
         body_timeout_s: float = BODY_TIMEOUT_S,
+        body_deadline_s: float = BODY_DEADLINE_S,
     ) -> None:
         self.app = app
         self.max_per_client = max_per_client
         self.body_timeout_s = body_timeout_s
+        self.body_deadline_s = body_deadline_s
         self._active: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -145,19 +149,30 @@ class ClientLimitsMiddleware:
             await self.app(scope, receive, send)
 
     def _timed(self, receive: Receive) -> Receive:
-        timeout = self.body_timeout_s
+        timeout, total = self.body_timeout_s, self.body_deadline_s
         body_done = False
+        deadline: float | None = None  # PROTOCOL §6: the whole body within `total`
 
         async def receive_with_deadline() -> Message:
             # Only the body has a deadline: later receives wait for a disconnect
             # (long-polls), which may take as long as the response does.
-            nonlocal body_done
+            nonlocal body_done, deadline
             if body_done:
                 return await receive()
+            now = asyncio.get_running_loop().time()
+            if deadline is None:
+                deadline = now + total
+            stall = min(timeout, deadline - now)
             try:
-                async with asyncio.timeout(timeout):
+                if stall <= 0:
+                    raise TimeoutError
+                async with asyncio.timeout(stall):
                     message = await receive()
             except TimeoutError:
+                if stall < timeout:
+                    raise RequestTimeout(
+                        f"the request body did not arrive within {total:g} s"
+                    ) from None
                 raise RequestTimeout(f"no request body bytes for {timeout:g} s") from None
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True

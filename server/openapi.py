@@ -1067,7 +1067,8 @@ def _paths() -> dict[str, Any]:
         "/v1/tokens": {
             "post": {
                 "summary": "Mint a short-lived browser token (PROTOCOL §8) with rights within "
-                "the caller's; use it as Bearer or as ?token= on WebSocket upgrades",
+                "the caller's; use it as Bearer (on WebSockets also as the herald.token.<token> "
+                "subprotocol, see x-websockets)",
                 "requestBody": _body("TokenRequest"),
                 "responses": {
                     "201": _json(
@@ -1172,6 +1173,68 @@ def document(version: str = "0.1.0", *, cluster: bool = False) -> dict[str, Any]
         },
         "paths": _paths(),
         "components": {"schemas": _schemas(cluster)},
+        "x-websockets": _websockets(),
+    }
+
+
+def _websockets() -> dict[str, Any]:
+    """The WebSocket routes (OpenAPI has no way to describe a WebSocket: a vendor
+    extension, so that tools reading this document still learn them)."""
+    auth = (
+        "With a credentials file: `Authorization: Bearer <token>`; browsers offer the "
+        "subprotocols `herald.v1` and `herald.token.<token>` (the server selects "
+        "`herald.v1`), or pass `?token=` (kept for compatibility; URLs end up in logs)."
+    )
+    closes = {
+        "1001": "server shutting down",
+        "1008": "too many bad frames",
+        "1013": "too many connections from this client address",
+        "4400": "bad query parameters",
+        "4401": "no or bad credentials (or the browser token expired)",
+        "4403": "not allowed",
+        "4404": "no such subscription or topic",
+        "4409": "the subscription is a push subscription",
+        "4410": "subscription or topic deleted",
+    }
+    credit = {"name": "credit", "in": "query", "schema": _int(default=0)}
+    return {
+        "/v1/subscriptions/{name}/ws": {
+            "summary": "A durable consumer (PROTOCOL §3): ready, deliver, acked and error "
+            "frames out; credit, ack, nack and extend frames in",
+            "needs": "subscribe on the subscription's topic",
+            "parameters": [credit],
+            "authentication": auth,
+            "close_codes": closes,
+        },
+        "/v1/topics/{topic}/ws": {
+            "summary": "An ephemeral tail (PROTOCOL §3), at-most-once",
+            "needs": "subscribe on the topic",
+            "parameters": [
+                credit,
+                {
+                    "name": "from",
+                    "in": "query",
+                    "schema": {"type": "string", "default": "latest"},
+                    "description": "latest, earliest, an offset or ts:<ms>",
+                },
+            ],
+            "authentication": auth,
+            "close_codes": closes,
+        },
+        "/v1/cluster/fetch": {
+            "summary": "Node to node (PROTOCOL §7): a follower's replication stream",
+            "needs": "admin (the cluster token)",
+            "parameters": [],
+            "authentication": auth,
+            "close_codes": closes,
+        },
+        "/v1/stats/ws": {
+            "summary": "The GET /v1/stats snapshot, pushed every second as {type: stats, …}",
+            "needs": "metrics or admin",
+            "parameters": [],
+            "authentication": auth,
+            "close_codes": closes,
+        },
     }
 
 

@@ -116,7 +116,11 @@ class Peers:
         body = _json(response)
         if response.status_code != 200:
             raise PeerError(response.status_code, body, response.headers.get("retry-after"))
-        results: list[dict[str, Any]] = body["results"]
+        results = body.get("results")
+        if not isinstance(results, list):
+            # Not a publish answer (a proxy's page, another program on the port): the
+            # leader is as good as unreachable, never a 500 here.
+            raise LeaderUnavailable(f"the partition's leader at {url} gave no publish results")
         return results
 
     async def get(
@@ -202,6 +206,11 @@ def _json(response: httpx.Response) -> dict[str, Any]:
         body = response.json()
     except ValueError:
         body = None
-    if not isinstance(body, dict):
-        return {"detail": f"the leader answered {response.status_code} without a problem body"}
+    if not isinstance(body, dict) or (response.status_code >= 400 and "code" not in body):
+        # Not a problem (RFC 9457) from a Herald node: passed on as the leader being
+        # unreachable (503), never as the peer's status with an internal_error code.
+        raise LeaderUnavailable(
+            f"the node at {response.url.host}:{response.url.port} answered "
+            f"{response.status_code} without a problem body"
+        )
     return body

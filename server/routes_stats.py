@@ -25,7 +25,14 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDiscon
 
 from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
-from server.http import json_body, json_response, push_stats, topic_body
+from server.http import (
+    is_admin,
+    json_body,
+    json_response,
+    push_stats,
+    shown_to_non_admin,
+    topic_body,
+)
 from server.routing import method_route
 from server.runtime import Services, services
 from server.validation import check_name, parse_redrive
@@ -129,7 +136,7 @@ async def get_stats(request: Request) -> Response:
     body = await snapshot(state)
     if state.cluster is not None and request.query_params.get("scope") != "node":
         await _with_cluster_subscriptions(state, body)
-    return json_response(body)
+    return json_response(body if is_admin(request.scope) else shown_to_non_admin(body))
 
 
 async def _with_cluster_subscriptions(state: Services, body: dict[str, Any]) -> None:
@@ -168,6 +175,7 @@ async def _with_cluster_subscriptions(state: Services, body: dict[str, Any]) -> 
 async def stats_socket(websocket: WebSocket) -> None:
     """Push `{"type":"stats", ...snapshot}` every second until the client leaves or SIGTERM."""
     state = services(websocket)
+    admin = is_admin(websocket.scope)
     await websocket.accept()
     stopping: asyncio.Event = state.stopping
     receiver = asyncio.ensure_future(_drain_client(websocket))
@@ -175,6 +183,8 @@ async def stats_socket(websocket: WebSocket) -> None:
     try:
         while True:
             body = {"type": "stats", **await snapshot(state)}
+            if not admin:  # a metrics token: push urls without user info or query
+                body = shown_to_non_admin(body)
             await websocket.send_text(orjson.dumps(body).decode())
             done, _ = await asyncio.wait(
                 (receiver, stopped), timeout=STATS_INTERVAL_S, return_when=asyncio.FIRST_COMPLETED

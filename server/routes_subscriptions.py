@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from cluster.errors import LeaderUnavailable
 from delivery.config import SubscriptionConfig
-from server.http import json_body, json_response, subscription_body
+from server.http import is_admin, json_body, json_response, subscription_body
 from server.publish import ensure_topic
 from server.routing import method_route
 from server.runtime import Services, services
@@ -118,8 +118,7 @@ async def list_subscriptions(request: Request) -> Response:
 async def get_subscription(request: Request) -> Response:
     name = check_name(request.path_params["name"], "subscription")
     state = services(request)
-    principal = request.scope.get("state", {}).get("principal")
-    admin = principal is None or principal.is_admin  # an open server: everyone is
+    admin = is_admin(request.scope)
     return json_response(subscription_body(state.engine, name, state.webhooks, admin=admin))
 
 

@@ -18,7 +18,7 @@ from server.access import AccessGuard
 from server.auth import MAX_TTL_MS, MIN_TTL_MS, Principal, pattern_within
 from server.http import json_body, json_response
 from server.routing import method_route
-from storage.errors import Forbidden, NotFound, ValidationError
+from storage.errors import BadRequest, Forbidden, NotFound, ValidationError
 
 MAX_PATTERNS = 64
 MAX_PATTERN_LEN = 255
@@ -26,35 +26,40 @@ _FIELDS = frozenset({"ttl_ms", "publish", "subscribe"})
 
 
 def parse_mint(body: Any) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
-    """``(ttl_ms, publish, subscribe)`` of a mint request, or ValidationError."""
+    """``(ttl_ms, publish, subscribe)`` of a mint request. PROTOCOL §2: a wrong JSON type,
+    a missing or unknown field is ``bad_request``; a value out of range (ttl, a pattern's
+    length, too many patterns) is ``validation_error``."""
     if not isinstance(body, dict):
-        raise ValidationError("the body must be a JSON object")
+        raise BadRequest("the body must be a JSON object")
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
-        raise ValidationError(f"unknown field(s): {', '.join(unknown)}")
+        raise BadRequest(f"unknown field(s): {', '.join(unknown)}")
     ttl = body.get("ttl_ms")
-    if isinstance(ttl, bool) or not isinstance(ttl, int) or not MIN_TTL_MS <= ttl <= MAX_TTL_MS:
+    if isinstance(ttl, bool) or not isinstance(ttl, int):
+        raise BadRequest("ttl_ms is required: an integer of milliseconds")
+    if not MIN_TTL_MS <= ttl <= MAX_TTL_MS:
         raise ValidationError(f"ttl_ms must be an integer from {MIN_TTL_MS} to {MAX_TTL_MS}")
     lists = []
     for role in ("publish", "subscribe"):
         patterns = body.get(role, [])
-        if (
-            not isinstance(patterns, list)
-            or len(patterns) > MAX_PATTERNS
-            or not all(isinstance(p, str) and 0 < len(p) <= MAX_PATTERN_LEN for p in patterns)
-        ):
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            raise BadRequest(f"{role} must be a list of topic patterns (strings)")
+        if len(patterns) > MAX_PATTERNS or not all(0 < len(p) <= MAX_PATTERN_LEN for p in patterns):
             raise ValidationError(
                 f"{role} must be a list of at most {MAX_PATTERNS} topic patterns "
                 f"(1 to {MAX_PATTERN_LEN} characters)"
             )
         lists.append(tuple(dict.fromkeys(patterns)))
     if not lists[0] and not lists[1]:
-        raise ValidationError("a browser token needs at least one publish or subscribe pattern")
+        raise BadRequest("a browser token needs at least one publish or subscribe pattern")
     return ttl, lists[0], lists[1]
 
 
 def check_within(caller: Principal, role: str, requested: tuple[str, ...]) -> None:
-    """Forbidden unless each requested pattern lies within one of the caller's for ``role``."""
+    """Forbidden unless each requested pattern lies within one of the caller's for ``role``
+    (a browser token's: and within its parent's as they are now, PROTOCOL §6)."""
+    if caller.parent is not None:
+        check_within(caller.parent, role, requested)
     if caller.is_admin:
         return
     held = caller.patterns(role)

@@ -34,6 +34,9 @@ class ConnectionSettings:
     max_frame_bytes: int = 512 * 1024
     max_control_frames: int = 256  # queued `acked`/`error` replies before the reader waits
     max_bad_frames: int = 100  # PROTOCOL §3: after 100 bad frames, close 1008
+    # PROTOCOL §6: records queued for a consumer that does not read stop here (in bytes),
+    # whatever credit it gave (subscribers/session.py hands the engine credit in slices).
+    max_unsent_bytes: int = 4 * 1024 * 1024
 
 
 FrameHandler = Callable[[ClientFrame], bytes | None]
@@ -56,6 +59,7 @@ class ConsumerConnection:
         self._close: tuple[int, str] | None = None
         self.disconnected = False  # the client went away (or a send failed)
         self.bad_frames = 0
+        self.on_written: Callable[[], None] | None = None  # after each deliver frame left
 
     # -- called on the loop, never block --------------------------------------------
 
@@ -145,6 +149,8 @@ class ConsumerConnection:
                         await self.send_now(frame)
                     if self._records:
                         await self.send_now(self._next_deliver_frame())
+                        if self.on_written is not None:
+                            self.on_written()
                 if not self._records:
                     self._drained.set()
                 if self.disconnected:

@@ -26,8 +26,19 @@ if TYPE_CHECKING:
     from delivery.events import Delivery
 
 
+MAX_CREDIT = 1_000_000  # PROTOCOL §3: outstanding credit is capped here
+_FIRST_SLICE = 16  # records the engine may send before their size is known
+
+
 class ConsumerSession:
-    """One attached consumer. Implements `delivery.engine.ConsumerSink`."""
+    """One attached consumer. Implements `delivery.engine.ConsumerSink`.
+
+    PROTOCOL §6: the engine is handed the client's credit in slices, so that what is
+    queued for the client plus what the engine may still send stays near
+    ``max_unsent_bytes`` (4 MiB) at the records' running mean size: a consumer that
+    grants a million credits and never reads holds a few MiB, not credit x size. The
+    next slice goes when a frame has left; records of a few hundred bytes are not held
+    back (their whole credit fits the bound)."""
 
     def __init__(
         self, engine: DeliveryEngine, subscription: str, connection: ConsumerConnection
@@ -38,13 +49,44 @@ class ConsumerSession:
         self.consumer_id: str | None = None
         self._detached = False
         self._closed_by_engine = False
+        self._owed = 0  # credit the client gave that the engine has not been handed yet
+        self._record_bytes = 0.0  # running mean size of an encoded record (0: unknown)
 
     # -- ConsumerSink: called by the engine on the loop, never block ----------------
 
     def send(self, topic: str, subscription: str, deliveries: Sequence[Delivery]) -> None:
-        # PROTOCOL §3: one record spends one credit; the engine never exceeds it, so
-        # the outbox holds at most the credit the client granted.
-        self.connection.push_records(deliveries_json(topic, deliveries, subscription))
+        # PROTOCOL §3: one record spends one credit; the engine never exceeds the
+        # credit it was handed, so the outbox stays within the slices (see the class).
+        encoded = deliveries_json(topic, deliveries, subscription)
+        if encoded:
+            mean = sum(map(len, encoded)) / len(encoded)
+            seen = self._record_bytes
+            self._record_bytes = mean if seen == 0 else 0.8 * seen + 0.2 * mean
+        self.connection.push_records(encoded)
+
+    def _slice(self, engine_credit: int) -> int:
+        """How much of the owed credit the engine may have now."""
+        size = self._record_bytes
+        if size == 0:
+            return min(self._owed, _FIRST_SLICE) if engine_credit == 0 else 0
+        queued = self.connection.queued_bytes
+        room = self.connection.settings.max_unsent_bytes - queued - engine_credit * size
+        n = int(room // size)
+        if n <= 0 and engine_credit == 0 and queued == 0:
+            n = 1  # a record larger than the bound still goes, one at a time
+        return max(0, min(self._owed, n))
+
+    def _top_up(self) -> None:
+        consumer = self.consumer_id
+        if consumer is None or self._detached or self._closed_by_engine or not self._owed:
+            return
+        try:
+            n = self._slice(self.engine.credit_of(consumer))
+            if n:
+                self._owed -= n
+                self.engine.grant_credit(consumer, n)
+        except SubscriptionNotFound:
+            self.connection.request_close(CloseCode.DELETED, "subscription deleted")
 
     def close(self, code: int, reason: str) -> None:
         # 4410 on delete, 1001 on shutdown: the engine has already forgotten this
@@ -61,7 +103,11 @@ class ConsumerSession:
         """
         # attach may already call send(); those records wait in the outbox until the
         # writer starts, so `ready` is still the first frame (PROTOCOL §3).
-        self.consumer_id = self.engine.attach(self.subscription, self, credit)
+        self._owed = credit
+        first = self._slice(0)
+        self._owed -= first
+        self.consumer_id = self.engine.attach(self.subscription, self, first)
+        self.connection.on_written = self._top_up
         try:
             await self.connection.send_now(ready_frame(self.subscription, self.consumer_id, credit))
             await self.connection.run(self.handle, self.detach)
@@ -82,8 +128,9 @@ class ConsumerSession:
             return None
         try:
             if isinstance(frame, CreditFrame):
-                # PROTOCOL §3: credit adds up; the engine caps what is outstanding.
-                self.engine.grant_credit(consumer, frame.n)
+                # PROTOCOL §3: credit adds up, capped; the engine gets it in slices.
+                self._owed = min(self._owed + frame.n, MAX_CREDIT)
+                self._top_up()
                 return None
             if isinstance(frame, AckFrame):
                 return self._ack(consumer, frame)

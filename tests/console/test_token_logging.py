@@ -60,11 +60,11 @@ async def _python_clients(url: str, tokens: dict[str, str]) -> None:
         assert pulled
     # The query-string way (kept for compatibility) still works, and is not logged either.
     ws_url = url.replace("http", "ws", 1) + f"/v1/topics/logs.a/ws?token={tokens['reader']}"
-    async with websockets.connect(ws_url) as ws:
+    async with websockets.connect(ws_url, open_timeout=60) as ws:
         assert orjson.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "ready"
     # A refused token is not logged either.
     bad = tokens["reader"][:-4] + "AAAA"
-    async with websockets.connect(ws_url.replace(tokens["reader"], bad)) as ws:
+    async with websockets.connect(ws_url.replace(tokens["reader"], bad), open_timeout=60) as ws:
         await asyncio.wait_for(ws.wait_closed(), 30)
         assert ws.close_code == 4401
 

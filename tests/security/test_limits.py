@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
 import socket
 import subprocess
 import sys
@@ -302,3 +303,33 @@ def test_a_bad_forwarded_allow_ips_is_refused_at_startup(tmp_path: Path) -> None
     assert done.returncode == 2
     assert "forwarded_allow_ips" in done.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_a_trickled_body_gets_408_at_its_total_deadline(
+    herald_factory: Callable[..., HeraldProcess],
+) -> None:
+    """A byte every 0.5 s never stalls for the 2 s body timeout; the whole body must
+    still arrive within HERALD_BODY_DEADLINE_S (PROTOCOL §6, issue 26 item 7)."""
+    server = herald_factory(env={"HERALD_BODY_TIMEOUT_S": "2", "HERALD_BODY_DEADLINE_S": "3"})
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        head = (
+            "POST /v1/topics/trickle/messages HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+        answer = b""
+        for _ in range(120):  # 60 s of trickling at most: far past the deadline
+            try:
+                sock.sendall(b" ")
+            except OSError:
+                break  # the server answered and closed
+            readable, _, _ = select.select([sock], [], [], 0.5)
+            if readable:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                answer += chunk
+                if b"request_timeout" in answer:
+                    break
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"within 3 s" in answer

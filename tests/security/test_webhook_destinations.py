@@ -23,7 +23,11 @@ from tests.security.conftest import write_auth_file
 from tests.webhooks.receiver import Receiver, body_json
 
 SECRET = "whsec_" + base64.b64encode(b"d" * 32).decode()
-TOKENS = {"admin": (["admin"], []), "reader": (["subscribe", "publish"], ["dest.*"])}
+TOKENS = {
+    "admin": (["admin"], []),
+    "reader": (["subscribe", "publish"], ["dest.*"]),
+    "metrics": (["metrics"], []),
+}
 
 # Every spelling of an inside address the issue found accepted, and the ranges of §6.
 INSIDE = [
@@ -117,7 +121,7 @@ def test_allowed_ranges_and_servers_without_credentials_reach_loopback(
             assert r.status_code == 200, r.text
         # Record ids repeat across servers: the values tell them apart.
         receiver.wait_for(
-            lambda: {body_json(r)["value"] for r in receiver.snapshot()} == {0, 1, 2}, timeout=30
+            lambda: {body_json(r)["value"] for r in receiver.snapshot()} == {0, 1, 2}, timeout=60
         )
         # [::1] is not in 127.0.0.0/8: still refused where only that range is allowed.
         refused = _put(allowing, tokens["admin"], "v6", f"http://[::1]:{free_port()}/")
@@ -157,13 +161,24 @@ def test_a_stored_inside_destination_is_refused_at_connection(
             got = httpx.get(f"{restarted.url}/v1/subscriptions/hooked", headers=reader).json()
             return got["stats"].get("last_error") is not None
 
-        wait_until_sync(failed, within=30)
+        wait_until_sync(failed, within=60)
         shown = httpx.get(f"{restarted.url}/v1/subscriptions/hooked", headers=reader).json()
         assert shown["stats"]["last_error"] == "destination not allowed"
         # A non-admin sees the url without its query (credentials hide there).
         assert shown["config"]["push"]["url"] == url.split("?")[0]
         as_admin = httpx.get(f"{restarted.url}/v1/subscriptions/hooked", headers=admin).json()
         assert as_admin["config"]["push"]["url"] == url
+
+        def stats_url(who: str) -> str:
+            got = httpx.get(
+                f"{restarted.url}/v1/stats", headers={"Authorization": f"Bearer {tokens[who]}"}
+            ).json()
+            (hooked,) = [s for s in got["subscriptions"] if s["name"] == "hooked"]
+            shown: str = hooked["config"]["push"]["url"]
+            return shown
+
+        assert stats_url("metrics") == url.split("?")[0]
+        assert stats_url("admin") == url
         assert receiver.snapshot() == [], "nothing reached the inside receiver"
 
 
@@ -191,5 +206,5 @@ def test_non_admins_see_categories_of_connection_errors(
             error: str | None = got["stats"].get("last_error")
             return error
 
-        wait_until_sync(lambda: last_error() is not None, within=30)
+        wait_until_sync(lambda: last_error() is not None, within=60)
         assert last_error() == "tls error"

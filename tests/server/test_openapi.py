@@ -108,3 +108,18 @@ def test_a_message_is_exactly_one_of_value_and_value_b64() -> None:
         ({"value": [-(2**63)]}, True),
     ):
         assert validator.is_valid(message) == valid, message
+
+
+def test_the_websocket_routes_are_described() -> None:
+    """OpenAPI cannot describe a WebSocket: the `x-websockets` extension lists each route
+    the server serves, how to pass a token and the close codes (issue 26, item 9)."""
+    from starlette.routing import WebSocketRoute
+
+    from server.app import create_app  # the routes the server really serves
+
+    served = {r.path for r in create_app().routes if isinstance(r, WebSocketRoute)}
+    described = document()["x-websockets"]
+    assert served and served == set(described)
+    for route in described.values():
+        assert "herald.token." in route["authentication"]
+        assert {"4401", "4403"} <= set(route["close_codes"])
