@@ -3,7 +3,7 @@
 // so a reload keeps the selection, a link opens it, and back/forward walk the selections.
 import { api, ApiError, statsFeed } from "./api.js";
 import { LineChart } from "./chart.js";
-import { duration, h, num, toast } from "./dom.js";
+import { closeDialogs, duration, h, num, toast } from "./dom.js";
 import { overviewPage } from "./overview.js";
 import { topicsPage } from "./topics.js";
 import { subscriptionsPage } from "./subscriptions.js";
@@ -75,6 +75,9 @@ export function selectItem(page, item) {
 }
 
 function route() {
+  // A dialog belongs to the page that opened it: Back or a link cancels it, so nothing
+  // it held (a seek, a delete) can act on the page that comes next.
+  closeDialogs();
   const { page, item } = parseHash();
   if (page !== currentPage) {
     for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === page);

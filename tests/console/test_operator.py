@@ -1,0 +1,45 @@
+"""The console as an operator uses it (issue 28): dialogs belong to their page, browse
+opens where the records are, a subscription lists its consumers, a topic lists its
+subscriptions and takes a publish, and auto-created topics are marked."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+from playwright.sync_api import expect
+
+from tests.console.conftest import screenshot
+from tests.console.test_console import publish
+from tests.console.test_navigation import subscribe
+
+
+def backlog(url: str, name: str) -> int:
+    response = httpx.get(f"{url}/v1/subscriptions/{name}")
+    assert response.status_code == 200, response.text
+    value: int = response.json()["stats"]["backlog"]
+    return value
+
+
+def test_a_seek_confirmation_does_not_survive_the_back_button(herald_url: str, page: Any) -> None:
+    publish(herald_url, "orders", [{"value": n} for n in range(3)])
+    subscribe(herald_url, "workers", "orders")
+    seeks: list[str] = []
+    page.on("request", lambda r: seeks.append(r.url) if r.url.endswith("/seek") else None)
+    page.goto(f"{herald_url}/console/#/subscriptions")
+    page.click("tr[data-subscription=workers]")
+    expect(page).to_have_url(re.compile(r"#/subscriptions/workers$"))
+    page.click("#seek-latest")
+    dialog = page.locator("#confirm-dialog")
+    expect(dialog).to_be_visible()
+    page.go_back()
+    expect(page).to_have_url(re.compile(r"#/subscriptions$"))
+    expect(dialog).to_be_hidden()
+    # Its Seek button, pressed anyway (a script, as no person can reach it now), does nothing.
+    page.evaluate("document.getElementById('confirm-ok').click()")
+    page.click("tr[data-subscription=workers]")  # a round trip through the page's tasks
+    expect(page.locator("#sub-backlog")).to_have_text("3")
+    assert seeks == []
+    assert backlog(herald_url, "workers") == 3
+    assert page.console_errors == []
