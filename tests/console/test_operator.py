@@ -43,3 +43,17 @@ def test_a_seek_confirmation_does_not_survive_the_back_button(herald_url: str, p
     assert seeks == []
     assert backlog(herald_url, "workers") == 3
     assert page.console_errors == []
+
+
+def test_browse_opens_on_a_partition_that_has_records(herald_url: str, page: Any) -> None:
+    response = httpx.put(f"{herald_url}/v1/topics/sparse", json={"partitions": 3})
+    assert response.status_code == 201, response.text
+    publish(herald_url, "sparse", [{"value": {"where": "in-two"}, "partition": 2}])
+    page.goto(f"{herald_url}/console/#/topics/sparse")
+    expect(page.locator("#browse-messages")).to_contain_text("in-two")
+    expect(page.locator("#browse-partition")).to_have_value("2")
+    options = page.locator("#browse-partition option")
+    expect(options.nth(0)).to_contain_text("empty")
+    expect(options.nth(2)).not_to_contain_text("empty")
+    screenshot(page, "browse-sparse")
+    assert page.console_errors == []

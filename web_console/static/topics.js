@@ -105,11 +105,16 @@ function messageView(m) {
 
 function topicDetail(topic) {
   const t = encodeURIComponent(topic.name);
+  // Browse opens on the first partition that holds records, and the empty ones say so:
+  // partition 0 of a keyed topic can be empty while the others hold thousands.
+  const held = (p) => p.end_offset > p.start_offset;
+  const opening = topic.partitions.find(held) || topic.partitions[0];
   const partition = h("select", { id: "browse-partition" },
-    topic.partitions.map((p) => h("option", { value: p.partition }, `partition ${p.partition}`)));
+    topic.partitions.map((p) => h("option", { value: p.partition, selected: p === opening },
+      `partition ${p.partition}${held(p) ? "" : " (empty)"}`)));
   const mode = h("select", { id: "browse-mode" }, h("option", { value: "offset" }, "from offset"),
     h("option", { value: "timestamp" }, "from time"));
-  const offset = h("input.medium", { id: "browse-offset", type: "number", min: 0, value: 0, title: "offset" });
+  const offset = h("input.medium", { id: "browse-offset", type: "number", min: 0, value: opening?.start_offset || 0, title: "offset" });
   const time = h("input", { id: "browse-time", type: "datetime-local", step: 1, hidden: true });
   mode.onchange = () => { offset.hidden = mode.value !== "offset"; time.hidden = mode.value === "offset"; };
   const list = h("div.messages", { id: "browse-messages" });
@@ -131,7 +136,7 @@ function topicDetail(topic) {
   const prev = () => load(`offset=${Math.max(0, first - PAGE)}`);
   const fwd = () => load(`offset=${next}`);
   partition.onchange = () => load(`offset=0`);
-  load("offset=0");  // a selected topic shows its first records without a click
+  load(`offset=${opening?.start_offset || 0}`);  // a selected topic shows its first records without a click
 
   // Live tail: the SDK's tail (PROTOCOL §3), which reconnects and resumes where it was
   // (every record once, in order per partition); pausing stops granting credit.
