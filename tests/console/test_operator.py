@@ -4,11 +4,13 @@ subscriptions and takes a publish, and auto-created topics are marked."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import httpx
 from playwright.sync_api import expect
+from websockets.sync.client import connect
 
 from tests.console.conftest import screenshot
 from tests.console.test_console import publish
@@ -56,4 +58,48 @@ def test_browse_opens_on_a_partition_that_has_records(herald_url: str, page: Any
     expect(options.nth(0)).to_contain_text("empty")
     expect(options.nth(2)).not_to_contain_text("empty")
     screenshot(page, "browse-sparse")
+    assert page.console_errors == []
+
+
+def test_a_subscription_lists_its_consumers_and_a_topic_its_subscriptions(
+    herald_url: str, page: Any
+) -> None:
+    publish(herald_url, "jobs", [{"value": n} for n in range(2)])
+    subscribe(herald_url, "runners", "jobs")
+    subscribe(herald_url, "auditors", "jobs")
+    ws_url = herald_url.replace("http://", "ws://") + "/v1/subscriptions/runners/ws?credit=5"
+    with connect(ws_url) as consumer:
+        ready = json.loads(consumer.recv(timeout=15))
+        assert ready["type"] == "ready", ready
+        host, port = consumer.socket.getsockname()[:2]
+        received = 0
+        while received < 2:  # both records are in flight to it: 5 credits, 3 left
+            frame = json.loads(consumer.recv(timeout=15))
+            if frame["type"] == "deliver":
+                received += len(frame["messages"])
+
+        # From outside: GET /v1/stats says the same.
+        stats = httpx.get(f"{herald_url}/v1/stats").json()
+        runners = next(s for s in stats["subscriptions"] if s["name"] == "runners")
+        [listed] = runners["consumers"]
+        assert listed["id"] == ready["consumer"]
+        assert listed["address"] == f"{host}:{port}"
+        assert (listed["credit"], listed["in_flight"]) == (3, 2)
+        assert isinstance(listed["connected_ms"], int)
+
+        page.goto(f"{herald_url}/console/#/subscriptions/runners")
+        consumer_id = ready["consumer"]
+        row = page.locator(f"#sub-consumers tr[data-consumer='{consumer_id}']")
+        expect(row.locator("td").nth(1)).to_have_text(f"{host}:{port}")
+        expect(row.locator("td").nth(2)).to_have_text("3")
+        expect(row.locator("td").nth(3)).to_have_text("2")
+        screenshot(page, "subscription-consumers")
+    expect(page.locator("#no-consumers")).to_have_text("No consumer is connected.")
+
+    page.goto(f"{herald_url}/console/#/topics/jobs")
+    subs = page.locator("#topic-subs tr[data-subscription]")
+    expect(subs).to_have_count(2)
+    expect(page.locator("#topic-subs tr[data-subscription=auditors] td").nth(1)).to_have_text("2")
+    page.click("#topic-subs a[href='#/subscriptions/runners']")
+    expect(page.locator("#sub-detail h2").first).to_have_text("runners")
     assert page.console_errors == []

@@ -73,6 +73,8 @@ export function topicsPage(main) {
       }
       const parts = document.getElementById("partitions-body");
       if (topic && parts) patchChildren(parts, partitionRows(topic));
+      const subs = document.getElementById("topic-subs");
+      if (topic && subs) patchChildren(subs, subscriptionList(topic.name, s));
     },
     leave() { detail.firstChild?.stop?.(); },
   };
@@ -81,6 +83,19 @@ export function topicsPage(main) {
 function partitionRows(topic) {
   return topic.partitions.map((p) => h("tr", {}, h("td", {}, p.partition), h("td.num", {}, num(p.start_offset)),
     h("td.num", {}, num(p.end_offset)), h("td.num", {}, bytes(p.bytes))));
+}
+
+// The subscriptions reading this topic, each a link to its page.
+function subscriptionList(name, snapshot) {
+  const subs = (snapshot?.subscriptions || []).filter((sub) => sub.topic === name);
+  if (!subs.length) return [h("p.muted", { id: "topic-no-subs" }, "No subscription reads this topic.")];
+  return [h("table", {},
+    h("thead", {}, h("tr", {}, h("th", {}, "Subscription"), h("th.num", {}, "Backlog"),
+      h("th.num", {}, "In flight"), h("th.num", {}, "Consumers"), h("th", {}, "Kind"))),
+    h("tbody", {}, subs.map((sub) => h("tr", { dataset: { subscription: sub.name, key: sub.name } },
+      h("td", {}, h("a", { href: itemHash("subscriptions", sub.name) }, sub.name)),
+      h("td.num", {}, num(sub.stats.backlog)), h("td.num", {}, num(sub.stats.in_flight)),
+      h("td.num", {}, num(sub.stats.consumers)), h("td", {}, sub.config.push ? "webhook" : "consumers")))))];
 }
 
 function messageView(m) {
@@ -198,6 +213,8 @@ function topicDetail(topic) {
         h("thead", {}, h("tr", {}, h("th", {}, "Partition"), h("th.num", {}, "Start offset"),
           h("th.num", {}, "End offset"), h("th.num", {}, "Bytes"))),
         h("tbody", { id: "partitions-body" }, partitionRows(topic)))),
+      h("div.panel", {}, h("h2", {}, "Subscriptions"),
+        h("div", { id: "topic-subs" }, subscriptionList(topic.name, store.snapshot))),
       h("div.panel", {}, h("h2", {}, "Browse messages"),
         h("div.row", {}, partition, mode, offset, time, h("button.primary", { id: "browse-load", onclick: go }, "Load")),
         h("div.row", {}, h("button", { id: "browse-prev", onclick: prev }, "← Back"),
