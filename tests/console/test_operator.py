@@ -103,3 +103,39 @@ def test_a_subscription_lists_its_consumers_and_a_topic_its_subscriptions(
     page.click("#topic-subs a[href='#/subscriptions/runners']")
     expect(page.locator("#sub-detail h2").first).to_have_text("runners")
     assert page.console_errors == []
+
+
+def test_the_topic_page_publishes_a_record_and_shows_the_offset_or_the_problem(
+    herald_url: str, page: Any
+) -> None:
+    publish(herald_url, "payments", [{"value": "first"}])
+    page.goto(f"{herald_url}/console/#/topics/payments")
+    page.fill("#publish-key", "cust-7")
+    page.fill("#publish-headers", '{"source": "console"}')
+    page.fill("#publish-value", '{"amount": 4711}')
+    page.click("#publish-send")
+    expect(page.locator("#publish-result")).to_have_text("Published to partition 0 at offset 1.")
+    read = httpx.get(f"{herald_url}/v1/topics/payments/partitions/0/messages?offset=1").json()
+    [record] = read["messages"]
+    assert (record["key"], record["headers"], record["value"]) == (
+        "cust-7",
+        {"source": "console"},
+        {"amount": 4711},
+    )
+
+    # The server's problem, in its own words: a header value that is not a string.
+    page.fill("#publish-headers", '{"source": 7}')
+    page.click("#publish-send")
+    result = page.locator("#publish-result")
+    expect(result).to_contain_text("headers must be an object of string to string")
+    expect(result).to_have_class("error")
+    # Not JSON at all never leaves the page.
+    page.fill("#publish-headers", "")
+    page.fill("#publish-value", "{oops")
+    page.click("#publish-send")
+    expect(result).to_contain_text("The value is not JSON")
+    screenshot(page, "topic-publish")
+    read = httpx.get(f"{herald_url}/v1/topics/payments/partitions/0/messages?offset=0").json()
+    assert len(read["messages"]) == 2
+    # Chromium logs the 400 it asked for; nothing else may go wrong.
+    assert [e for e in page.console_errors if "status of 400" not in e] == []

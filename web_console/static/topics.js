@@ -1,5 +1,6 @@
 import { adminAction, itemHash, selectItem, store } from "./app.js";
 import { api, herald } from "./api.js";
+import { publishForm } from "./publish_form.js";
 import { bytes, confirmDialog, duration, h, num, patchChildren, plural, reveal, toast } from "./dom.js";
 
 const PAGE = 20;
@@ -215,6 +216,7 @@ function topicDetail(topic) {
         h("tbody", { id: "partitions-body" }, partitionRows(topic)))),
       h("div.panel", {}, h("h2", {}, "Subscriptions"),
         h("div", { id: "topic-subs" }, subscriptionList(topic.name, store.snapshot))),
+      publishForm(topic.name),
       h("div.panel", {}, h("h2", {}, "Browse messages"),
         h("div.row", {}, partition, mode, offset, time, h("button.primary", { id: "browse-load", onclick: go }, "Load")),
         h("div.row", {}, h("button", { id: "browse-prev", onclick: prev }, "← Back"),
