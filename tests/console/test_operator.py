@@ -12,6 +12,7 @@ import httpx
 from playwright.sync_api import expect
 from websockets.sync.client import connect
 
+from tests.conftest import HeraldProcess
 from tests.console.conftest import screenshot
 from tests.console.test_console import publish
 from tests.console.test_navigation import subscribe
@@ -139,3 +140,32 @@ def test_the_topic_page_publishes_a_record_and_shows_the_offset_or_the_problem(
     assert len(read["messages"]) == 2
     # Chromium logs the 400 it asked for; nothing else may go wrong.
     assert [e for e in page.console_errors if "status of 400" not in e] == []
+
+
+def test_auto_created_topics_are_marked_and_the_mark_survives_a_restart(
+    herald_server: HeraldProcess, page: Any
+) -> None:
+    url = herald_server.url
+    assert httpx.put(f"{url}/v1/topics/orders", json={}).status_code == 201
+    publish(url, "orders", [{"value": 1}])
+    publish(url, "ordres", [{"value": 1}])  # a typo: auto-create makes the topic
+    subscribe(url, "shipping", "shipments")  # so does a subscription naming a new topic
+
+    def marks() -> dict[str, bool]:
+        return {
+            name: httpx.get(f"{url}/v1/topics/{name}").json()["auto_created"]
+            for name in ("orders", "ordres", "shipments")
+        }
+
+    assert marks() == {"orders": False, "ordres": True, "shipments": True}
+    herald_server.kill()  # no clean shutdown: the mark is on disk with the topic
+    herald_server.restart()
+    assert marks() == {"orders": False, "ordres": True, "shipments": True}
+
+    page.goto(f"{url}/console/#/topics")
+    expect(page.locator("tr[data-topic=ordres] .badge.auto")).to_have_text("auto-created")
+    expect(page.locator("tr[data-topic=shipments] .badge.auto")).to_have_text("auto-created")
+    expect(page.locator("tr[data-topic=orders]")).to_be_visible()
+    expect(page.locator("tr[data-topic=orders] .badge.auto")).to_have_count(0)
+    screenshot(page, "topics-auto-created")
+    assert page.console_errors == []

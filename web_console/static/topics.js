@@ -44,7 +44,7 @@ export function topicsPage(main) {
       const rows = s.topics.map((t) => h("tr.selectable" + (t.name === selected ? ".selected" : ""), {
         onclick: () => selectItem("topics", t.name), dataset: { topic: t.name, key: t.name },
       },
-        h("td", {}, h("a", { href: itemHash("topics", t.name) }, t.name)),
+        h("td", {}, h("a", { href: itemHash("topics", t.name) }, t.name), autoCreated(t)),
         h("td.num", {}, t.partitions.length),
         h("td.num", {}, num(t.messages_total)),
         h("td.num", {}, bytes(t.partitions.reduce((a, p) => a + p.bytes, 0))),
@@ -84,6 +84,15 @@ export function topicsPage(main) {
 function partitionRows(topic) {
   return topic.partitions.map((p) => h("tr", {}, h("td", {}, p.partition), h("td.num", {}, num(p.start_offset)),
     h("td.num", {}, num(p.end_offset)), h("td.num", {}, bytes(p.bytes))));
+}
+
+// docs/protocol.md "Auto-created topics": a publish to a typo (`ordres`) makes a topic.
+function autoCreated(topic) {
+  if (!topic.auto_created) return null;
+  return h("span.badge.warn.auto", {
+    title: "Created by a publish or a subscription naming it, not by an admin (a typo?). " +
+      "Servers run with --no-auto-create refuse such names instead.",
+  }, "auto-created");
 }
 
 // The subscriptions reading this topic, each a link to its page.
@@ -209,7 +218,7 @@ function topicDetail(topic) {
 
   const root = h("div.split", {},
     h("div", {},
-      h("div.panel", {}, h("div.row.spread", {}, h("h2", {}, `Partitions of ${topic.name}`),
+      h("div.panel", {}, h("div.row.spread", {}, h("h2", {}, `Partitions of ${topic.name}`), autoCreated(topic),
         h("button.danger", { id: "delete-topic", onclick: remove }, "Delete topic…")), h("table", {},
         h("thead", {}, h("tr", {}, h("th", {}, "Partition"), h("th.num", {}, "Start offset"),
           h("th.num", {}, "End offset"), h("th.num", {}, "Bytes"))),
