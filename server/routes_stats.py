@@ -147,6 +147,8 @@ async def get_stats(request: Request) -> Response:
     body = await snapshot(state)
     if state.cluster is not None and request.query_params.get("scope") != "node":
         await _with_cluster_subscriptions(state, body)
+    if request.query_params.get("history") == "1":  # docs/protocol.md "Stats": the charts' past
+        body["history"] = state.history.body()
     return json_response(body)
 
 

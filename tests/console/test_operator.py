@@ -16,6 +16,7 @@ from tests.conftest import HeraldProcess
 from tests.console.conftest import screenshot
 from tests.console.test_console import publish
 from tests.console.test_navigation import subscribe
+from tests.helpers import wait_until_sync
 
 
 def backlog(url: str, name: str) -> int:
@@ -168,4 +169,27 @@ def test_auto_created_topics_are_marked_and_the_mark_survives_a_restart(
     expect(page.locator("tr[data-topic=orders]")).to_be_visible()
     expect(page.locator("tr[data-topic=orders] .badge.auto")).to_have_count(0)
     screenshot(page, "topics-auto-created")
+    assert page.console_errors == []
+
+
+def test_the_overview_opens_with_the_charts_of_the_last_minutes(herald_url: str, page: Any) -> None:
+    def samples() -> list[dict[str, int]]:
+        body = httpx.get(f"{herald_url}/v1/stats?history=1").json()
+        found: list[dict[str, int]] = body["history"]["samples"]
+        return found
+
+    wait_until_sync(lambda: len(samples()) >= 1, what="a first sample of the counters")
+    publish(herald_url, "history", [{"value": n} for n in range(50)])
+    wait_until_sync(
+        lambda: samples()[-1]["published_records_total"] == 50, what="a sample after the publish"
+    )
+    history = samples()
+    assert history[0]["published_records_total"] == 0
+    assert [s["now_ms"] for s in history] == sorted(s["now_ms"] for s in history)
+
+    # Nothing is published after the page opens: only the server's history can draw a peak.
+    page.goto(f"{herald_url}/console/#/overview")
+    chart = page.locator("#chart-published")
+    expect(chart).to_have_attribute("data-peak", re.compile(r"^[1-9]"))
+    screenshot(page, "overview-history")
     assert page.console_errors == []
