@@ -496,6 +496,10 @@ class SubscriptionCore:
     def partitions(self) -> list[int]:
         return list(self._parts)
 
+    def in_flight_of(self, consumer: str) -> int:
+        """Records in flight to one consumer (read-only, for the console)."""
+        return sum(1 for entry in self._in_flight if entry.consumer == consumer)
+
     def ack_floor(self, partition: int) -> int:
         return self._parts[partition].ack_floor
 

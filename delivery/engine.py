@@ -42,6 +42,17 @@ __all__ = ["ConsumerSink", "Delivery", "DeliveryEngine", "config_matches"]
 log = logging.getLogger("herald.delivery")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class AttachedConsumer:
+    """One attached consumer as the console lists it: its outstanding credit, the
+    records in flight to it, and its sink (which knows the connection)."""
+
+    id: str
+    credit: int
+    in_flight: int
+    sink: ConsumerSink
+
+
 class DeliveryEngine:
     def __init__(
         self,
@@ -320,6 +331,14 @@ class DeliveryEngine:
         """The consumer's outstanding credit: granted and not yet spent (0 if detached)."""
         runtime = self._consumers.get(consumer_id)
         return 0 if runtime is None else runtime.core.consumers.credit_of(consumer_id)
+
+    def consumers_of(self, name: str) -> list[AttachedConsumer]:
+        """Read-only: the consumers attached to subscription ``name`` (the console)."""
+        core = self._runtime(name).core
+        return [
+            AttachedConsumer(id, core.consumers.credit_of(id), core.in_flight_of(id), sink)
+            for id, sink in self._runtime(name).sinks.items()
+        ]
 
     def grant_credit(self, consumer_id: str, n: int) -> None:
         runtime = self._consumer(consumer_id)

@@ -128,6 +128,8 @@ def topic_body(topic: Topic) -> dict[str, Any]:
         ],
         "messages_total": topic.messages_total,
         "bytes_total": topic.bytes_total,
+        # docs/protocol.md extension: created by a publish or a subscription (a typo?)
+        "auto_created": topic.auto_created,
     }
 
 

@@ -508,6 +508,10 @@ def _topic_view() -> dict[str, Any]:
                 "partitions": {"type": "array", "items": partition},
                 "messages_total": _COUNT,
                 "bytes_total": _COUNT,
+                "auto_created": {
+                    "type": "boolean",
+                    "description": "Created by a publish or a subscription, not a PUT (an extension).",
+                },
             },
             ("name", "config", "partitions", "messages_total", "bytes_total"),
             closed=False,

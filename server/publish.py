@@ -75,7 +75,7 @@ async def ensure_topic(
                 raise LeaderUnavailable(f"topic {name!r} is being created; try again")
         else:
             # Race-free in Storage: two first publishes end up with one topic.
-            topic, _ = await running.storage.ensure_topic(name, defaults)
+            topic, _ = await running.storage.ensure_topic(name, defaults, auto_created=True)
     _check_partition(name, len(topic.partitions), max_partition, index)
     return topic
 

@@ -25,6 +25,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDiscon
 
 from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
+from delivery.engine import AttachedConsumer
 from server.http import (
     is_admin,
     json_body,
@@ -90,7 +91,24 @@ async def subscription_snapshot(state: Services, name: str, now_ms: int) -> dict
         "push": push or None,
         "pause_reason": pause,
         "oldest_unacked_age_ms": age,
+        "consumers": consumers_body(engine.consumers_of(name)),
     }
+
+
+def consumers_body(consumers: list[AttachedConsumer]) -> list[dict[str, Any]]:
+    """docs/protocol.md "Stats": each connected consumer with its address, outstanding
+    credit, records in flight and since when it is connected (a pull consumer has no
+    connection: its address and connected_ms are null)."""
+    return [
+        {
+            "id": consumer.id,
+            "address": getattr(consumer.sink, "address", None),
+            "credit": consumer.credit,
+            "in_flight": consumer.in_flight,
+            "connected_ms": getattr(consumer.sink, "connected_ms", None),
+        }
+        for consumer in consumers
+    ]
 
 
 async def snapshot(state: Services) -> dict[str, Any]:
@@ -136,6 +154,8 @@ async def get_stats(request: Request) -> Response:
     body = await snapshot(state)
     if state.cluster is not None and request.query_params.get("scope") != "node":
         await _with_cluster_subscriptions(state, body)
+    if request.query_params.get("history") == "1":  # docs/protocol.md "Stats": the charts' past
+        body["history"] = state.history.body()
     return json_response(body if is_admin(request.scope) else shown_to_non_admin(body))
 
 

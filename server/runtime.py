@@ -27,6 +27,7 @@ from server.config import ServerConfig
 from server.errors import ServiceStopping
 from server.metrics import Histogram
 from server.peers import Peers
+from server.stats_history import SAMPLE_INTERVAL_S, StatsHistory
 from server.tasks import cancel_and_wait
 from storage.cursors import decode_snapshot, encode_snapshot
 from storage.engine import Storage
@@ -98,6 +99,7 @@ class Services:
     admin_lock: asyncio.Lock  # serialises topic and subscription create/delete
     publish_duration: Histogram  # herald_publish_duration_seconds
     started_ms: int  # GET /v1/stats uptime
+    history: StatsHistory  # GET /v1/stats?history=1: the charts' last 15 minutes
     cluster: ClusterNode | None = None  # PROTOCOL §7; None: a single node
     peers: Peers | None = None  # forwarding to the other nodes of the cluster
 
@@ -174,6 +176,7 @@ class Runtime:
         self._services: Services | None = None
         self._retention: asyncio.Task[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self._sampler: asyncio.Task[None] | None = None
         self._drained = False
         self._closed = False
 
@@ -247,12 +250,21 @@ class Runtime:
             admin_lock=asyncio.Lock(),
             publish_duration=Histogram(),
             started_ms=time.time_ns() // 1_000_000,
+            history=StatsHistory(),
             cluster=self._cluster,
             peers=self._peers,
         )
         self._retention = asyncio.create_task(
             _every(self.config.retention_interval_s, storage.run_retention, "retention pass"),
             name="herald-retention",
+        )
+        history, services = self._services.history, self._services
+
+        async def sample() -> None:
+            history.record(services.storage, services.engine)
+
+        self._sampler = asyncio.create_task(
+            _every(SAMPLE_INTERVAL_S, sample, "stats sample"), name="herald-stats-history"
         )
         if self.config.flush_interval_s > 0:
             # Bounds what power loss can take from acks=1 appends to about one interval.
@@ -306,7 +318,7 @@ class Runtime:
             await self.drain()
         finally:
             try:
-                await cancel_and_wait(self._retention, self._flusher)
+                await cancel_and_wait(self._retention, self._flusher, self._sampler)
                 await self._close_cluster()
             finally:
                 if self._storage is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import shutil
 import uuid
@@ -120,9 +121,12 @@ class Storage:
         )
         try:
             configs = await asyncio.to_thread(metadata.topics)
+            auto_created = await asyncio.to_thread(metadata.auto_created_topics)
             await asyncio.to_thread(storage._sweep_orphans, set(configs))
             for name, config in configs.items():
-                storage._topics[name] = await storage._open_topic(name, config)
+                topic = await storage._open_topic(name, config)
+                topic.auto_created = name in auto_created
+                storage._topics[name] = topic
         except BaseException:
             await storage.close()
             raise
@@ -146,17 +150,24 @@ class Storage:
                 raise TopicConflict(f"topic {name!r} already exists")
             return await self._create(name, config)
 
-    async def ensure_topic(self, name: str, config: TopicConfig) -> tuple[Topic, bool]:
-        """(topic, created): the existing topic as it is, or a new one with ``config``.
+    async def ensure_topic(
+        self, name: str, config: TopicConfig, *, auto_created: bool = False
+    ) -> tuple[Topic, bool]:
+        """(topic, created): the existing topic as it is, or a new one with ``config``
+        (``auto_created``: made by a publish or a subscription, recorded in meta.db).
         Race-free for concurrent auto-creates and idempotent PUTs of one name."""
         async with self._admin:
             existing = self._topics.get(name)
             if existing is not None:
                 return existing, False
-            return await self._create(name, config), True
+            return await self._create(name, config, auto_created=auto_created), True
 
-    async def _create(self, name: str, config: TopicConfig) -> Topic:
-        await asyncio.to_thread(self.metadata.put_topic, name, config, self._wall_ms())
+    async def _create(self, name: str, config: TopicConfig, *, auto_created: bool = False) -> Topic:
+        await asyncio.to_thread(
+            functools.partial(
+                self.metadata.put_topic, name, config, self._wall_ms(), auto_created=auto_created
+            )
+        )
         try:
             topic = await self._open_topic(name, config)
         except BaseException:
@@ -164,6 +175,7 @@ class Storage:
             await asyncio.to_thread(self.metadata.delete_topic, name)
             await asyncio.to_thread(self._trash, name)
             raise
+        topic.auto_created = auto_created
         self._topics[name] = topic
         return topic
 

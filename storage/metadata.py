@@ -29,6 +29,9 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     config TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS subscriptions_by_topic ON subscriptions(topic);
+CREATE TABLE IF NOT EXISTS auto_created_topics (
+    name TEXT PRIMARY KEY
+);
 """
 
 
@@ -64,15 +67,39 @@ class MetadataStore:
             ).fetchone()
         return None if row is None else int(row[0])
 
-    def put_topic(self, name: str, config: TopicConfig, created_ms: int | None = None) -> None:
-        """Insert or update a topic; an update keeps the original creation time."""
+    def auto_created_topics(self) -> set[str]:
+        """The topics a publish or a subscription created (PROTOCOL §1 Auto-create)."""
+        with self._lock:
+            rows = self._db.execute("SELECT name FROM auto_created_topics").fetchall()
+        return {row[0] for row in rows}
+
+    def put_topic(
+        self,
+        name: str,
+        config: TopicConfig,
+        created_ms: int | None = None,
+        *,
+        auto_created: bool = False,
+    ) -> None:
+        """Insert or update a topic; an update keeps the original creation time and
+        whether it was auto-created (marked with its creation, in one transaction)."""
         created = int(time.time() * 1000) if created_ms is None else created_ms
         with self._lock:
-            self._db.execute(
-                "INSERT INTO topics (name, config, created_ms) VALUES (?, ?, ?) "
-                "ON CONFLICT(name) DO UPDATE SET config = excluded.config",
-                (name, orjson.dumps(config.to_dict()).decode(), created),
-            )
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    "INSERT INTO topics (name, config, created_ms) VALUES (?, ?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET config = excluded.config",
+                    (name, orjson.dumps(config.to_dict()).decode(), created),
+                )
+                if auto_created:
+                    self._db.execute(
+                        "INSERT OR IGNORE INTO auto_created_topics (name) VALUES (?)", (name,)
+                    )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def delete_topic(self, name: str) -> list[str]:
         """Delete a topic and, in the same transaction, its subscriptions (PROTOCOL §2:
@@ -90,6 +117,7 @@ class MetadataStore:
                 ]
                 self._db.execute("DELETE FROM subscriptions WHERE topic = ?", (name,))
                 self._db.execute("DELETE FROM topics WHERE name = ?", (name,))
+                self._db.execute("DELETE FROM auto_created_topics WHERE name = ?", (name,))
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise

@@ -63,6 +63,9 @@ class Topic:
         self.name = name
         self.config = config
         self.partitions = partitions
+        # PROTOCOL §1 Auto-create: created by a publish or a subscription, not a PUT
+        # (kept in meta.db; Storage sets it when it opens or creates the topic).
+        self.auto_created = False
         self.messages_total = 0  # appended since the server started; duplicates not counted
         self.bytes_total = 0  # sum of message_size() of those
         self._wall_ms = wall_ms

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from delivery.close_codes import CloseCode
 from storage.errors import SubscriptionNotFound
+from storage.writer import wall_clock_ms
 from subscribers.connection import ConsumerConnection
 from subscribers.frames import (
     AckFrame,
@@ -47,6 +48,9 @@ class ConsumerSession:
         self.subscription = subscription
         self.connection = connection
         self.consumer_id: str | None = None
+        # What the console lists of a connected consumer (docs/protocol.md "Stats").
+        self.address: str | None = None
+        self.connected_ms = wall_clock_ms()
         self._detached = False
         self._closed_by_engine = False
         self._owed = 0  # credit the client gave that the engine has not been handed yet

@@ -83,6 +83,8 @@ async def _consume_subscription(websocket: WebSocket) -> None:
     if config.push is not None:
         raise Refused(CloseCode.PUSH_SUBSCRIPTION, f"subscription {name!r} is a push subscription")
     session = ConsumerSession(engine, name, ConsumerConnection(websocket, sockets.settings))
+    if websocket.client is not None:
+        session.address = f"{websocket.client.host}:{websocket.client.port}"
     try:
         await session.run(credit)
     except SubscriptionNotFound:  # deleted between the lookup and attach

@@ -50,6 +50,7 @@ def test_create_topic_with_defaults_answers_201_with_the_get_body(
         ],
         "messages_total": 0,
         "bytes_total": 0,
+        "auto_created": False,  # docs/protocol.md: made by a PUT, not a publish
     }
     assert http.get(f"/v1/topics/{name}").json() == body
 

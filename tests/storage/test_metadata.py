@@ -38,6 +38,23 @@ def test_topics_round_trip_across_reopen(tmp_path: Path) -> None:
         reopened.close()
 
 
+def test_an_auto_created_mark_survives_a_reopen_and_goes_with_its_topic(tmp_path: Path) -> None:
+    meta = MetadataStore(tmp_path / "meta.db")
+    meta.put_topic("ordres", TopicConfig(), auto_created=True)
+    meta.put_topic("orders", TopicConfig())
+    meta.put_topic("ordres", TopicConfig(partitions=2))  # a config change keeps the mark
+    meta.close()
+
+    reopened = MetadataStore(tmp_path / "meta.db")
+    try:
+        assert reopened.auto_created_topics() == {"ordres"}
+        reopened.delete_topic("ordres")
+        reopened.put_topic("ordres", TopicConfig())  # created again, by a PUT this time
+        assert reopened.auto_created_topics() == set()
+    finally:
+        reopened.close()
+
+
 def test_database_uses_wal_and_full_sync(store: MetadataStore, tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "meta.db") as other:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -82,7 +82,7 @@ export function statsFeed(onSnapshot, onState) {
     }, 1000);
   };
   let stream = null;
-  api("GET", "/v1/stats").then(onSnapshot, (error) => onState(failure(error))).finally(() => {
+  api("GET", "/v1/stats?history=1").then(onSnapshot, (error) => onState(failure(error))).finally(() => {
     stream = herald.stats({
       onSnapshot: (snapshot) => { stopPolling(); onState("live"); onSnapshot(snapshot); },
       onState: (state) => { if (state === "reconnecting") startPolling(); },

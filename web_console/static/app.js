@@ -3,7 +3,7 @@
 // so a reload keeps the selection, a link opens it, and back/forward walk the selections.
 import { api, ApiError, statsFeed } from "./api.js";
 import { LineChart } from "./chart.js";
-import { duration, h, num, toast } from "./dom.js";
+import { closeDialogs, duration, h, num, toast } from "./dom.js";
 import { overviewPage } from "./overview.js";
 import { topicsPage } from "./topics.js";
 import { subscriptionsPage } from "./subscriptions.js";
@@ -43,10 +43,11 @@ export const charts = {
   delivered: null,
 };
 const history = { published: [], delivered: [] };
+const HISTORY_POINTS = 900;  // 15 minutes at one point a second, as the server keeps
 
 export function attachChart(name, canvas, color) {
   charts[name]?.destroy();
-  const chart = new LineChart(canvas, { color });
+  const chart = new LineChart(canvas, { color, capacity: HISTORY_POINTS });
   chart.points = history[name];
   charts[name] = chart;
   chart.draw();
@@ -75,6 +76,9 @@ export function selectItem(page, item) {
 }
 
 function route() {
+  // A dialog belongs to the page that opened it: Back or a link cancels it, so nothing
+  // it held (a seek, a delete) can act on the page that comes next.
+  closeDialogs();
   const { page, item } = parseHash();
   if (page !== currentPage) {
     for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === page);
@@ -88,14 +92,30 @@ function route() {
   if (store.snapshot) current.update(store.snapshot);
 }
 
+// The first snapshot asks for the server's samples of the last 15 minutes (docs/protocol.md
+// "Stats"): the charts open with that picture instead of empty.
+function seedHistory(samples) {
+  for (let i = 1; i < samples.length; i++) {
+    const a = samples[i - 1], b = samples[i];
+    const seconds = Math.max(0.001, (b.now_ms - a.now_ms) / 1000);
+    history.published.push(Math.max(0, (b.published_records_total - a.published_records_total) / seconds));
+    history.delivered.push(Math.max(0, (b.delivered_total - a.delivered_total) / seconds));
+  }
+  for (const name of ["published", "delivered"]) {
+    history[name].splice(0, Math.max(0, history[name].length - HISTORY_POINTS));
+    charts[name]?.draw();
+  }
+}
+
 function onSnapshot(snapshot) {
+  if (snapshot.history && !store.snapshot) seedHistory(snapshot.history.samples || []);
   store.previous = store.snapshot;
   store.snapshot = snapshot;
   computeRates(store.previous, snapshot);
   if (store.previous) {
     for (const name of ["published", "delivered"]) {
       history[name].push(store.rates[name]);
-      if (history[name].length > 120) history[name].shift();
+      if (history[name].length > HISTORY_POINTS) history[name].shift();
       charts[name]?.draw();
     }
   }

@@ -42,8 +42,11 @@ export class LineChart {
       ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(width, y); ctx.stroke();
       ctx.fillText(compact(max * (1 - i / 4)), 4, y + 4);
     }
-    ctx.fillText(`${this.capacity}s ago`, left, height - 4);
+    ctx.fillText(this.capacity >= 120 ? `${Math.round(this.capacity / 60)} min ago` : `${this.capacity}s ago`, left, height - 4);
     ctx.fillText("now", width - 24, height - 4);
+    // What is drawn, for a reader that cannot see the canvas (tests, assistive tools).
+    canvas.dataset.points = this.points.length;
+    canvas.dataset.peak = Math.max(0, ...this.points);
     if (this.points.length < 2) return;
     const step = (width - left) / (this.capacity - 1);
     const x0 = width - step * (this.points.length - 1);

@@ -61,6 +61,12 @@ export function confirmDialog(title, text, okLabel = "Confirm") {
   });
 }
 
+// Cancels an open confirmation (its promise resolves false).
+export function closeDialogs() {
+  const dialog = document.getElementById("confirm-dialog");
+  if (dialog.open) dialog.close("cancel");
+}
+
 export const plural = (n, one, many = `${one}s`) => `${num(n)} ${n === 1 ? one : many}`;
 
 // The page refreshes every second. Rebuilding a table then would lose a click (a click is

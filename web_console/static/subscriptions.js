@@ -141,6 +141,8 @@ export function subscriptionsPage(main) {
       if (sub && changedElsewhere(sub)) { render(sub); return; }
       const stats = document.getElementById("sub-stats");
       if (sub && stats) patchChildren(stats, statRows(sub));
+      const consumers = document.getElementById("sub-consumers");
+      if (sub && consumers) patchChildren(consumers, consumerList(sub));
       const size = document.getElementById("dlq-size");
       if (sub && size) size.textContent = dlqSize(sub.config.dead_letter_topic);
       if (sub?.config.dead_letter_topic) showRedrivable(sub.config.dead_letter_topic);
@@ -174,6 +176,21 @@ export function subscriptionsPage(main) {
       row("Oldest unacked", duration(sub.oldest_unacked_age_ms)),
       row("Ack floors", sub.stats.partitions.map((p) => `p${p.partition}: ${p.ack_floor}`).join(", "), "sub-floors"),
     ];
+  }
+
+  // docs/protocol.md "Stats": the consumers attached now (RabbitMQ's "Consumers" table).
+  function consumerList(sub) {
+    if (!sub.consumers) return [h("p.muted", {}, "This server does not list its consumers.")];
+    if (!sub.consumers.length) return [h("p.muted", { id: "no-consumers" }, "No consumer is connected.")];
+    const now = store.snapshot?.server.now_ms || Date.now();
+    return [h("table", {},
+      h("thead", {}, h("tr", {}, h("th", {}, "Consumer"), h("th", {}, "Address"),
+        h("th.num", {}, "Credit"), h("th.num", {}, "In flight"), h("th", {}, "Connected since"))),
+      h("tbody", {}, sub.consumers.map((c) => h("tr", { dataset: { consumer: c.id, key: c.id } },
+        h("td", {}, h("code", {}, c.id)), h("td", {}, c.address ?? "—"),
+        h("td.num", {}, num(c.credit)), h("td.num", {}, num(c.in_flight)),
+        h("td", {}, c.connected_ms == null ? "—"
+          : `${new Date(c.connected_ms).toLocaleString()} (${duration(now - c.connected_ms)})`)))))];
   }
 
   function pushRows(sub) {
@@ -294,7 +311,8 @@ export function subscriptionsPage(main) {
     detail.replaceChildren(h("div.split", {},
       h("div.panel", {}, h("h2", {}, sub.name),
         h("p.muted", {}, "On topic ", h("a", { href: itemHash("topics", sub.topic) }, sub.topic)),
-        h("table", {}, h("tbody", { id: "sub-stats" }, statRows(sub)))),
+        h("table", {}, h("tbody", { id: "sub-stats" }, statRows(sub))),
+        h("h2", {}, "Consumers"), h("div", { id: "sub-consumers" }, consumerList(sub))),
       h("div", {},
         h("div.panel", {}, h("h2", {}, "Seek"),
           h("p.muted", {}, "Move where ", sub.name, " reads from, in every partition. Each seek asks first."),

@@ -1,5 +1,6 @@
 import { adminAction, itemHash, selectItem, store } from "./app.js";
 import { api, herald } from "./api.js";
+import { publishForm } from "./publish_form.js";
 import { bytes, confirmDialog, duration, h, num, patchChildren, plural, reveal, toast } from "./dom.js";
 
 const PAGE = 20;
@@ -43,7 +44,7 @@ export function topicsPage(main) {
       const rows = s.topics.map((t) => h("tr.selectable" + (t.name === selected ? ".selected" : ""), {
         onclick: () => selectItem("topics", t.name), dataset: { topic: t.name, key: t.name },
       },
-        h("td", {}, h("a", { href: itemHash("topics", t.name) }, t.name)),
+        h("td", {}, h("a", { href: itemHash("topics", t.name) }, t.name), autoCreated(t)),
         h("td.num", {}, t.partitions.length),
         h("td.num", {}, num(t.messages_total)),
         h("td.num", {}, bytes(t.partitions.reduce((a, p) => a + p.bytes, 0))),
@@ -73,6 +74,8 @@ export function topicsPage(main) {
       }
       const parts = document.getElementById("partitions-body");
       if (topic && parts) patchChildren(parts, partitionRows(topic));
+      const subs = document.getElementById("topic-subs");
+      if (topic && subs) patchChildren(subs, subscriptionList(topic.name, s));
     },
     leave() { detail.firstChild?.stop?.(); },
   };
@@ -81,6 +84,28 @@ export function topicsPage(main) {
 function partitionRows(topic) {
   return topic.partitions.map((p) => h("tr", {}, h("td", {}, p.partition), h("td.num", {}, num(p.start_offset)),
     h("td.num", {}, num(p.end_offset)), h("td.num", {}, bytes(p.bytes))));
+}
+
+// docs/protocol.md "Auto-created topics": a publish to a typo (`ordres`) makes a topic.
+function autoCreated(topic) {
+  if (!topic.auto_created) return null;
+  return h("span.badge.warn.auto", {
+    title: "Created by a publish or a subscription naming it, not by an admin (a typo?). " +
+      "Servers run with --no-auto-create refuse such names instead.",
+  }, "auto-created");
+}
+
+// The subscriptions reading this topic, each a link to its page.
+function subscriptionList(name, snapshot) {
+  const subs = (snapshot?.subscriptions || []).filter((sub) => sub.topic === name);
+  if (!subs.length) return [h("p.muted", { id: "topic-no-subs" }, "No subscription reads this topic.")];
+  return [h("table", {},
+    h("thead", {}, h("tr", {}, h("th", {}, "Subscription"), h("th.num", {}, "Backlog"),
+      h("th.num", {}, "In flight"), h("th.num", {}, "Consumers"), h("th", {}, "Kind"))),
+    h("tbody", {}, subs.map((sub) => h("tr", { dataset: { subscription: sub.name, key: sub.name } },
+      h("td", {}, h("a", { href: itemHash("subscriptions", sub.name) }, sub.name)),
+      h("td.num", {}, num(sub.stats.backlog)), h("td.num", {}, num(sub.stats.in_flight)),
+      h("td.num", {}, num(sub.stats.consumers)), h("td", {}, sub.config.push ? "webhook" : "consumers")))))];
 }
 
 function messageView(m) {
@@ -105,11 +130,16 @@ function messageView(m) {
 
 function topicDetail(topic) {
   const t = encodeURIComponent(topic.name);
+  // Browse opens on the first partition that holds records, and the empty ones say so:
+  // partition 0 of a keyed topic can be empty while the others hold thousands.
+  const held = (p) => p.end_offset > p.start_offset;
+  const opening = topic.partitions.find(held) || topic.partitions[0];
   const partition = h("select", { id: "browse-partition" },
-    topic.partitions.map((p) => h("option", { value: p.partition }, `partition ${p.partition}`)));
+    topic.partitions.map((p) => h("option", { value: p.partition, selected: p === opening },
+      `partition ${p.partition}${held(p) ? "" : " (empty)"}`)));
   const mode = h("select", { id: "browse-mode" }, h("option", { value: "offset" }, "from offset"),
     h("option", { value: "timestamp" }, "from time"));
-  const offset = h("input.medium", { id: "browse-offset", type: "number", min: 0, value: 0, title: "offset" });
+  const offset = h("input.medium", { id: "browse-offset", type: "number", min: 0, value: opening?.start_offset || 0, title: "offset" });
   const time = h("input", { id: "browse-time", type: "datetime-local", step: 1, hidden: true });
   mode.onchange = () => { offset.hidden = mode.value !== "offset"; time.hidden = mode.value === "offset"; };
   const list = h("div.messages", { id: "browse-messages" });
@@ -131,7 +161,7 @@ function topicDetail(topic) {
   const prev = () => load(`offset=${Math.max(0, first - PAGE)}`);
   const fwd = () => load(`offset=${next}`);
   partition.onchange = () => load(`offset=0`);
-  load("offset=0");  // a selected topic shows its first records without a click
+  load(`offset=${opening?.start_offset || 0}`);  // a selected topic shows its first records without a click
 
   // Live tail: the SDK's tail (PROTOCOL §3), which reconnects and resumes where it was
   // (every record once, in order per partition); pausing stops granting credit.
@@ -188,11 +218,14 @@ function topicDetail(topic) {
 
   const root = h("div.split", {},
     h("div", {},
-      h("div.panel", {}, h("div.row.spread", {}, h("h2", {}, `Partitions of ${topic.name}`),
+      h("div.panel", {}, h("div.row.spread", {}, h("h2", {}, `Partitions of ${topic.name}`), autoCreated(topic),
         h("button.danger", { id: "delete-topic", onclick: remove }, "Delete topic…")), h("table", {},
         h("thead", {}, h("tr", {}, h("th", {}, "Partition"), h("th.num", {}, "Start offset"),
           h("th.num", {}, "End offset"), h("th.num", {}, "Bytes"))),
         h("tbody", { id: "partitions-body" }, partitionRows(topic)))),
+      h("div.panel", {}, h("h2", {}, "Subscriptions"),
+        h("div", { id: "topic-subs" }, subscriptionList(topic.name, store.snapshot))),
+      publishForm(topic.name),
       h("div.panel", {}, h("h2", {}, "Browse messages"),
         h("div.row", {}, partition, mode, offset, time, h("button.primary", { id: "browse-load", onclick: go }, "Load")),
         h("div.row", {}, h("button", { id: "browse-prev", onclick: prev }, "← Back"),
