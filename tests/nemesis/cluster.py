@@ -2,7 +2,8 @@
 process on its own loopback address (127.0.0.0/8 all routes to lo on Linux, so binding
 needs no setup), data directories under the run's --out directory.
 
-Each Herald node runs with a group id of its own (``NODE_GID_BASE + i``, the user
+Each run claims a slot (``claim_slot``: runs at once on one host use different
+addresses and group ids). Each Herald node runs with a group id of its own (the user
 unchanged, so it reads the interpreter wherever it lives): on loopback a connection's
 source address is 127.0.0.1 whoever opens it, so the firewall (tests/nemesis/network.py)
 tells the nodes' packets apart by their owner's group, not their source. etcd members
@@ -11,6 +12,7 @@ run as the caller.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -21,18 +23,35 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import httpx
 
 from tests.conftest import PROJECT_ROOT
 
-NODE_GID_BASE = 47100  # node i runs with gid NODE_GID_BASE + i (no group entry needed)
-NODE_ADDRESS = "127.0.0.{}"  # node i (1-based) at 127.0.0.1i: 127.0.0.11, 127.0.0.12, …
-ETCD_ADDRESS = "127.0.0.{}"  # member k (1-based) at 127.0.0.2k
+NODE_GID_BASE = 47100  # node i of slot s runs with gid 47100 + 10 s + i (no group entry)
+ADDRESS = "127.0.{}.{}"  # slot s: node i at 127.0.s.1i (127.0.0.11, …), member k at 127.0.s.2k
+SLOTS = 20  # runs at once on one host, each in a slot of its own (addresses, group ids)
+SLOT_LOCK = "/tmp/herald-nemesis-slot-{}.lock"
 NODE_TTL_MS = 2000  # short, so that a failover fits in a run (PROTOCOL §7 default 5000)
 REPLICA_LAG_MS = 3000
 START_WITHIN_S = 120.0  # three Pythons importing the server at once on 2 loaded cores
 STOP_WITHIN_S = 30.0
+
+
+def claim_slot() -> tuple[int, IO[bytes]]:
+    """The first slot no other run on this host holds (an flock held while the returned
+    file stays open): two runs at once would otherwise share addresses and group ids,
+    and one's partitions would cut the other's nodes."""
+    for slot in range(SLOTS):
+        handle = open(SLOT_LOCK.format(slot), "ab")  # noqa: SIM115 - held for the run
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        return slot, handle
+    raise RuntimeError(f"{SLOTS} nemesis runs already hold every slot on this host")
 
 
 def free_port_on(address: str) -> int:
@@ -220,12 +239,13 @@ class Cluster:
     """3 etcd members and ``size`` Herald nodes under ``root``; ``start()`` returns once
     every node answers /healthz and sees all nodes live."""
 
-    def __init__(self, root: Path, size: int = 3) -> None:
+    def __init__(self, root: Path, size: int = 3, slot: int = 0) -> None:
         self.root = root
+        self.slot = slot
         self.etcd = [
             EtcdMember(
                 f"e{k}",
-                ETCD_ADDRESS.format(20 + k),
+                ADDRESS.format(slot, 20 + k),
                 root / f"e{k}",
                 root / f"e{k}.log",
             )
@@ -234,10 +254,10 @@ class Cluster:
         self.nodes = {
             f"n{i}": HeraldNode(
                 f"n{i}",
-                NODE_ADDRESS.format(10 + i),
+                ADDRESS.format(slot, 10 + i),
                 root / f"n{i}",
                 root / f"n{i}.log",
-                gid=NODE_GID_BASE + i,
+                gid=NODE_GID_BASE + 10 * slot + i,
             )
             for i in range(1, size + 1)
         }

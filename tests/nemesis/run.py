@@ -21,7 +21,7 @@ import httpx
 
 from cluster.etcd import EtcdClient, EtcdUnavailable, WatchCompacted
 from tests.nemesis import checker, report, workload
-from tests.nemesis.cluster import Cluster
+from tests.nemesis.cluster import Cluster, claim_slot
 from tests.nemesis.faults import Nemesis
 from tests.nemesis.history import History
 from tests.nemesis.network import Firewall, FirewallUnavailable
@@ -103,8 +103,10 @@ async def run(
 ) -> dict[str, Any]:
     history = History()
     notes: list[str] = []
-    cluster = Cluster(out / "cluster", size)
+    slot, lock = claim_slot()
+    cluster = Cluster(out / "cluster", size, slot)
     with contextlib.ExitStack() as stack:
+        stack.callback(lock.close)
         firewall: Firewall | None
         try:
             firewall = stack.enter_context(Firewall())
