@@ -12,14 +12,14 @@ import pytest
 from tests.nemesis import report
 from tests.nemesis.run import run
 
-SEED = 1  # on today's code: a re-created topic served from an old log (issue 25 item 4)
+SEED = 1  # before issue 25's fixes: a re-created topic served from an old log (item 4)
 MINUTES = 2.0
 
 
 @pytest.mark.nemesis
 @pytest.mark.skip(
-    reason="today's cluster loses records acked at acks=all under these faults (issue 25); "
-    "the lead enables this once the fixes land"
+    reason="issue 25: enabled in make test once the hour-long run and twenty short runs in a "
+    "row show no violation (a red CI blocks every landing); run it with make nemesis"
 )
 def test_a_short_seeded_nemesis_run_finds_no_violation(tmp_path: Path) -> None:
     result = asyncio.run(run(SEED, MINUTES, 3, tmp_path / "nemesis"))
