@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import HeraldProcess
+from tests.helpers import wait_until
 from tests.server import assert_problem
 
 
@@ -208,6 +209,12 @@ def _crash_and_verify(server: HeraldProcess, topic: str, seconds: float, rounds:
                 )
                 for w in range(6)
             ]
+            # Publishing under way first (a loaded host may take seconds to answer the
+            # first one), then `seconds` more of it before the kill.
+            answered_before = len(acked)
+            await wait_until(
+                lambda: len(acked) > answered_before, within=120, what="a publish answered"
+            )
             await asyncio.sleep(seconds)
             await asyncio.to_thread(server.kill)  # mid-flight: some requests never get answers
             stop.set()
