@@ -28,6 +28,7 @@ from server.security_cli import (
     add_security_flags,
     add_token_command,
     configure_encryption,
+    missing_encryption_keys,
     uvicorn_security_options,
 )
 from storage.lock import DataDirLock, DataDirLocked
@@ -303,6 +304,12 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"herald serve: {exc}", file=sys.stderr)
         return 1
     try:
+        # Before recovery: a key the log needs and the configured keys lack would only
+        # show at read time, as 503s (storage/key_check.py).
+        if (problem := missing_encryption_keys(config)) is not None:
+            listener.close()
+            print(f"herald serve: {problem}", file=sys.stderr)
+            return 2
         return _serve(config, listener, data_lock)
     finally:
         data_lock.release()

@@ -114,6 +114,30 @@ def configure_encryption(config: ServerConfig) -> str | None:
     return None
 
 
+def missing_encryption_keys(config: ServerConfig) -> str | None:
+    """Once the data directory is ours: a message naming a key the log needs and the
+    configured keys lack (a read of its batches would answer 503), or None."""
+    from storage.key_check import key_ids_needed
+
+    needed = key_ids_needed(config.data_dir)
+    keyring = encryption.current()
+    have = set(keyring.keys) if keyring is not None else set()
+    missing = sorted(set(needed) - have)
+    if not missing:
+        return None
+    key_id = missing[0]
+    configured = (
+        f"the configured keys ({', '.join(map(str, sorted(have)))}) do not include it"
+        if have
+        else "no encryption key is configured"
+    )
+    return (
+        f"encryption key: the log needs key id {key_id} (e.g. {needed[key_id]}) and "
+        f"{configured}; add its line (`{key_id}:<base64 key>`) to --encryption-key-file "
+        f"or HERALD_ENCRYPTION_KEY (missing: {', '.join(map(str, missing))})"
+    )
+
+
 def uvicorn_security_options(config: ServerConfig) -> dict[str, Any]:
     options: dict[str, Any] = {
         "http": guarded_protocol(config.header_timeout_s),  # httptools + header deadline

@@ -103,6 +103,11 @@ def active() -> bool:
     return _keyring is not None
 
 
+def current() -> Keyring | None:
+    """The configured keyring (None: encryption off)."""
+    return _keyring
+
+
 def new_key_line(key_id: int) -> str:
     return f"{key_id}:{base64.b64encode(AESGCM.generate_key(bit_length=256)).decode()}"
 

@@ -108,6 +108,7 @@ class Consumer:
         self.consumer_id: str | None = None
         self.connections = 0  # how many times a connection became ready
         self._ready_attempt = 0
+        self._quick_retries = 0  # 1012 retries since then: they do not grow the backoff
         self._failures = 0  # connection attempts failed since the last ready one
         self._lost_url = self.url  # the node whose connection failed last (for the log)
         self._session_answerer: _SessionAnswerer | None = None  # the live connection's
@@ -278,9 +279,18 @@ class Consumer:
         )
 
     def _reconnect_wait(self, state: RetryCallState) -> float:
+        outcome = state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        if exc is not None and _closed_with(exc, COORDINATOR_MOVING):
+            # PROTOCOL §7: the subscription's coordinator is moving and the node asks us
+            # back; its successor takes over within about a second of the old one's
+            # lease. Come back soon, jittered, and do not count it as a failure that
+            # grows the backoff as a dead server's would.
+            self._quick_retries += 1
+            return random.uniform(*COORDINATOR_MOVING_RETRY_S)
         # The backoff starts again from min_backoff after every connection that got
         # as far as `ready`, so a long-lived consumer does not wait max_backoff.
-        failures = max(1, state.attempt_number - self._ready_attempt)
+        failures = max(1, state.attempt_number - self._ready_attempt - self._quick_retries)
         delay = min(self.max_backoff, self.min_backoff * 2 ** (failures - 1))
         return delay * random.uniform(0.5, 1.0)
 
@@ -321,6 +331,7 @@ class Consumer:
                 self.consumer_id = ready.get("consumer")
                 self.connections += 1
                 self._ready_attempt = attempt
+                self._quick_retries = 0
                 self._failures = 0
                 self._ws = ws
                 self._session_answerer = _SessionAnswerer(self)
@@ -474,6 +485,14 @@ def _describe(exc: BaseException | None) -> str:
 # RFC 6455 codes a server closes with to say "come back shortly": 1012 service restart
 # (PROTOCOL §7: a subscription's coordinator died or is moving), 1013 try again later.
 COME_BACK_CLOSE_CODES = frozenset({1012, 1013})
+COORDINATOR_MOVING = 1012  # "service restart": the subscription's coordinator moves
+COORDINATOR_MOVING_RETRY_S = (0.05, 0.2)  # jittered; no backoff growth
+
+
+def _closed_with(exc: BaseException, code: int) -> bool:
+    return isinstance(exc, websockets.ConnectionClosed) and (
+        exc.rcvd is not None and exc.rcvd.code == code
+    )
 
 
 def _asked_to_come_back(exc: BaseException) -> bool:
