@@ -650,13 +650,18 @@ class ClusterNode:
         for an election among restarted members, each of them still the incarnation whose
         log ends were compared."""
         guards = failover_guards(self.name, old, self.node_id, self.membership.incarnation)
-        if new.isr == (self.node_id,) and len(old.isr) > 1:
-            for member in old.isr:
-                ends = self.log_ends.get(member)
-                if member not in (self.node_id, old.leader) and ends is not None:
-                    guards.append(
-                        Compare.create_revision(node_key(self.name, member), "=", ends.incarnation)
-                    )
+        if any(self._current(r, old) for r in old.isr if r != old.leader):
+            return guards  # an ordinary failover: a current ISR member takes it
+        for member in old.isr:
+            ends = self.log_ends.get(member)
+            if (
+                member not in (self.node_id, old.leader)
+                and ends is not None
+                and self.membership.is_current(member, ends.incarnation)
+            ):
+                guards.append(
+                    Compare.create_revision(node_key(self.name, member), "=", ends.incarnation)
+                )
         return guards
 
     async def _take_over(self, changes: list[Change]) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -57,31 +56,9 @@ class Peers:
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
         )
         self._own = {"authorization": f"Bearer {cluster_token}"} if cluster_token else {}
-        self._lease_answer, self._lease_answer_until = False, float("-inf")
 
     async def aclose(self) -> None:
         await self._http.aclose()
-
-    async def another_holds_a_lease(self, urls: list[str]) -> bool:
-        """Whether any node at ``urls`` says it holds its etcd lease now (PROTOCOL §7,
-        stale reads): a node that lost its own lease serves nothing from its copy of a
-        partition while another may lead it; if none answers so, etcd is gone for all
-        and committed records stay readable. Remembered for a second."""
-        now = time.monotonic()
-        if now < self._lease_answer_until:
-            return self._lease_answer
-        answers = await asyncio.gather(*(self._holds_lease(u) for u in urls))
-        self._lease_answer, self._lease_answer_until = any(answers), now + 1.0
-        return self._lease_answer
-
-    async def _holds_lease(self, url: str) -> bool:
-        try:
-            response = await self._http.get(
-                f"{url}/v1/cluster", headers={FORWARDED: "1", **self._own}, timeout=1.0
-            )
-            return response.status_code == 200 and response.json().get("holds_lease") is True
-        except (httpx.HTTPError, ValueError, AttributeError):
-            return False
 
     @staticmethod
     def _client_headers(authorization: str | None) -> dict[str, str]:

@@ -163,7 +163,6 @@ async def read_messages(request: Request) -> Response:
     if state.cluster is not None:
         if not state.cluster.leads(name, number):
             return await _read_at_leader(request, state, name, number)
-        await _refuse_stale(state, name, number)
         role = state.cluster.leader_role(name, number)
         if role is not None and not role.replica.high_watermark_settled:
             # A new leader until its followers fetched: the old leader may have committed
@@ -199,26 +198,6 @@ async def read_messages(request: Request) -> Response:
         + b"}"
     )
     return Response(body, media_type=JSON)
-
-
-async def _refuse_stale(state: Services, name: str, number: int) -> None:
-    """PROTOCOL §7 (stale reads): a leader that can no longer renew its lease, while
-    another node holds one, may have been replaced; it answers 503 rather than show its
-    own copy (the client retries at another node). With etcd gone for every node,
-    committed records stay readable here."""
-    assert state.cluster is not None and state.peers is not None
-    if state.cluster.membership.holds_lease():
-        return
-    others = [
-        url
-        for node, url in state.cluster.known_nodes().items()
-        if node != state.cluster.node_id and url
-    ]
-    if await state.peers.another_holds_a_lease(others):
-        raise LeaderUnavailable(
-            f"this node cannot renew its etcd lease and may no longer lead partition {number} "
-            f"of {name!r}: read from another node"
-        )
 
 
 async def _read_at_leader(request: Request, state: Services, name: str, number: int) -> Response:

@@ -189,7 +189,7 @@ class Runtime:
             if self.config.clustered:
                 # Before the engine: every partition has its role (and its visible end,
                 # the high watermark) before anything reads it.
-                self._peers = peers = Peers(self.config.cluster_token)
+                self._peers = Peers(self.config.cluster_token)
                 self._cluster = ClusterNode(
                     storage,
                     ClusterSettings(
@@ -202,7 +202,6 @@ class Runtime:
                         etcd_history_s=self.config.etcd_history_s,
                     ),
                     on_topic_deleted=self._topic_deleted,
-                    lease_elsewhere=peers.another_holds_a_lease,
                     peer_headers=(
                         {"authorization": f"Bearer {self.config.cluster_token}"}
                         if self.config.cluster_token

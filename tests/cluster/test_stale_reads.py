@@ -55,6 +55,16 @@ def publish(cluster: HeraldCluster, node: str, partition: int, value: str) -> in
     return offset
 
 
+NOT_YET = (
+    "issue 25 items 5-6, taken back: asking the other nodes whether one holds its lease "
+    "cannot tell a node cut off alone from the first second of an outage of etcd for all "
+    "(a peer renewed a moment later still held its lease, so reads answered 503 and "
+    "subscriptions stopped although etcd was gone for every node). Needs a peer's time "
+    "since its last renewal compared with this node's (the next session)."
+)
+
+
+@pytest.mark.skip(reason=NOT_YET)
 @pytest.mark.timeout(300)
 def test_a_leader_cut_off_from_etcd_alone_serves_no_stale_read(
     cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
@@ -96,6 +106,7 @@ def test_a_leader_cut_off_from_etcd_alone_serves_no_stale_read(
     )
 
 
+@pytest.mark.skip(reason=NOT_YET)
 @pytest.mark.timeout(300)
 def test_a_coordinator_cut_off_from_etcd_alone_stops_delivering(
     cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
