@@ -16,6 +16,7 @@ AssertionError listing every violation; it returns what it looked at otherwise.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -145,8 +146,8 @@ def check_replicas(
 
     if unique_producer_ids:
         for name, rs in records.items():
-            ids = [r.producer_id for r in rs if r.offset < high_watermark and r.producer_id]
-            duplicates = sorted({i for i in ids if ids.count(i) > 1})
+            ids = Counter(r.producer_id for r in rs if r.offset < high_watermark and r.producer_id)
+            duplicates = sorted(i for i, seen in ids.items() if seen > 1)
             if duplicates:
                 problems.append(f"{name}: producer ids twice below the HW: {duplicates[:10]}")
 
