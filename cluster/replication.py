@@ -157,6 +157,8 @@ class LeaderReplica:
         self.high_watermark = min(high_watermark, log_end)
         self.commit_point = min(self.high_watermark, self.fsynced_end)
         self.epoch_start_offset = log_end  # the first offset this epoch writes
+        # Whether the commit point has been established in this epoch (see _advance).
+        self.commit_settled = False
         now = clock()
         self.followers: dict[str, FollowerState] = {}
         for replica in self.replicas:
@@ -324,7 +326,13 @@ class LeaderReplica:
         fsynced = min(fsynced, self.high_watermark)
         if fsynced > self.commit_point:
             self.commit_point = fsynced
-        committed = self._waiters.pop_through(self.commit_point)
+        # Raft's rule (Kafka's leader epoch start offset): the commit point a new leader
+        # inherited is only what it was told; it is established once this epoch's ISR
+        # reported fsyncing up to the epoch's start. Until then no waiter is answered
+        # from it — only a duplicate id can wait for an offset below that start.
+        if fsynced >= self.epoch_start_offset:
+            self.commit_settled = True
+        committed = self._waiters.pop_through(self.commit_point) if self.commit_settled else ()
         refused: tuple[int, ...] = ()
         if len(self.minimal_isr) < self.min_insync_replicas:
             refused = self._waiters.pop_all()

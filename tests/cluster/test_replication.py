@@ -338,3 +338,45 @@ def test_a_follower_whose_node_is_gone_leaves_the_isr_at_once_even_when_idle() -
     assert r.followers_gone(["b"]).isr_change is None  # one change at a time
     r.isr_stored(("a", "b"))
     assert r.isr == ("a", "b")
+
+
+def test_a_new_leader_answers_no_waiter_from_its_inherited_commit_point() -> None:
+    # Raft's rule (Kafka: the leader epoch start offset): what a new leader inherited is
+    # committed only once the ISR of this epoch has fsynced up to the epoch's start. A
+    # duplicate id answered at acks=all waits for an offset below that start.
+    clock = FakeClock()
+    r = LeaderReplica(
+        "a",
+        epoch=2,
+        replicas=("a", "b", "c"),
+        isr=("a", "b", "c"),
+        min_insync_replicas=2,
+        replica_lag_ms=LAG_MS,
+        clock=clock,
+        log_end=10,
+        high_watermark=10,  # the old leader's mark, as its last fetch response carried it
+        fsynced_end=10,
+    )
+    assert r.wait_commit(6).committed == ()  # no follower has fetched in this epoch
+    assert r.on_fetch("b", 2, 10, 10).progress.committed == ()
+    assert r.on_fetch("c", 2, 10, 8).progress.committed == ()  # c has fsynced 8 only
+    assert r.on_fetch("c", 2, 10, 10).progress.committed == (6,)
+    assert r.wait_commit(3).committed == (3,)  # settled: answered at once from now on
+
+
+def test_a_new_leader_alone_in_the_isr_settles_on_its_own_fsync() -> None:
+    clock = FakeClock()
+    r = LeaderReplica(
+        "a",
+        epoch=2,
+        replicas=("a", "b"),
+        isr=("a",),
+        min_insync_replicas=1,
+        replica_lag_ms=LAG_MS,
+        clock=clock,
+        log_end=10,
+        high_watermark=10,
+        fsynced_end=7,  # a tail written before a restart, not yet fsynced
+    )
+    assert r.wait_commit(5).committed == ()
+    assert r.on_flush(10).committed == (5,)
