@@ -380,3 +380,27 @@ def test_a_new_leader_alone_in_the_isr_settles_on_its_own_fsync() -> None:
     )
     assert r.wait_commit(5).committed == ()
     assert r.on_flush(10).committed == (5,)
+
+
+def test_a_follower_that_writes_but_cannot_fsync_leaves_the_isr_and_acks_all_goes_on() -> None:
+    # Issue 25 item 9: its fetches reach the log end, its fsynced end stays behind (a
+    # failing disk). It held every acks=all publish for as long as it kept fetching.
+    clock = FakeClock()
+    r = leader(clock, min_insync=2)
+    r.on_fetch("b", 3, 0, 0)
+    r.on_fetch("c", 3, 0, 0)
+    r.on_append(10)
+    r.on_flush(10)
+    assert r.wait_commit(10).committed == ()
+    r.on_fetch("b", 3, 10, 10)
+    for _ in range(10):
+        clock.advance(LAG_MS / 10)
+        assert r.on_fetch("c", 3, 10, 0).progress.committed == ()  # written, not fsynced
+        assert r.tick().isr_change is None
+    clock.advance(1)
+    r.on_fetch("c", 3, 10, 0)
+    assert r.tick().isr_change == IsrChange(3, ("a", "b"), False)
+    assert r.isr_stored(("a", "b")).committed == (10,)  # over the ISR that can fsync
+    # It does not rejoin while it cannot fsync: that would hold acks=all again.
+    assert r.on_fetch("c", 3, 10, 0).progress.isr_change is None
+    assert r.on_fetch("c", 3, 10, 10).progress.isr_change == IsrChange(3, ("a", "b", "c"), True)
