@@ -6,7 +6,7 @@ raises its NOSPACE alarm and refuses every write — no registration, no failove
 topic — until an operator compacts, defragments and disarms. Cursor writes alone (one
 every 0.3 s per delivering subscription) fill the default quota in hours to days.
 
-Here etcd gets a 16 MiB quota and the nodes keep 2 s of history (``--etcd-history-s``).
+Here etcd gets a 16 MiB quota and the nodes keep 1 s of history (``--etcd-history-s``).
 While a subscription is consumed and acked steadily (its cursor written to etcd), the
 test writes several times the quota's worth of revisions to etcd at a steady pace
 (real cursor writes are a few hundred bytes each: filling 16 MiB with them alone would
@@ -34,11 +34,11 @@ from tests.cluster.conftest import EtcdProcess
 from tests.cluster.nodes import HeraldCluster
 
 QUOTA_BYTES = 16 << 20
-HISTORY_S = 2
+HISTORY_S = 1
 QUOTAS_WRITTEN = 4  # the writes go on until this many quotas' worth went to etcd...
 DRIVE_CAP_S = 200.0  # ... or this long (a loaded machine), and the test fails
 VALUE_BYTES = 256 << 10  # one filler revision
-BYTES_PER_S = 1 << 20  # at most: HISTORY_S of it is far under the quota
+BYTES_PER_S = 2 << 20  # at most: HISTORY_S of it is far under the quota
 
 
 class QuotaEtcd(EtcdProcess):
