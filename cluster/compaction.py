@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 
-from cluster.etcd import Clock, EtcdClient, EtcdError, EtcdUnavailable
+from cluster.clock import Clock, lease_clock
+from cluster.etcd import EtcdClient, EtcdError, EtcdUnavailable
 
 log = logging.getLogger("herald.cluster")
 
@@ -45,7 +45,7 @@ class Compactor:
         probe_key: str,
         every_s: float = COMPACT_EVERY_S,
         keep_s: float = KEEP_S,
-        clock: Clock = time.monotonic,
+        clock: Clock = lease_clock,
     ) -> None:
         self._etcd = etcd
         self._is_compactor = is_compactor

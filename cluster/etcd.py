@@ -41,7 +41,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -53,6 +53,18 @@ from tenacity import (
     wait_random,
 )
 
+from cluster.etcd_errors import (
+    GRPC_DEADLINE_EXCEEDED,
+    GRPC_NOT_FOUND,
+    GRPC_UNAVAILABLE,
+    EtcdError,
+    EtcdOutcomeUnknown,
+    EtcdUnavailable,
+    LeaseNotFound,
+    Retryable,
+    WatchCompacted,
+    refusal,
+)
 from cluster.etcd_model import (
     Compare,
     CompareOp,
@@ -71,7 +83,7 @@ from cluster.etcd_model import (
     range_body,
     to_bytes,
 )
-from storage.errors import HeraldError
+from cluster.etcd_watch import Watch
 
 __all__ = [  # the client, its errors, and the data model it speaks (cluster.etcd_model)
     "Compare",
@@ -93,77 +105,11 @@ __all__ = [  # the client, its errors, and the data model it speaks (cluster.etc
     "prefix_end",
 ]
 
-if TYPE_CHECKING:
-    from cluster.etcd_watch import Watch
-
 Clock = Callable[[], float]
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 4.0  # a whole call, retries included: under PROTOCOL §7's 5 s
 DEFAULT_ATTEMPT_TIMEOUT_S = 2.0  # one HTTP request to one endpoint
-
-# gRPC status codes etcd answers with (google.golang.org/grpc/codes).
-GRPC_NOT_FOUND = 5
-GRPC_DEADLINE_EXCEEDED = 4
-GRPC_UNAVAILABLE = 14
-
-# Sent as gRPC metadata through the gateway: a member without a leader refuses the
-# request instead of serving it stale (clientv3.WithRequireLeader).
-REQUIRE_LEADER = {"Grpc-Metadata-hasleader": "true"}
-
-
-class EtcdUnavailable(HeraldError):
-    """etcd cannot be reached (no endpoint answered within the call's timeout)."""
-
-    code, status, title = "cluster_unavailable", 503, "Service Unavailable"
-
-    def __init__(self, detail: str, **extra: Any) -> None:
-        extra.setdefault("retry_after", 1)
-        super().__init__(detail, **extra)
-
-
-class EtcdOutcomeUnknown(EtcdUnavailable):
-    """A write was sent but no answer came back: it may or may not have been applied.
-
-    PROTOCOL §7 (settled 2026-11-26): a refused change did not happen, unless its write
-    had already reached etcd unanswered — then the problem says ``"outcome": "unknown"``
-    (the change may still take effect when etcd answers again; retrying is safe)."""
-
-    def __init__(self, detail: str, **extra: Any) -> None:
-        extra.setdefault("outcome", "unknown")
-        super().__init__(detail, **extra)
-
-
-class EtcdError(Exception):
-    """etcd answered, and refused the request (a bug of ours, or a state to handle)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"etcd error {code}: {message}")
-        self.grpc_code = code
-        self.message = message
-
-
-class LeaseNotFound(EtcdError):
-    """The lease does not exist (any more): it expired or was revoked."""
-
-
-class WatchCompacted(EtcdError):
-    """The watch's start revision was compacted away: re-read, then watch from there."""
-
-    def __init__(self, compact_revision: int) -> None:
-        super().__init__(0, f"revision compacted; oldest available is {compact_revision}")
-        self.compact_revision = compact_revision
-
-
-class _Retryable(Exception):
-    """One attempt failed in a way that is safe to repeat on the next endpoint."""
-
-
-def _refusal(code: int, message: str) -> EtcdError:
-    if code == GRPC_NOT_FOUND and "lease not found" in message:
-        return LeaseNotFound(code, message)
-    return EtcdError(code, message)
-
 
 # --------------------------------------------------------------------------- client
 
@@ -306,7 +252,7 @@ class EtcdClient:
             code = int(error.get("grpc_code", error.get("code", 0)))
             if code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
                 raise EtcdUnavailable(f"lease keepalive: {error.get('message')}")
-            raise _refusal(code, str(error.get("message")))
+            raise refusal(code, str(error.get("message")))
         ttl = int(answer.get("result", {}).get("TTL", 0))
         if ttl <= 0:  # etcd answers TTL 0 (omitted) for a lease that no longer exists
             raise LeaseNotFound(GRPC_NOT_FOUND, f"lease {lease_id:x} expired or revoked")
@@ -335,8 +281,6 @@ class EtcdClient:
         ``async with etcd.watch(p, prefix=True, start_revision=r) as watch:``
         ``async for event in watch: ...`` — see :mod:`cluster.etcd_watch`.
         """
-        from cluster.etcd_watch import Watch
-
         raw = to_bytes(key)
         return Watch(self, raw, prefix_end(raw) if prefix else b"", start_revision, idle_probe_s)
 
@@ -374,14 +318,14 @@ class EtcdClient:
         within_s: float | None = None,
     ) -> T:
         """Run ``attempt(endpoint, attempt_timeout)`` until it returns, moving to the
-        next endpoint each time it raises ``_Retryable``; EtcdUnavailable at the deadline."""
+        next endpoint each time it raises ``Retryable``; EtcdUnavailable at the deadline."""
         budget = self.timeout if within_s is None else within_s
         deadline = self.clock() + budget
         last: BaseException | None = None
         retrying = AsyncRetrying(
             stop=stop_before_delay(budget),
             wait=wait_exponential(multiplier=0.05, max=0.5) + wait_random(0, 0.05),
-            retry=retry_if_exception_type(_Retryable),
+            retry=retry_if_exception_type(Retryable),
             reraise=True,
         )
         try:
@@ -393,10 +337,10 @@ class EtcdClient:
                     endpoint = self.current_endpoint
                     try:
                         return await attempt(endpoint, min(self.attempt_timeout, remaining))
-                    except _Retryable:
+                    except Retryable:
                         self.endpoint_failed(endpoint)
                         raise
-        except _Retryable as exc:
+        except Retryable as exc:
             last = exc
         raise EtcdUnavailable(
             f"no etcd endpoint answered within {budget:g} s ({', '.join(self.endpoints)}): {last}"
@@ -418,10 +362,10 @@ class EtcdClient:
                     endpoint + path, content=content, timeout=attempt_timeout
                 )
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                raise _Retryable(f"{endpoint}: {exc!r}") from exc  # nothing was sent
+                raise Retryable(f"{endpoint}: {exc!r}") from exc  # nothing was sent
             except httpx.TransportError as exc:
                 if repeatable:
-                    raise _Retryable(f"{endpoint}: {exc!r}") from exc
+                    raise Retryable(f"{endpoint}: {exc!r}") from exc
                 self.endpoint_failed(endpoint)
                 raise EtcdOutcomeUnknown(
                     f"etcd at {endpoint} did not answer {path}; it may have been applied: {exc!r}"
@@ -451,7 +395,7 @@ class EtcdClient:
             )
         if server_side or response.status_code >= 500:
             if repeatable or "no leader" in message:
-                raise _Retryable(f"{endpoint}: {message}")
+                raise Retryable(f"{endpoint}: {message}")
             self.endpoint_failed(endpoint)
             raise EtcdOutcomeUnknown(f"etcd at {endpoint} failed {path}: {message}")
-        raise _refusal(code, message)
+        raise refusal(code, message)

@@ -24,27 +24,26 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import httpx
 import orjson
 
-from cluster.etcd import (
+from cluster.etcd_errors import (
     GRPC_DEADLINE_EXCEEDED,
     GRPC_UNAVAILABLE,
     REQUIRE_LEADER,
     EtcdError,
     EtcdUnavailable,
+    Retryable,
     WatchCompacted,
-    _Retryable,
 )
 from cluster.etcd_model import KeyValue, b64, header_revision, parse_kv
 
-if TYPE_CHECKING:
-    from cluster.etcd import EtcdClient
+T = TypeVar("T")
 
 QUEUE_BATCHES = 16  # watch responses buffered between the stream and the consumer
 REOPEN_PAUSE_S = 0.05  # between a broken stream and the next (no hot loop on a flapping member)
@@ -78,10 +77,28 @@ class _StreamBroken(Exception):
 _Stream = tuple[str, httpx.Response, AsyncGenerator[str, None]]
 
 
+class WatchTransport(Protocol):
+    """What a watch needs of the client (:class:`cluster.etcd.EtcdClient`): its
+    endpoints with failover, the pool streams are opened with, a probe and a clock."""
+
+    @property
+    def streams(self) -> httpx.AsyncClient: ...
+
+    def clock(self) -> float: ...
+
+    def endpoint_failed(self, endpoint: str) -> None: ...
+
+    async def probe(self, endpoint: str, key: bytes = b"\0") -> bool: ...
+
+    async def with_failover(
+        self, attempt: Callable[[str, float], Awaitable[T]], *, within_s: float | None = None
+    ) -> T: ...
+
+
 class Watch:
     def __init__(
         self,
-        client: EtcdClient,
+        client: WatchTransport,
         key: bytes,
         range_end: bytes,
         start_revision: int,
@@ -192,7 +209,7 @@ class Watch:
             async with asyncio.timeout(attempt_timeout):
                 response = await http.send(request, stream=True)
         except (httpx.TransportError, TimeoutError) as exc:
-            raise _Retryable(f"{endpoint}: watch: {exc!r}") from exc
+            raise Retryable(f"{endpoint}: watch: {exc!r}") from exc
         lines = cast(AsyncGenerator[str, None], response.aiter_lines())
         try:
             if response.status_code != 200:
@@ -206,7 +223,7 @@ class Watch:
         except (httpx.TransportError, TimeoutError, StopAsyncIteration, _StreamBroken) as exc:
             await lines.aclose()
             await response.aclose()
-            raise _Retryable(f"{endpoint}: watch: {exc!r}") from exc
+            raise Retryable(f"{endpoint}: watch: {exc!r}") from exc
         except BaseException:
             await lines.aclose()
             await response.aclose()

@@ -28,6 +28,7 @@ from cluster.follower import (
     Step,
 )
 from cluster.wire import MAX_WAIT_MS, BadMessage, FetchEntry, Request, decode_answer, encode_request
+from storage.errors import StorageUnavailable
 from storage.partition import Partition
 from storage.record import Acks
 from storage.topic import Topic
@@ -36,6 +37,7 @@ log = logging.getLogger("herald.cluster")
 
 FETCH_MAX_BYTES = 4 << 20  # per partition per request
 _ANSWER_GRACE_S = 10.0  # beyond the long poll: a leader slower than this is dropped
+_DISK_RETRY_S = 1.0  # after this node's disk refused a fetched response
 
 
 class FollowerRole:
@@ -128,6 +130,8 @@ class FollowerRole:
                         exc,
                     )
                     self.replica.append_failed()
+                    if isinstance(exc, StorageUnavailable):  # a failing disk: no hot loop
+                        self.retry_at = asyncio.get_running_loop().time() + _DISK_RETRY_S
                     return
             self.replica.appended(partition.log_end_offset, partition.latest_epoch)
             partition.set_high_watermark(self.replica.high_watermark)

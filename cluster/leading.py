@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+from cluster.clock import lease_clock_ms
 from cluster.errors import LeaderUnavailable, NotEnoughReplicas
 from cluster.etcd import EtcdClient, EtcdOutcomeUnknown, EtcdUnavailable
 from cluster.follower import EpochAnswer, EpochQuery, FetchRequest, FetchResponse
@@ -26,10 +26,6 @@ from storage.record import Acks
 from storage.topic import Topic
 
 log = logging.getLogger("herald.cluster")
-
-
-def monotonic_ms() -> float:
-    return time.monotonic() * 1000
 
 
 class Signal:
@@ -99,7 +95,7 @@ class LeaderRole:
             isr=state.state.isr,
             min_insync_replicas=min(topic.config.min_insync_replicas, len(state.state.replicas)),
             replica_lag_ms=replica_lag_ms,
-            clock=monotonic_ms,
+            clock=lease_clock_ms,
             log_end=partition.log_end_offset,
             high_watermark=partition.end_offset,
             fsynced_end=partition.fsynced_offset,

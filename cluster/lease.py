@@ -3,7 +3,7 @@
 PROTOCOL §7: "a node that loses its lease stops acknowledging writes before its lease
 can expire". etcd expires a lease TTL seconds after the last keepalive *it received*,
 which is no earlier than the moment we *sent* it; so ``send time + TTL`` on our
-monotonic clock is a bound etcd cannot beat (up to the two clocks' rate difference,
+lease clock (:mod:`cluster.clock`, which counts a suspend as etcd does) is a bound etcd cannot beat (up to the two clocks' rate difference,
 which the caller covers with a margin). The bound is measured from the send time of
 the last keepalive that was answered — never from when the answer came back.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from types import TracebackType
 
-from cluster.etcd import Clock, EtcdClient, EtcdUnavailable, LeaseNotFound
+from cluster.clock import Clock, lease_clock
+from cluster.etcd import EtcdClient, EtcdUnavailable, LeaseNotFound
 
 log = logging.getLogger("herald.cluster")
 
@@ -28,8 +28,8 @@ class LeaseKeeper:
     """``async with LeaseKeeper(etcd, ttl_s=5) as lease:`` grants a lease, renews it
     every third of its TTL from an owned task, and revokes it on exit.
 
-    ``lease.id`` attaches keys to it; ``lease.valid_until()`` is the monotonic instant
-    before which etcd cannot have expired it; ``lease.lost`` is set once that instant
+    ``lease.id`` attaches keys to it; ``lease.valid_until()`` is the instant on the lease
+    clock (:mod:`cluster.clock`) before which etcd cannot have expired it; ``lease.lost`` is set once that instant
     passed without a renewal, or etcd said the lease is gone. A lost lease stays lost:
     the caller grants a new one (its keys went with the old).
     """
@@ -39,7 +39,7 @@ class LeaseKeeper:
         etcd: EtcdClient,
         ttl_s: int,
         *,
-        clock: Clock = time.monotonic,
+        clock: Clock = lease_clock,
         retry_interval_s: float | None = None,
     ) -> None:
         self._etcd = etcd
@@ -53,7 +53,7 @@ class LeaseKeeper:
         self._task: asyncio.Task[None] | None = None
 
     def valid_until(self) -> float:
-        """The monotonic instant before which etcd cannot have expired the lease."""
+        """The instant on the lease clock before which etcd cannot have expired the lease."""
         if self.lost.is_set():
             return float("-inf")
         return self.last_keepalive_sent + self.ttl

@@ -13,8 +13,8 @@ and gives up with :class:`NodeIdInUse` if it does not. A node that lost its own 
 (etcd unreachable longer than the TTL) registers again under a new one, taking over
 its key if its old lease still holds it.
 
-``lease_valid_until()`` is the monotonic instant before which etcd cannot have expired
-this node's lease, less a margin for the two clocks' rates; a leader stops
+``lease_valid_until()`` is the instant on the lease clock (:mod:`cluster.clock`) before
+which etcd cannot have expired this node's lease, less a margin for the two clocks' rates; a leader stops
 acknowledging writes once it has passed (PROTOCOL §7).
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -30,8 +29,8 @@ from typing import Any
 
 import orjson
 
+from cluster.clock import Clock, lease_clock
 from cluster.etcd import (
-    Clock,
     Compare,
     EtcdClient,
     EtcdUnavailable,
@@ -99,7 +98,7 @@ class Membership:
         node_id: str,
         advertise_url: str,
         ttl_s: int = 5,
-        clock: Clock = time.monotonic,
+        clock: Clock = lease_clock,
         clock_margin_s: float | None = None,
         takeover_wait_s: float | None = None,
     ) -> None:

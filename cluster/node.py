@@ -39,6 +39,7 @@ from typing import Protocol
 
 import orjson
 
+from cluster.clock import lease_clock, lease_clock_ms
 from cluster.compaction import COMPACT_EVERY_S, KEEP_S, Compactor
 from cluster.coordination import (
     CLAIM_PAUSE_S,
@@ -62,7 +63,7 @@ from cluster.etcd import (
 from cluster.etcd_watch import EventType
 from cluster.follower import EpochAnswer, FetchRequest, FetchResponse
 from cluster.following import FetchSession, FollowerRole
-from cluster.leading import Counters, LeaderRole, monotonic_ms
+from cluster.leading import Counters, LeaderRole
 from cluster.log_ends import LogEnds, log_ends_prefix, most_up_to_date, snapshot
 from cluster.membership import Member, Membership, node_key, nodes_prefix
 from cluster.replication import FetchError
@@ -608,7 +609,7 @@ class ClusterNode:
         if state.leader is not None and self._current(state.leader, state):
             self._leaderless_since.pop(ref, None)
             return None
-        now = monotonic_ms()
+        now = lease_clock_ms()
         since = self._leaderless_since.setdefault(ref, now)
         if self.node_id not in state.isr or not self.membership.holds_lease():
             return None
@@ -785,7 +786,7 @@ class ClusterNode:
                 await host.release(name)
                 self._cursors.pop(name, None)
             return
-        now = monotonic_ms() / 1000
+        now = lease_clock()
         live = sorted(members)
         for name in list(self.subscriptions):
             coordinator = self.coordinators.get(name)

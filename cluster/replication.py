@@ -24,7 +24,8 @@ The protocol the servers speak (PROTOCOL §7, Kafka's replication):
   cluster/follower.py), then fetches.
 - **The leader** (this module) learns from each fetch what the follower has written and
   fsynced. The ISR is the leader and the followers that caught up with the leader's log
-  end within ``replica_lag_ms`` (Kafka's rule). The *high watermark* (what readers may
+  end within ``replica_lag_ms`` (Kafka's rule), caught up meaning fsynced (a follower
+  that writes but cannot fsync leaves it). The *high watermark* (what readers may
   see) is the smallest written end over the ISR; the *commit point* (what ``acks=all``
   answers) is the smallest fsynced end over the ISR. Neither ever goes down.
 - **acks=all**: the server calls :meth:`LeaderReplica.check_append` *before* it appends
@@ -157,6 +158,8 @@ class LeaderReplica:
         self.high_watermark = min(high_watermark, log_end)
         self.commit_point = min(self.high_watermark, self.fsynced_end)
         self.epoch_start_offset = log_end  # the first offset this epoch writes
+        # Whether the commit point has been established in this epoch (see _advance).
+        self.commit_settled = False
         now = clock()
         self.followers: dict[str, FollowerState] = {}
         for replica in self.replicas:
@@ -229,15 +232,18 @@ class LeaderReplica:
             return FetchDecision(error, self._progress())
         now = self._clock()
         state = self.followers[follower]
-        # Kafka's ReplicaState.updateFetchState: caught up now if it has the log end; or
-        # as of its previous fetch if it has what the leader had then.
-        if fetch_offset >= self.log_end:
-            state.last_caught_up_ms = max(state.last_caught_up_ms, now)
-        elif fetch_offset >= state.last_fetch_leader_end:
-            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
-        state.last_fetch_leader_end, state.last_fetch_ms = self.log_end, now
         state.written = fetch_offset
         state.fsynced = min(max(fsynced_offset, 0), fetch_offset)
+        # Kafka's ReplicaState.updateFetchState: caught up now if it has the log end; or
+        # as of its previous fetch if it has what the leader had then. "Has" means has
+        # fsynced: acks=all waits for every ISR member's fsync, so a follower that
+        # writes but cannot fsync (a failing disk) falls behind and leaves the ISR
+        # instead of holding every acks=all publish (issue 25 item 9).
+        if state.fsynced >= self.log_end:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now)
+        elif state.fsynced >= state.last_fetch_leader_end:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.last_fetch_leader_end, state.last_fetch_ms = self.log_end, now
         change = self._maybe_expand(follower)
         return FetchDecision(None, self._advance(change))
 
@@ -254,11 +260,12 @@ class LeaderReplica:
 
     def _maybe_expand(self, follower: str) -> IsrChange | None:
         """Kafka's rule: a follower rejoins once it has the high watermark and something
-        of this epoch (so it truncated against this leader)."""
+        of this epoch (so it truncated against this leader) — fsynced, or a follower
+        that cannot fsync would rejoin at once and hold acks=all again."""
         if self.pending is not None or follower in self.isr:
             return None
         state = self.followers[follower]
-        if state.written >= self.high_watermark and state.written >= self.epoch_start_offset:
+        if state.fsynced >= self.high_watermark and state.fsynced >= self.epoch_start_offset:
             self.pending = IsrChange(self.epoch, self._ordered({*self.isr, follower}), True)
             return self.pending
         return None
@@ -293,7 +300,7 @@ class LeaderReplica:
         return self._advance(change)
 
     def _out_of_sync(self, state: FollowerState, now: float) -> bool:
-        return state.written != self.log_end and now - state.last_caught_up_ms > self.replica_lag_ms
+        return state.fsynced < self.log_end and now - state.last_caught_up_ms > self.replica_lag_ms
 
     def isr_stored(self, isr: Iterable[str]) -> Progress:
         """etcd now holds ``isr`` for this leader and epoch (the proposed change was written,
@@ -324,7 +331,13 @@ class LeaderReplica:
         fsynced = min(fsynced, self.high_watermark)
         if fsynced > self.commit_point:
             self.commit_point = fsynced
-        committed = self._waiters.pop_through(self.commit_point)
+        # Raft's rule (Kafka's leader epoch start offset): the commit point a new leader
+        # inherited is only what it was told; it is established once this epoch's ISR
+        # reported fsyncing up to the epoch's start. Until then no waiter is answered
+        # from it — only a duplicate id can wait for an offset below that start.
+        if fsynced >= self.epoch_start_offset:
+            self.commit_settled = True
+        committed = self._waiters.pop_through(self.commit_point) if self.commit_settled else ()
         refused: tuple[int, ...] = ()
         if len(self.minimal_isr) < self.min_insync_replicas:
             refused = self._waiters.pop_all()

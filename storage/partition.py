@@ -536,11 +536,21 @@ class Partition:
         return end
 
     def _append_batches_on_writer(self, data: bytes) -> tuple[int, StorageUnavailable | None]:
+        start = self.log.end_offset
         end = self.log.append_batches(data)  # raises with nothing written
         try:
             self.log.flush()
         except StorageUnavailable as exc:
-            return end, exc  # written but not fsynced: the loop still learns the new end
+            # What could not be made durable is not kept: after a failed fsync Linux may
+            # drop the pages, and a later fsync then succeeds without having written them
+            # ("fsyncgate"), so a replica would report records fsynced that its disk
+            # lacks. Cut back to where the log was; the follower fetches them again.
+            try:
+                self.log.truncate_to(start)
+            except Exception:  # the cut failed too: the loop still learns the new end
+                log.exception("cannot cut partition %d back after a failed fsync", self.partition)
+                return end, exc
+            return self.log.end_offset, exc
         return end, None
 
     async def truncate_to(self, offset: int) -> int:

@@ -338,3 +338,69 @@ def test_a_follower_whose_node_is_gone_leaves_the_isr_at_once_even_when_idle() -
     assert r.followers_gone(["b"]).isr_change is None  # one change at a time
     r.isr_stored(("a", "b"))
     assert r.isr == ("a", "b")
+
+
+def test_a_new_leader_answers_no_waiter_from_its_inherited_commit_point() -> None:
+    # Raft's rule (Kafka: the leader epoch start offset): what a new leader inherited is
+    # committed only once the ISR of this epoch has fsynced up to the epoch's start. A
+    # duplicate id answered at acks=all waits for an offset below that start.
+    clock = FakeClock()
+    r = LeaderReplica(
+        "a",
+        epoch=2,
+        replicas=("a", "b", "c"),
+        isr=("a", "b", "c"),
+        min_insync_replicas=2,
+        replica_lag_ms=LAG_MS,
+        clock=clock,
+        log_end=10,
+        high_watermark=10,  # the old leader's mark, as its last fetch response carried it
+        fsynced_end=10,
+    )
+    assert r.wait_commit(6).committed == ()  # no follower has fetched in this epoch
+    assert r.on_fetch("b", 2, 10, 10).progress.committed == ()
+    assert r.on_fetch("c", 2, 10, 8).progress.committed == ()  # c has fsynced 8 only
+    assert r.on_fetch("c", 2, 10, 10).progress.committed == (6,)
+    assert r.wait_commit(3).committed == (3,)  # settled: answered at once from now on
+
+
+def test_a_new_leader_alone_in_the_isr_settles_on_its_own_fsync() -> None:
+    clock = FakeClock()
+    r = LeaderReplica(
+        "a",
+        epoch=2,
+        replicas=("a", "b"),
+        isr=("a",),
+        min_insync_replicas=1,
+        replica_lag_ms=LAG_MS,
+        clock=clock,
+        log_end=10,
+        high_watermark=10,
+        fsynced_end=7,  # a tail written before a restart, not yet fsynced
+    )
+    assert r.wait_commit(5).committed == ()
+    assert r.on_flush(10).committed == (5,)
+
+
+def test_a_follower_that_writes_but_cannot_fsync_leaves_the_isr_and_acks_all_goes_on() -> None:
+    # Issue 25 item 9: its fetches reach the log end, its fsynced end stays behind (a
+    # failing disk). It held every acks=all publish for as long as it kept fetching.
+    clock = FakeClock()
+    r = leader(clock, min_insync=2)
+    r.on_fetch("b", 3, 0, 0)
+    r.on_fetch("c", 3, 0, 0)
+    r.on_append(10)
+    r.on_flush(10)
+    assert r.wait_commit(10).committed == ()
+    r.on_fetch("b", 3, 10, 10)
+    for _ in range(10):
+        clock.advance(LAG_MS / 10)
+        assert r.on_fetch("c", 3, 10, 0).progress.committed == ()  # written, not fsynced
+        assert r.tick().isr_change is None
+    clock.advance(1)
+    r.on_fetch("c", 3, 10, 0)
+    assert r.tick().isr_change == IsrChange(3, ("a", "b"), False)
+    assert r.isr_stored(("a", "b")).committed == (10,)  # over the ISR that can fsync
+    # It does not rejoin while it cannot fsync: that would hold acks=all again.
+    assert r.on_fetch("c", 3, 10, 0).progress.isr_change is None
+    assert r.on_fetch("c", 3, 10, 10).progress.isr_change == IsrChange(3, ("a", "b", "c"), True)

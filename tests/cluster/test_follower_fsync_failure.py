@@ -1,0 +1,149 @@
+"""Issue 25 item 9: a follower that writes but cannot fsync.
+
+``acks=all`` is answered once every ISR member has fsynced the records (PROTOCOL §7). A
+follower whose disk takes writes but fails every fsync went on fetching up to the
+leader's log end, so it stayed in the ISR while its fsynced end stood still: every
+acks=all publish to the partition hung, never answered. Now a follower counts as caught
+up only by what it has fsynced: it leaves the ISR after ``replica_lag_ms`` and the
+publish is answered over the ISR that remains (or 503 if that is below
+``min_insync_replicas``), and it rejoins once its disk works again.
+
+The failing disk is real: the follower's data directory is an ext4 file system on a loop
+device whose backing file lives on a small tmpfs. Filling that tmpfs leaves ext4 free
+space (writes land in the page cache and succeed) but makes every write-back, hence every
+fsync, fail with ENOSPC — thin-provisioned storage running out. Needs root (mount).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cluster.nodes import HeraldCluster
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("mkfs.ext4") and shutil.which("losetup")),
+    reason="needs root, mkfs.ext4 and loop devices to give a node a failing disk",
+)
+
+TOPIC = "durable"
+FAULTY = "n3"
+BACKING_MB = 24  # the tmpfs holding the disk image: what the image may really use
+IMAGE_MB = 128  # what ext4 believes it has
+ANSWER_WITHIN_S = 60.0  # far beyond replica_lag_ms: a publish not answered by then hangs
+# Each record's value: a publish of several spans new blocks of the image (an append inside
+# a block the backing file already holds would be written back, and fsynced, fine).
+VALUE_BYTES = 200_000
+
+
+@dataclass
+class FailingDisk:
+    backing: Path
+    mountpoint: Path
+
+    def fail_fsyncs(self) -> None:
+        """Fill the backing tmpfs: writes still land in the page cache, write-back fails."""
+        with (self.backing / "filler").open("wb") as filler:
+            chunk = b"\0" * (1 << 20)
+            try:
+                for _ in range(4 * BACKING_MB):
+                    filler.write(chunk)
+                    filler.flush()
+            except OSError:
+                return
+        raise AssertionError("the backing tmpfs did not fill up")
+
+    def heal(self) -> None:
+        (self.backing / "filler").unlink(missing_ok=True)
+
+
+def _run(*command: str | Path) -> None:
+    subprocess.run([str(c) for c in command], check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def failing_disk(tmp_path: Path) -> Iterator[FailingDisk]:
+    backing = tmp_path / "backing"
+    mountpoint = tmp_path / "cluster" / FAULTY  # the node's data directory
+    backing.mkdir()
+    mountpoint.mkdir(parents=True)
+    _run("mount", "-t", "tmpfs", "-o", f"size={BACKING_MB}m", "tmpfs", backing)
+    mounted = False
+    try:
+        image = backing / "disk.img"
+        with image.open("wb") as f:
+            f.truncate(IMAGE_MB << 20)  # sparse
+        # No journal, errors=continue: a failed write-back is reported to fsync and the
+        # file system stays writable (no remount read-only), as a plain data disk would.
+        _run("mkfs.ext4", "-q", "-F", "-O", "^has_journal", image)
+        _run("mount", "-o", "loop,errors=continue", image, mountpoint)
+        mounted = True
+        yield FailingDisk(backing, mountpoint)
+    finally:
+        (backing / "filler").unlink(missing_ok=True)
+        if mounted:
+            subprocess.run(["umount", str(mountpoint)], check=False, timeout=60)
+        subprocess.run(["umount", str(backing)], check=False, timeout=60)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, failing_disk: FailingDisk) -> Iterator[HeraldCluster]:
+    cluster = HeraldCluster(tmp_path / "cluster", 3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def publish(
+    http: httpx.Client, cluster: HeraldCluster, node: str, partition: int, ids: list[str]
+) -> httpx.Response:
+    messages = [
+        {
+            "id": i,
+            "value_b64": base64.b64encode(i.encode() * (VALUE_BYTES // len(i))).decode(),
+            "partition": partition,
+        }
+        for i in ids
+    ]
+    url = f"{cluster.nodes[node].url}/v1/topics/{TOPIC}/messages"
+    return http.post(url, json={"messages": messages}, params={"acks": "all"})
+
+
+def test_a_follower_that_cannot_fsync_leaves_the_isr_and_acks_all_is_answered(
+    cluster: HeraldCluster, failing_disk: FailingDisk
+) -> None:
+    cluster.create_topic(TOPIC, partitions=3, replication_factor=3, min_insync_replicas=2)
+    states = cluster.topic(TOPIC)["partitions"]
+    # A partition the faulty node follows (leaders are spread: two of three qualify).
+    state = next(s for s in states if s["leader"] != FAULTY and FAULTY in s["isr"])
+    partition, leader = state["partition"], state["leader"]
+
+    with httpx.Client(timeout=ANSWER_WITHIN_S) as http:
+        healthy = publish(http, cluster, leader, partition, ["before-0", "before-1"])
+        assert healthy.status_code == 200, healthy.text
+
+        failing_disk.fail_fsyncs()
+        try:
+            answer = publish(http, cluster, leader, partition, [f"during-{k}" for k in range(10)])
+        except httpx.TimeoutException:
+            pytest.fail(f"acks=all not answered within {ANSWER_WITHIN_S} s: it hangs")
+        # Two of three fsync: answered 200 over the remaining ISR (a 503 would be
+        # allowed too if the ISR had fallen below min_insync_replicas; it has not).
+        assert answer.status_code == 200, answer.text
+        isr = cluster.partition_state(TOPIC, partition, leader)["isr"]
+        assert FAULTY not in isr, f"acknowledged with {FAULTY} (no fsync) in the ISR {isr}"
+
+        failing_disk.heal()
+        cluster.wait_isr(TOPIC, partition, cluster.nodes, within=60.0)
+        after = publish(http, cluster, leader, partition, ["after-0"])
+        assert after.status_code == 200, after.text
