@@ -11,6 +11,7 @@ it reaches etcd again it follows the new leader and serves everything.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -55,16 +56,6 @@ def publish(cluster: HeraldCluster, node: str, partition: int, value: str) -> in
     return offset
 
 
-NOT_YET = (
-    "issue 25 items 5-6, taken back: asking the other nodes whether one holds its lease "
-    "cannot tell a node cut off alone from the first second of an outage of etcd for all "
-    "(a peer renewed a moment later still held its lease, so reads answered 503 and "
-    "subscriptions stopped although etcd was gone for every node). Needs a peer's time "
-    "since its last renewal compared with this node's (the next session)."
-)
-
-
-@pytest.mark.skip(reason=NOT_YET)
 @pytest.mark.timeout(300)
 def test_a_leader_cut_off_from_etcd_alone_serves_no_stale_read(
     cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
@@ -106,7 +97,6 @@ def test_a_leader_cut_off_from_etcd_alone_serves_no_stale_read(
     )
 
 
-@pytest.mark.skip(reason=NOT_YET)
 @pytest.mark.timeout(300)
 def test_a_coordinator_cut_off_from_etcd_alone_stops_delivering(
     cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
@@ -160,3 +150,63 @@ def test_a_coordinator_cut_off_from_etcd_alone_stops_delivering(
         return {f"r{k}".encode() for k in range(5)} <= set(got)
 
     cluster.wait_for(pulled_all, 60.0, "every record delivered by the new coordinator")
+
+
+def publish_many(cluster: HeraldCluster, node: str, values: list[str]) -> None:
+    messages = [
+        {"id": v, "value_b64": base64.b64encode(v.encode()).decode(), "partition": 0}
+        for v in values
+    ]
+    answer = cluster.post(node, "/v1/topics/t/messages", {"messages": messages}, acks="all")
+    assert answer.status_code == 200, f"{node}: {answer.status_code} {answer.text}"
+
+
+@pytest.mark.timeout(300)
+def test_with_etcd_down_for_every_node_reads_and_deliveries_go_on(
+    herald_cluster: HeraldCluster,
+) -> None:
+    """PROTOCOL §7, "etcd unreachable": with etcd gone for every node, committed records
+    stay readable and deliverable — in the first seconds of the outage, while some node
+    renewed its lease a moment before etcd stopped, and after every lease ran out (the
+    first fence broke exactly this: it refused reads and stopped deliveries)."""
+    cluster = herald_cluster
+    etcd = cluster.etcd
+    assert etcd is not None
+    ttl_s = cluster.node_ttl_ms / 1000
+    cluster.create_topic("t", partitions=1, replication_factor=3, min_insync_replicas=2)
+    values = [f"r{k}" for k in range(300)]
+    publish_many(cluster, "n1", values)
+    created = cluster.put("n2", "/v1/subscriptions/s", {"topic": "t", "start": "earliest"})
+    assert created.status_code == 201, created.text
+    first = cluster.post("n3", "/v1/subscriptions/s/pull", {"max_messages": 1, "wait_ms": 5000})
+    assert first.status_code == 200 and first.json()["messages"], first.text
+
+    etcd.pause()
+    down_at = time.monotonic()
+    rounds = 0
+    try:
+        while time.monotonic() - down_at < 3 * ttl_s + 2.0:
+            rounds += 1
+            into = time.monotonic() - down_at
+            for node in ("n1", "n2", "n3"):
+                got = [message_bytes(m) for m in read_all(cluster, node, "t")]
+                assert got == [v.encode() for v in values], (
+                    f"{node}, {into:.2f} s into the outage: {len(got)} of {len(values)} records"
+                )
+            via = ("n1", "n2", "n3")[rounds % 3]
+            pulled = cluster.post(
+                via, "/v1/subscriptions/s/pull", {"max_messages": 2, "wait_ms": 2000}
+            )
+            assert pulled.status_code == 200, (
+                f"pull via {via}, {into:.2f} s into the outage: {pulled.status_code} {pulled.text}"
+            )
+            messages = pulled.json()["messages"]
+            assert messages, f"pull via {via}, {into:.2f} s into the outage: nothing delivered"
+            acked = cluster.post(
+                via, "/v1/subscriptions/s/ack", {"ids": [m["id"] for m in messages]}
+            )
+            assert acked.status_code == 200, acked.text
+    finally:
+        etcd.resume()
+    print(f"\n{rounds} rounds of reads on every node and pulls over {3 * ttl_s + 2.0:.1f} s")
+    cluster.wait_live(3, within=60.0)
