@@ -10,13 +10,16 @@ it reaches etcd again it follows the new leader and serves everything.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
+import orjson
 import pytest
+import websockets
 
 from cluster.coordination import preferred_coordinator
 from tests.cluster.link import Link
@@ -210,3 +213,74 @@ def test_with_etcd_down_for_every_node_reads_and_deliveries_go_on(
         etcd.resume()
     print(f"\n{rounds} rounds of reads on every node and pulls over {3 * ttl_s + 2.0:.1f} s")
     cluster.wait_live(3, within=60.0)
+
+
+async def tail_values(url: str, within_s: float) -> tuple[list[bytes], int | None]:
+    """What a tail from the earliest record receives within ``within_s``, and its close
+    code (None: still open)."""
+    got: list[bytes] = []
+    ws_url = url.replace("http://", "ws://") + "/v1/topics/t/ws?from=earliest&credit=100"
+    async with websockets.connect(ws_url, open_timeout=30) as ws:
+        try:
+            async with asyncio.timeout(within_s):
+                async for frame in ws:
+                    message = orjson.loads(frame)
+                    if message.get("type") == "deliver":
+                        got += [message_bytes(r) for r in message["messages"]]
+        except TimeoutError:
+            return got, None
+        except websockets.ConnectionClosed:
+            pass
+        return got, ws.close_code
+
+
+@pytest.mark.timeout(300)
+def test_a_node_whose_view_lags_a_re_creation_serves_nothing_of_the_old_topic(
+    cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
+) -> None:
+    """The seed-12 nemesis finding: a tail (and a read) opened on a node whose view of etcd
+    lagged a topic's delete and re-create showed the old topic's records. Its watches are
+    held back here while its lease renewals and reads of etcd still pass."""
+    cluster, link = cluster_with_a_cuttable_node
+    cluster.create_topic("t", via="n1", partitions=3, replication_factor=3, min_insync_replicas=2)
+    topic = cluster.topic("t", "n2")
+    led = [p["partition"] for p in topic["partitions"] if p["leader"] == "n1"]
+    assert led, f"n1 leads none of {topic['partitions']}"
+    number = led[0]
+    for k in range(5):
+        publish(cluster, "n1", number, f"old-{k}")
+
+    link.freeze_watches()
+    try:
+        assert cluster.http.delete(cluster.nodes["n2"].url + "/v1/topics/t").status_code == 204
+        again = cluster.put("n2", "/v1/topics/t", {"partitions": 3, "replication_factor": 3})
+        assert again.status_code in (200, 201), again.text
+        # n1 still has the old topic, and believes it leads partition `number`.
+        assert cluster.get("n1", "/v1/topics/t").status_code == 200
+        read = cluster.get("n1", f"/v1/topics/t/partitions/{number}/messages", offset=0)
+        if read.status_code == 200:
+            values = [message_bytes(m) for m in read.json()["messages"]]
+            assert not [v for v in values if v.startswith(b"old-")], (
+                f"n1 served records of the deleted topic from its copy: {values}"
+            )
+        else:
+            assert read.status_code == 503, read.text
+            assert read.json()["code"] == "leader_unavailable", read.text
+        got, code = asyncio.run(tail_values(cluster.nodes["n1"].url, 3.0))
+        assert not [v for v in got if v.startswith(b"old-")], (
+            f"a tail on n1 showed records of the deleted topic: {got}"
+        )
+        assert code in (None, 1012), code
+    finally:
+        link.thaw_watches()
+
+    def only_the_new_topic() -> bool:
+        for n in range(3):
+            answer = cluster.get("n1", f"/v1/topics/t/partitions/{n}/messages", offset=0)
+            if answer.status_code != 200:
+                return False
+            if any(message_bytes(m).startswith(b"old-") for m in answer.json()["messages"]):
+                return False
+        return True
+
+    cluster.wait_for(only_the_new_topic, 60.0, "n1 serving only the new topic once it catches up")
