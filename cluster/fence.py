@@ -98,18 +98,20 @@ class Fence:
         self._probing: asyncio.Task[_Probe] | None = None
 
     def serving(self) -> bool:
+        failing = self._failing_since()
+        if self._cut_off(failing):
+            return False
         if self._holds_lease():
             return True
-        failing = self._failing_since()
         last = self._last
         if failing is None or last is None or self._clock() - last.started > USABLE_S:
             return False
         return etcd_down_for_all(failing, last.renewals, last.must_answer)
 
     async def allows(self) -> bool:
-        if self._holds_lease():
-            return True
         failing = self._failing_since()
+        if self._holds_lease() and not self._cut_off(failing):
+            return True
         if failing is None:
             return False  # not registered, or lost without a failed renewal: cannot tell
         return await self.down_for_all(failing)
@@ -120,6 +122,20 @@ class Fence:
         if last is None or self._clock() - last.started > FRESH_S:
             last = await self._probe()
         return etcd_down_for_all(failed_at, last.renewals, last.must_answer)
+
+    def _cut_off(self, failing: float | None) -> bool:
+        """Shown cut off alone by a fresh verdict: another node renewed after this one's
+        first unanswered renewal. Then this node stops at once, its lease still running:
+        what it stops (a subscription's runtime) is stopped before another node can start
+        it, with the rest of the lease to spare (one coordinator at a time)."""
+        last = self._last
+        return (
+            failing is not None
+            and last is not None
+            and last.started >= failing
+            and self._clock() - last.started <= USABLE_S
+            and any(at > failing for at in last.renewals.values())
+        )
 
     async def refresh(self) -> None:
         """Ask the peers again if the last verdict is older than ``FRESH_S``."""

@@ -589,10 +589,11 @@ class ClusterNode:
         return urls, set(self.membership.members) - {self.node_id}
 
     async def _fence_loop(self) -> None:
-        """Once this node's lease may have lapsed, stop what it serves from its own copy
-        the moment the fence says so — from a timer, not from a reconcile pass that may
-        be waiting on etcd: before another node can start a subscription's runtime
-        (one coordinator at a time), its own must have stopped."""
+        """Stop what this node serves from its own copies the moment the fence says so
+        (cut off alone, its lease still running; or its lease lapsed with no verdict) —
+        from a timer, not from a reconcile pass that may be waiting on etcd: before
+        another node can start a subscription's runtime (one coordinator at a time),
+        this node's must have stopped."""
         serving = True
         while True:
             now = monotonic_ms() / 1000
@@ -605,12 +606,9 @@ class ClusterNode:
                     await self.fence.refresh()
                 except Exception:
                     log.exception("asking the other nodes for their renewals failed")
-            if self.membership.holds_lease():
-                serving = True
-                continue
             now_serving = self.fence.serving()
             if serving and not now_serving:
-                log.warning("fenced off: this node's lease may have lapsed while etcd works")
+                log.warning("fenced off: etcd works for another node, not for this one")
                 await self._stop_serving()
             serving = now_serving
 

@@ -91,3 +91,16 @@ def test_past_its_lease_a_node_that_never_failed_a_renewal_does_not_serve() -> N
     clock = Clock()
     fence, _ = fence_with(clock, {"n2": 1.0, "n3": 1.0}, lease=False, failing=None)
     assert not asyncio.run(fence.allows())
+
+
+def test_shown_cut_off_alone_a_node_stops_before_its_lease_runs_out() -> None:
+    clock = Clock()
+    fence, _ = fence_with(clock, {"n2": 99.4, "n3": 98.5}, lease=True, failing=99.0)
+    assert fence.serving()  # no verdict yet: its lease holds
+    asyncio.run(fence.refresh())
+    assert not fence.serving()
+    assert not asyncio.run(fence.allows())
+    # A verdict from before this episode of unanswered renewals shows nothing about it.
+    later, _ = fence_with(clock, {"n2": 99.4}, lease=True, failing=clock.now + 1)
+    asyncio.run(later.refresh())
+    assert later.serving()

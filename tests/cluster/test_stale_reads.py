@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,8 +106,9 @@ def test_a_coordinator_cut_off_from_etcd_alone_stops_delivering(
     cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
 ) -> None:
     """Issue 25, item 6: one coordinator per subscription at a time. The node cut off
-    from etcd alone cannot know whether it still coordinates: once its lease may have
-    lapsed while another node holds one, it delivers nothing more."""
+    from etcd alone cannot know whether it still coordinates: once etcd shows to work for
+    another node and not for it, it stops delivering — its consumer is closed with 1012
+    before another node has claimed the subscription (let alone started its runtime)."""
     cluster, link = cluster_with_a_cuttable_node
     name = next(
         f"s{k}" for k in range(1000) if preferred_coordinator(f"s{k}", ["n1", "n2", "n3"]) == "n1"
@@ -125,11 +127,21 @@ def test_a_coordinator_cut_off_from_etcd_alone_stops_delivering(
     cluster.wait_for(lambda: coordinator("n2") == "n1", 60.0, f"n1 coordinating {name}")
     for k in range(5):
         publish(cluster, "n2", 0, f"r{k}")
+    consumer = Consumer(cluster.nodes["n1"].url, name)
+    consumer.start()
+    assert consumer.ready.wait(60.0), f"no consumer of {name} on n1"
 
     link.cut()
     try:
         cluster.wait_for(
             lambda: coordinator("n2") not in (None, "n1"), 60.0, f"another node coordinating {name}"
+        )
+        moved_at = time.monotonic()
+        consumer.join(30.0)
+        assert consumer.close_code == 1012, f"n1's consumer: {consumer.close_code}"
+        assert consumer.closed_at is not None and consumer.closed_at < moved_at, (
+            f"n1's consumer was closed {consumer.closed_at and consumer.closed_at - moved_at:.3f}"
+            f" s after n2 saw another coordinator of {name}"
         )
         answer = cluster.post(
             "n1", f"/v1/subscriptions/{name}/pull", {"max_messages": 100, "wait_ms": 1000}
@@ -153,6 +165,33 @@ def test_a_coordinator_cut_off_from_etcd_alone_stops_delivering(
         return {f"r{k}".encode() for k in range(5)} <= set(got)
 
     cluster.wait_for(pulled_all, 60.0, "every record delivered by the new coordinator")
+
+
+class Consumer(threading.Thread):
+    """A WebSocket consumer of one subscription on one node, in its own thread: it takes
+    what it is sent (acking nothing) and notes when and how its connection was closed."""
+
+    def __init__(self, url: str, name: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url.replace("http://", "ws://") + f"/v1/subscriptions/{name}/ws?credit=100"
+        self.ready = threading.Event()
+        self.close_code: int | None = None
+        self.closed_at: float | None = None
+
+    def run(self) -> None:
+        asyncio.run(self._consume())
+
+    async def _consume(self) -> None:
+        async with websockets.connect(self.url, open_timeout=60) as ws:
+            try:
+                async with asyncio.timeout(120):
+                    async for frame in ws:
+                        if orjson.loads(frame).get("type") == "ready":
+                            self.ready.set()
+            except websockets.ConnectionClosed:
+                pass
+            self.closed_at = time.monotonic()
+            self.close_code = ws.close_code
 
 
 def publish_many(cluster: HeraldCluster, node: str, values: list[str]) -> None:
