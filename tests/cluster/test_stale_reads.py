@@ -3,9 +3,11 @@ settled 2026-11-26).
 
 A leader cut off from etcd alone (the other nodes still reach it) loses its lease and
 another node takes its partition and acknowledges newer writes. Before this, the cut-off
-node went on answering reads from its own copy, without them. Now, while another node
-holds a lease, it answers 503 ``leader_unavailable`` (the client reads elsewhere); once
-it reaches etcd again it follows the new leader and serves everything.
+node went on answering reads from its own copy, without them. Now, once another node
+renewed its lease after this node's first unanswered renewal (cluster/fence.py), it
+answers 503 ``leader_unavailable`` (the client reads elsewhere) and stops its
+subscriptions; once it reaches etcd again it follows the new leader and serves
+everything. With etcd down for every node, reads and deliveries go on.
 """
 
 from __future__ import annotations
