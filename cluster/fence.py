@@ -45,6 +45,11 @@ log = logging.getLogger("herald.cluster")
 
 FRESH_S = 0.25  # how long a verdict is reused before the peers are asked again
 USABLE_S = 0.75  # how old a verdict :meth:`Fence.serving` still goes by (kept fresher)
+# Before its lease runs out, a node stops only for a renewal of another node this much
+# later than its own first unanswered one: not for a renewal of its own merely slower
+# than theirs (a loaded event loop), while a node cut off alone still sees one of the
+# others' renewals (every third of a TTL) past this well before its lease ends.
+EARLY_SLACK_S = 0.3
 PROBE_TIMEOUT_S = 1.0  # a peer that does not answer within this is "no answer"
 
 # node id -> URL of the nodes to ask; returns node id -> the latest instant on this
@@ -134,7 +139,7 @@ class Fence:
             and last is not None
             and last.started >= failing
             and self._clock() - last.started <= USABLE_S
-            and any(at > failing for at in last.renewals.values())
+            and any(at > failing + EARLY_SLACK_S for at in last.renewals.values())
         )
 
     async def refresh(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from cluster.fence import FRESH_S, USABLE_S, Fence, etcd_down_for_all, renewed_by
+from cluster.fence import EARLY_SLACK_S, FRESH_S, USABLE_S, Fence, etcd_down_for_all, renewed_by
 
 
 def test_a_peer_renewal_after_the_first_unanswered_one_means_cut_off_alone() -> None:
@@ -95,6 +95,11 @@ def test_past_its_lease_a_node_that_never_failed_a_renewal_does_not_serve() -> N
 
 def test_shown_cut_off_alone_a_node_stops_before_its_lease_runs_out() -> None:
     clock = Clock()
+    # n2 renewed just after this node's renewal went out unanswered: that is no proof
+    # (this node's own may merely be slower); its lease holds, it serves.
+    slow, _ = fence_with(clock, {"n2": 99.0 + EARLY_SLACK_S / 2}, lease=True, failing=99.0)
+    asyncio.run(slow.refresh())
+    assert slow.serving()
     fence, _ = fence_with(clock, {"n2": 99.4, "n3": 98.5}, lease=True, failing=99.0)
     assert fence.serving()  # no verdict yet: its lease holds
     asyncio.run(fence.refresh())
