@@ -44,13 +44,13 @@ from cluster.etcd import Clock
 log = logging.getLogger("herald.cluster")
 
 FRESH_S = 0.25  # how long a verdict is reused before the peers are asked again
-USABLE_S = 0.75  # how old a verdict :meth:`Fence.serving` still goes by (kept fresher)
+USABLE_S = 1.0  # how old a verdict :meth:`Fence.serving` still goes by (kept fresher)
 # Before its lease runs out, a node stops only for a renewal of another node this much
 # later than its own first unanswered one: not for a renewal of its own merely slower
 # than theirs (a loaded event loop), while a node cut off alone still sees one of the
 # others' renewals (every third of a TTL) past this well before its lease ends.
 EARLY_SLACK_S = 0.3
-PROBE_TIMEOUT_S = 1.0  # a peer that does not answer within this is "no answer"
+PROBE_TIMEOUT_S = 0.8  # a peer that does not answer within this is "no answer"
 
 # node id -> URL of the nodes to ask; returns node id -> the latest instant on this
 # node's clock at which that node can have sent its last answered renewal (-inf: it never

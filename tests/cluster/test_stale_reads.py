@@ -51,12 +51,16 @@ def cluster_with_a_cuttable_node(tmp_path: Path) -> Iterator[tuple[HeraldCluster
 
 def publish(cluster: HeraldCluster, node: str, partition: int, value: str) -> int:
     message = {"id": value, "value_b64": base64.b64encode(value.encode()).decode()}
-    answer = cluster.post(
-        node,
-        "/v1/topics/t/messages",
-        {"messages": [{**message, "partition": partition}]},
-        acks="all",
-    )
+    for _ in range(60):  # a 503 (a leader just changed) is retried, as the SDK does
+        answer = cluster.post(
+            node,
+            "/v1/topics/t/messages",
+            {"messages": [{**message, "partition": partition}]},
+            acks="all",
+        )
+        if answer.status_code != 503:
+            break
+        time.sleep(0.5)
     assert answer.status_code == 200, f"{node}: {answer.status_code} {answer.text}"
     offset: int = answer.json()["results"][0]["offset"]
     return offset
