@@ -166,8 +166,8 @@ class EtcdClient:
 
     # ------------------------------------------------------------------ key-value
 
-    async def get(self, key: str | bytes) -> KeyValue | None:
-        result = await self.range(key)
+    async def get(self, key: str | bytes, *, within_s: float | None = None) -> KeyValue | None:
+        result = await self.range(key, within_s=within_s)
         return result.kvs[0] if result.kvs else None
 
     async def range(
@@ -178,6 +178,7 @@ class EtcdClient:
         revision: int = 0,
         limit: int = 0,
         count_only: bool = False,
+        within_s: float | None = None,
     ) -> RangeResult:
         """The key, or with ``prefix`` every key under it (sorted by key), at the
         current revision or at ``revision``."""
@@ -190,7 +191,9 @@ class EtcdClient:
         if count_only:
             extra["count_only"] = True
         body = range_body(raw, prefix_end(raw) if prefix else b"", **extra)
-        return parse_range(await self._call("/v3/kv/range", body, repeatable=True))
+        return parse_range(
+            await self._call("/v3/kv/range", body, repeatable=True, within_s=within_s)
+        )
 
     async def put(self, key: str | bytes, value: str | bytes, *, lease: int = 0) -> int:
         """Write one key (attached to ``lease`` if given); returns the new revision."""

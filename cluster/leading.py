@@ -70,6 +70,7 @@ class LeaderRole:
         etcd: EtcdClient,
         holds_lease: Callable[[], bool],
         replica_lag_ms: float,
+        lease: int = 0,
         counters: Counters,
         live: Callable[[], Collection[str]] = tuple,
         is_current: Callable[[str, int], bool] | None = None,
@@ -82,6 +83,7 @@ class LeaderRole:
         self.epoch = state.state.epoch
         self._etcd = etcd
         self._holds_lease = holds_lease
+        self.lease = lease  # this node's lease when it was given the role
         self._counters = counters
         self._live = live  # the node ids holding a lease now
         # Whether a node is live as a given incarnation (cluster/state.py); None: every

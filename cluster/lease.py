@@ -49,8 +49,22 @@ class LeaseKeeper:
         self.id = 0
         self.ttl = 0  # as etcd granted it (etcd rounds small TTLs up)
         self.last_keepalive_sent = float("-inf")  # send time of the last answered renewal
+        # Send time of the first renewal not answered since the last one that was (None:
+        # none failed). PROTOCOL §7 (stale reads): a node compares it with the other
+        # nodes' last renewals to tell "cut off alone" from "etcd down for every node".
+        self.first_failed_sent: float | None = None
+        self._pending_sent: float | None = None  # send time of the renewal under way
         self.lost = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    def unanswered_since(self) -> float | None:
+        """The send time of the first renewal not answered (yet) since the last one that
+        was: a failed one, or the one under way (etcd paused answers nothing, and the
+        call fails only when the lease runs out). None when the last one was answered and
+        none is under way."""
+        if self.first_failed_sent is not None:
+            return self.first_failed_sent
+        return self._pending_sent
 
     def valid_until(self) -> float:
         """The instant on the lease clock before which etcd cannot have expired the lease."""
@@ -89,17 +103,21 @@ class LeaseKeeper:
             remaining = self.valid_until() - self._clock()
             if remaining <= 0:
                 log.warning("lease %x lapsed: no keepalive answered for %s s", self.id, self.ttl)
+                if self.first_failed_sent is None:  # none was even sent (this process paused)
+                    self.first_failed_sent = next_renewal
                 self.lost.set()
                 return
-            sent = self._clock()
+            sent = self._pending_sent = self._clock()
             try:
                 ttl = await self._etcd.lease_keepalive(self.id, within_s=remaining)
             except LeaseNotFound:
                 log.warning("lease %x is gone from etcd", self.id)
+                self._failed(sent)
                 self.lost.set()
                 return
             except EtcdUnavailable as error:
                 log.info("lease %x keepalive failed, retrying: %s", self.id, error)
+                self._failed(sent)
                 next_renewal = self._clock() + retry_interval
                 continue
             except Exception:
@@ -107,7 +125,14 @@ class LeaseKeeper:
                 # the same way: this loop must never end silently, or the node would
                 # neither hold its lease nor notice it lost it, and never register again.
                 log.exception("lease %x keepalive failed unexpectedly, retrying", self.id)
+                self._failed(sent)
                 next_renewal = self._clock() + retry_interval
                 continue
             self.last_keepalive_sent, self.ttl = sent, ttl
+            self.first_failed_sent = self._pending_sent = None
             next_renewal = sent + ttl / 3
+
+    def _failed(self, sent: float) -> None:
+        self._pending_sent = None
+        if self.first_failed_sent is None:
+            self.first_failed_sent = sent

@@ -161,6 +161,24 @@ class Membership:
     def holds_lease(self) -> bool:
         return self._clock() < self.lease_valid_until()
 
+    def failing_since(self) -> float | None:
+        """The monotonic send time of the first renewal etcd left unanswered since the
+        last it answered, failed or still under way (None: the last one was answered).
+        It stays set while this node registers again after losing its lease, until a new
+        lease is granted."""
+        if self._lease is None:
+            return None
+        return self._lease.unanswered_since()
+
+    def renewed_ago_s(self) -> float | None:
+        """Seconds since this node sent the last renewal of its lease that etcd answered
+        (the grant counts); None before registering. Other nodes ask for it (PROTOCOL §7,
+        stale reads): a renewal after their own first unanswered one shows that etcd
+        works, for this node at least."""
+        if self._lease is None or self._lease.last_keepalive_sent == float("-inf"):
+            return None
+        return self._clock() - self._lease.last_keepalive_sent
+
     async def wait_until(self, predicate: Callable[[Mapping[str, Member]], bool]) -> None:
         """Wait until the member set satisfies ``predicate`` (bound it with a timeout)."""
         async with self._changed:

@@ -61,6 +61,7 @@ from cluster.etcd import (
     WatchCompacted,
 )
 from cluster.etcd_watch import EventType
+from cluster.fence import AskRenewals, Fence
 from cluster.follower import EpochAnswer, FetchRequest, FetchResponse
 from cluster.following import FetchSession, FollowerRole
 from cluster.leading import Counters, LeaderRole
@@ -85,6 +86,7 @@ from cluster.topics import (
     create_topic,
     delete_topic,
     partitions_prefix,
+    topic_key,
     topics_prefix,
 )
 from cluster.wire import Request, encode_answer
@@ -98,6 +100,8 @@ Ref = tuple[str, int]  # (topic, partition)
 _RECONCILE_EVERY_S = 0.5  # besides every change etcd reports
 _FAILOVER_PAUSE_MS = 1500  # before an ISR member other than the first live one tries
 _WAIT_APPLIED_S = 5.0  # an admin call waits this long for its change to reach this node
+_FENCE_EVERY_S = 0.1  # how often the fence looks once the lease may have lapsed
+_TOPIC_CHECK_S = 0.5  # a read's or tail's check of its topic's id in etcd, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +148,8 @@ class ClusterNode:
         *,
         on_topic_deleted: Callable[[str], Awaitable[None]],
         peer_headers: dict[str, str] | None = None,
-        lease_elsewhere: Callable[[list[str]], Awaitable[bool]] | None = None,
+        ask_renewals: AskRenewals | None = None,
+        on_fenced: Callable[[], None] | None = None,
     ) -> None:
         self.storage = storage
         self.settings = settings
@@ -152,8 +157,6 @@ class ClusterNode:
         self.name = settings.name
         self._on_topic_deleted = on_topic_deleted
         self._peer_headers = peer_headers or {}
-        # Whether any node at these URLs holds its lease now (the server asks them).
-        self._lease_elsewhere = lease_elsewhere
         self.etcd = EtcdClient(settings.endpoints)
         self.membership = Membership(
             self.etcd,
@@ -163,6 +166,17 @@ class ClusterNode:
             ttl_s=max(1, math.ceil(settings.node_ttl_ms / 1000)),
         )
         self.counters = Counters()
+        # PROTOCOL §7 (stale reads): past its lease, this node serves from its own copy
+        # only while etcd is down for every node (cluster/fence.py; the server asks the
+        # other nodes). ``on_fenced`` closes this node's tails when it stops serving.
+        self.fence = Fence(
+            holds_lease=self.membership.holds_lease,
+            failing_since=self.membership.failing_since,
+            peers=self._peers_to_ask,
+            ask=ask_renewals or _no_answers,
+        )
+        self._on_fenced = on_fenced
+        self._etcd_failed_at: float | None = None  # a topic check etcd did not answer
         self.topics: dict[str, TopicConfig] = {}  # from etcd
         self.topic_ids: dict[str, int] = {}  # from etcd: each topic key's create revision
         self._unreadable_topics: set[str] = set()  # keys in etcd that do not parse
@@ -218,6 +232,7 @@ class ClusterNode:
             asyncio.create_task(self._reconcile_loop(), name="herald-cluster-reconcile"),
             asyncio.create_task(self._tick_loop(), name="herald-cluster-tick"),
             asyncio.create_task(self.compactor.run(), name="herald-etcd-compaction"),
+            asyncio.create_task(self._fence_loop(), name="herald-cluster-fence"),
         ]
 
     async def close(self) -> None:
@@ -229,6 +244,7 @@ class ClusterNode:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.fence.close()
         for role in self.roles.values():
             if isinstance(role, LeaderRole):
                 role.depose()
@@ -516,6 +532,7 @@ class ClusterNode:
                 key=partition_key(self.name, *ref),
                 etcd=self.etcd,
                 holds_lease=self._lease_check(),
+                lease=self.membership.lease_id,
                 replica_lag_ms=self.settings.replica_lag_ms,
                 counters=self.counters,
                 live=lambda: self.membership.members.keys(),
@@ -564,11 +581,85 @@ class ClusterNode:
                 partition.replicate(_NOT_A_REPLICA)
 
     async def _fenced_off(self) -> bool:
-        """This node cannot renew its lease while another node holds one."""
-        if self.membership.holds_lease() or self._lease_elsewhere is None:
+        """Past its lease, with etcd working for another node (cluster/fence.py)."""
+        return not await self.fence.allows()
+
+    def _peers_to_ask(self) -> tuple[dict[str, str], set[str]]:
+        """Every other node known with a URL, and the live ones (which must answer)."""
+        urls = {n: u for n, u in self.known_nodes().items() if n != self.node_id and u}
+        return urls, set(self.membership.members) - {self.node_id}
+
+    async def _fence_loop(self) -> None:
+        """Stop what this node serves from its own copies the moment the fence says so
+        (cut off alone, its lease still running; or its lease lapsed with no verdict) —
+        from a timer, not from a reconcile pass that may be waiting on etcd: before
+        another node can start a subscription's runtime (one coordinator at a time),
+        this node's must have stopped."""
+        serving = True
+        while True:
+            now = monotonic_ms() / 1000
+            until = self.membership.lease_valid_until() - now
+            await asyncio.sleep(min(until, _FENCE_EVERY_S) if until > 0 else _FENCE_EVERY_S)
+            failing = self.membership.failing_since()
+            if failing is not None and monotonic_ms() / 1000 - failing > _FENCE_EVERY_S:
+                # Renewals go unanswered: keep the verdict fresh, for when the lease lapses.
+                try:
+                    await self.fence.refresh()
+                except Exception:
+                    log.exception("asking the other nodes for their renewals failed")
+            now_serving = self.fence.serving()
+            if serving and not now_serving:
+                log.warning("fenced off: etcd works for another node, not for this one")
+                await self._stop_serving()
+            serving = now_serving
+
+    async def _stop_serving(self) -> None:
+        """PROTOCOL §7: no deliveries (consumers get 1012 and reconnect elsewhere) and no
+        tails from this node's copies while another node may coordinate or lead them."""
+        if self._on_fenced is not None:
+            try:
+                self._on_fenced()
+            except Exception:
+                log.exception("closing the tails on this node failed")
+        host = self._host
+        if host is None:
+            return
+        for name in sorted(host.running()):
+            log.warning("subscription %s: stopped, this node may no longer coordinate it", name)
+            self._adopted.pop(name, None)
+            await host.release(name)
+            self._cursors.pop(name, None)
+
+    async def may_serve(self, topic: str) -> bool:
+        """Whether this node may answer a read or open a tail of ``topic`` from its own
+        copy: it is not fenced off (cluster/fence.py), and its copy is of the topic etcd
+        has now — checked with a linearizable read of the topic's key, since this node's
+        view of etcd may lag a delete and re-create (PROTOCOL §7, a re-created name is a
+        new thing). With etcd unreachable from here, only if it is down for every node
+        (then nobody deletes or creates anything)."""
+        if not await self.fence.allows():
             return False
-        others = [url for node, url in self.known_nodes().items() if node != self.node_id and url]
-        return await self._lease_elsewhere(others)
+        if not self.membership.holds_lease():
+            return True  # past its lease, and etcd is down for every node: nothing changes
+        held = self._local_ids.get(topic) or self.topic_ids.get(topic)
+        failed_at = self._recent_etcd_failure()
+        if failed_at is None:
+            sent = monotonic_ms() / 1000
+            try:
+                kv = await self.etcd.get(topic_key(self.name, topic), within_s=_TOPIC_CHECK_S)
+            except EtcdUnavailable:
+                self._etcd_failed_at = failed_at = sent
+            else:
+                self._etcd_failed_at = None
+                return kv is not None and held is not None and kv.create_revision == held
+        return await self.fence.down_for_all(failed_at)
+
+    def _recent_etcd_failure(self) -> float | None:
+        """A topic check etcd left unanswered just now: the next ones ask the fence."""
+        failed = self._etcd_failed_at
+        if failed is None or monotonic_ms() / 1000 - failed > _TOPIC_CHECK_S:
+            return None
+        return failed
 
     def _compacts(self) -> bool:
         """One live node compacts etcd's history: the one with the smallest id."""
@@ -765,6 +856,7 @@ class ClusterNode:
             coordinator is not None
             and coordinator.node == self.node_id
             and coordinator.lease == self.membership.lease_id
+            and self.fence.serving()
         )
 
     def coordinator_url(self, name: str) -> str | None:
@@ -994,7 +1086,10 @@ class ClusterNode:
 
     def leads(self, topic: str, partition: int) -> bool:
         role = self.leader_role(topic, partition)
-        return role is not None and role.active
+        # Not a role given under a lease this node has lost since (it registered again):
+        # another node may have led the partition meanwhile, and the next reconcile pass
+        # drops it (the seed-12 nemesis run: reads just after a re-registration).
+        return role is not None and role.active and role.lease == self.membership.lease_id
 
     def next_spread(self, topic: str, partitions: int) -> int:
         """The partition of the next keyless batch (round robin, as on a single node)."""
@@ -1132,6 +1227,10 @@ class ClusterNode:
     @property
     def nodes_prefix(self) -> str:
         return nodes_prefix(self.name)
+
+
+async def _no_answers(urls: Mapping[str, str], timeout_s: float) -> dict[str, float]:
+    return {}  # no way to ask the other nodes: only a node alone serves past its lease
 
 
 class _NotAReplica:

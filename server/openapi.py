@@ -1162,6 +1162,25 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/cluster/lease": {
+            "get": {
+                "summary": "Node to node (PROTOCOL §7, stale reads): how long ago this node "
+                "sent the last renewal of its etcd lease that etcd answered (null: none)",
+                "responses": {
+                    "200": _json(
+                        _object(
+                            {
+                                "node": {"type": "string"},
+                                "renewed_ms_ago": {"type": ["number", "null"]},
+                            },
+                            ("node", "renewed_ms_ago"),
+                        ),
+                        "this node's last renewal",
+                    ),
+                    "404": _problem("not a cluster"),
+                },
+            }
+        },
     }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -21,6 +22,7 @@ import httpx
 import orjson
 
 from cluster.errors import LeaderUnavailable
+from cluster.fence import renewed_by
 from storage.errors import HeraldError
 
 log = logging.getLogger("herald.server")
@@ -157,6 +159,31 @@ class Peers:
             return {}
 
         return list(await asyncio.gather(*(one(url) for url in urls)))
+
+    async def renewals(self, urls: Mapping[str, str], timeout_s: float) -> dict[str, float]:
+        """When each node at ``urls`` sent its last lease renewal etcd answered, at the
+        latest, on this node's clock (GET /v1/cluster/lease; cluster/fence.py); a node
+        that does not answer within ``timeout_s`` is left out."""
+
+        async def one(node: str, url: str) -> tuple[str, float] | None:
+            try:
+                response = await self._http.get(
+                    f"{url}/v1/cluster/lease", headers=self._own, timeout=timeout_s
+                )
+                answered_at = time.monotonic()
+                if response.status_code != 200:
+                    return None
+                body = response.json()
+                ago = body["renewed_ms_ago"]
+                if body.get("node") != node or not (ago is None or isinstance(ago, int | float)):
+                    return None
+                return node, renewed_by(answered_at, None if ago is None else ago / 1000)
+            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                log.debug("lease renewal of %s: %s", url, exc)
+                return None
+
+        answers = await asyncio.gather(*(one(node, url) for node, url in urls.items()))
+        return dict(a for a in answers if a is not None)
 
     async def replication(self, urls: Iterable[str]) -> list[dict[str, Any]]:
         """Every live node's led partitions (GET /v1/cluster/replication), gathered; a node

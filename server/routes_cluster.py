@@ -135,6 +135,21 @@ async def get_replication(request: Request) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
+async def get_lease(request: Request) -> Response:
+    """How long ago this node sent the last renewal of its lease that etcd answered (node
+    to node; cluster/fence.py): another node that cannot renew its own tells from it
+    whether etcd is down for every node or for that node alone (PROTOCOL §7)."""
+    state = services(request)
+    if state.cluster is None:
+        raise NotFound("not a cluster")
+    ago = state.cluster.membership.renewed_ago_s()
+    body = {
+        "node": state.cluster.node_id,
+        "renewed_ms_ago": None if ago is None else round(ago * 1000, 3),
+    }
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
 async def fetch_socket(websocket: WebSocket) -> None:
     state = app_services(websocket.app)
     if state.cluster is None:
@@ -163,5 +178,6 @@ async def fetch_socket(websocket: WebSocket) -> None:
 routes = [
     method_route("/v1/cluster", GET=get_cluster),
     method_route("/v1/cluster/replication", GET=get_replication),
+    method_route("/v1/cluster/lease", GET=get_lease),
     WebSocketRoute("/v1/cluster/fetch", fetch_socket),
 ]

@@ -163,6 +163,16 @@ async def read_messages(request: Request) -> Response:
     if state.cluster is not None:
         if not state.cluster.leads(name, number):
             return await _read_at_leader(request, state, name, number)
+        if not await state.cluster.may_serve(name):
+            # PROTOCOL §7 (stale reads): cut off from etcd alone, another node may lead
+            # the partition now; or this copy is of a topic since deleted and re-created.
+            raise LeaderUnavailable(
+                f"this node may no longer lead partition {number} of {name!r}: try again"
+            )
+        topic = get_topic(request, name)  # the copy checked, not one replaced meanwhile
+        if number >= len(topic.partitions):
+            raise PartitionNotFound(f"topic {name!r} has no partition {number}")
+        partition = topic.partitions[number]
         role = state.cluster.leader_role(name, number)
         if role is not None and not role.replica.high_watermark_settled:
             # A new leader until its followers fetched: the old leader may have committed

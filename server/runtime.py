@@ -20,6 +20,7 @@ import orjson
 from starlette.requests import HTTPConnection
 
 from cluster.node import ClusterNode, ClusterSettings
+from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.redrive import Redrives
@@ -189,7 +190,7 @@ class Runtime:
             if self.config.clustered:
                 # Before the engine: every partition has its role (and its visible end,
                 # the high watermark) before anything reads it.
-                self._peers = Peers(self.config.cluster_token)
+                self._peers = peers = Peers(self.config.cluster_token)
                 self._cluster = ClusterNode(
                     storage,
                     ClusterSettings(
@@ -202,6 +203,11 @@ class Runtime:
                         etcd_history_s=self.config.etcd_history_s,
                     ),
                     on_topic_deleted=self._topic_deleted,
+                    ask_renewals=peers.renewals,
+                    # PROTOCOL §7 (stale reads): a tail reconnects to a node that serves.
+                    on_fenced=lambda: self.tails.close_all(
+                        CloseCode.SERVICE_RESTART, "this node cannot reach etcd; reconnect"
+                    ),
                     peer_headers=(
                         {"authorization": f"Bearer {self.config.cluster_token}"}
                         if self.config.cluster_token
@@ -243,7 +249,12 @@ class Runtime:
             engine=engine,
             webhooks=webhooks,
             redrives=Redrives(engine),
-            sockets=SocketServices(engine, storage, self.tails),
+            sockets=SocketServices(
+                engine,
+                storage,
+                self.tails,
+                may_tail=cluster.may_serve if cluster is not None else None,
+            ),
             background=self.background,
             stopping=self.stopping,
             admin_lock=asyncio.Lock(),

@@ -43,6 +43,10 @@ class SocketServices:
     storage: Storage
     tails: TailRegistry  # every open tail, closed on SIGTERM
     settings: ConnectionSettings = field(default_factory=ConnectionSettings)
+    # In a cluster: whether this node may serve a tail of a topic from its own copy
+    # (PROTOCOL §7: not while cut off from etcd alone, nor from a copy of a topic deleted
+    # and created again since). None: always.
+    may_tail: Callable[[str], Awaitable[bool]] | None = None
 
 
 def socket_services(websocket: WebSocket) -> SocketServices:
@@ -99,6 +103,14 @@ async def _tail_topic(websocket: WebSocket) -> None:
     start = _query(websocket, "from", parse_from_param)
     topic = storage.topic(name)
     if topic is None:  # PROTOCOL §3: tails never auto-create
+        raise Refused(CloseCode.NOT_FOUND, f"topic {name!r} does not exist")
+    if sockets.may_tail is not None and not await sockets.may_tail(name):
+        raise Refused(
+            CloseCode.SERVICE_RESTART,
+            f"this node cannot serve topic {name!r} now; reconnect (to another node)",
+        )
+    topic = storage.topic(name)  # a copy of a re-created topic was replaced meanwhile
+    if topic is None:
         raise Refused(CloseCode.NOT_FOUND, f"topic {name!r} does not exist")
     connection = ConsumerConnection(websocket, sockets.settings)
     tail = TailSession(storage, topic, connection, sockets.tails)
