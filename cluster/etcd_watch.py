@@ -41,6 +41,7 @@ from cluster.etcd import (
     WatchCompacted,
     _Retryable,
 )
+from cluster.etcd_access import token_refused
 from cluster.etcd_model import KeyValue, b64, header_revision, parse_kv
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ class Watch:
         self._terminal: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_heard = client.clock()
+        self._token_sent: str | None = None  # etcd's auth token the stream was opened with
         self.next_revision = start_revision
         """The revision a new watch starts from to continue exactly after what was read."""
 
@@ -179,11 +181,13 @@ class Watch:
         if self._resume:
             create["start_revision"] = str(self._resume)
         http = self._client.streams
+        auth = await self._client.auth_headers(endpoint, attempt_timeout)
+        self._token_sent = auth.get("Authorization")
         request = http.build_request(
             "POST",
             endpoint + "/v3/watch",
             content=orjson.dumps({"create_request": create}),
-            headers=REQUIRE_LEADER,
+            headers={**REQUIRE_LEADER, **auth},
             # No read timeout on a stream that may rightly be quiet for hours: the
             # idle probe decides whether its endpoint is still alive.
             timeout=httpx.Timeout(attempt_timeout, read=None),
@@ -196,8 +200,10 @@ class Watch:
         lines = cast(AsyncGenerator[str, None], response.aiter_lines())
         try:
             if response.status_code != 200:
-                await response.aread()
-                raise _StreamBroken(f"HTTP {response.status_code}")
+                body = (await response.aread())[:200].decode(errors="replace")
+                if token_refused(body):
+                    self._client.auth.forget(self._token_sent)
+                raise _StreamBroken(f"HTTP {response.status_code}: {body}")
             self._created_seen = False
             async with asyncio.timeout(attempt_timeout):
                 while not self._created_seen:
@@ -259,6 +265,9 @@ class Watch:
             error = message["error"]
             code = int(error.get("grpc_code", error.get("code", 0)))
             if code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
+                raise _StreamBroken(str(error.get("message")))
+            if self._client.auth.enabled and token_refused(str(error.get("message"))):
+                self._client.auth.forget(self._token_sent)  # reopened with a new token
                 raise _StreamBroken(str(error.get("message")))
             self._terminal = EtcdError(code, str(error.get("message")))
             return True

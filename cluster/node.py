@@ -33,8 +33,9 @@ import asyncio
 import contextlib
 import logging
 import math
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import orjson
@@ -53,6 +54,7 @@ from cluster.errors import LeaderUnavailable
 from cluster.etcd import (
     Compare,
     Delete,
+    EtcdAccess,
     EtcdClient,
     EtcdUnavailable,
     Get,
@@ -86,6 +88,7 @@ from cluster.topics import (
     partitions_prefix,
     topics_prefix,
 )
+from cluster.trust import SEALED, ClusterKeys, SealError
 from cluster.wire import Request, encode_answer
 from storage.config import TopicConfig
 from storage.engine import Storage
@@ -108,6 +111,10 @@ class ClusterSettings:
     node_ttl_ms: int
     replica_lag_ms: int
     etcd_history_s: float = KEEP_S
+    etcd_access: EtcdAccess = field(default_factory=EtcdAccess)  # etcd's TLS and user
+    # The key set all nodes share (cluster/trust.py): subscription configs are sealed in
+    # etcd with it. None: written in clear.
+    keys: ClusterKeys | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +151,8 @@ class ClusterNode:
         on_topic_deleted: Callable[[str], Awaitable[None]],
         peer_headers: dict[str, str] | None = None,
         lease_elsewhere: Callable[[list[str]], Awaitable[bool]] | None = None,
+        peer_trusted: Callable[[str], Awaitable[bool]] | None = None,
+        peer_verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.storage = storage
         self.settings = settings
@@ -153,7 +162,12 @@ class ClusterNode:
         self._peer_headers = peer_headers or {}
         # Whether any node at these URLs holds its lease now (the server asks them).
         self._lease_elsewhere = lease_elsewhere
-        self.etcd = EtcdClient(settings.endpoints)
+        # Whether a URL proved it is a node before the cluster token goes there, and the
+        # peers' CA (cluster/trust.py): for the fetch sessions to leaders.
+        self._peer_trusted = peer_trusted
+        self._peer_verify = peer_verify
+        self._keys = settings.keys
+        self.etcd = EtcdClient(settings.endpoints, access=settings.etcd_access)
         self.membership = Membership(
             self.etcd,
             cluster=settings.name,
@@ -313,8 +327,8 @@ class ClusterNode:
             if deleted:
                 self.subscriptions.pop(name, None)
                 self.subscription_ids.pop(name, None)
-            else:
-                self.subscriptions[name] = kv.value
+            elif (unsealed := self._unsealed(key, kv.value)) is not None:
+                self.subscriptions[name] = unsealed
                 self.subscription_ids[name] = kv.create_revision
         elif key.startswith(coordinators_prefix(self.name)):
             name = key[len(coordinators_prefix(self.name)) :]
@@ -553,6 +567,8 @@ class ClusterNode:
                     url_of=self.member_url,
                     headers=self._peer_headers,
                     incarnation=lambda: self.membership.incarnation,
+                    trusted=self._peer_trusted,
+                    verify=self._peer_verify,
                 )
             session.add(follower)
         else:
@@ -906,10 +922,29 @@ class ClusterNode:
                 log.info("replicating the cursor of %s: %s", name, exc)
                 self._cursors.setdefault(name, cursor)  # the next round tries again
 
+    def _sealed(self, key: str, config: bytes) -> bytes:
+        """A subscription's config as etcd keeps it: sealed when the cluster has keys (its
+        push secrets and url; cluster/trust.py)."""
+        return self._keys.seal(key, config) if self._keys is not None else config
+
+    def _unsealed(self, key: str, value: bytes) -> bytes | None:
+        if self._keys is None:
+            if value.startswith(SEALED):
+                log.error("etcd key %s is sealed and this node has no cluster secret", key)
+                return None
+            return value
+        try:
+            return self._keys.unseal(key, value)
+        except SealError as exc:
+            log.error("%s: is --cluster-secret-file the same on every node?", exc)
+            return None
+
     async def create_subscription(self, name: str, config: bytes) -> bool:
         """Write a new subscription's config; False if one exists."""
         key = subscriptions_prefix(self.name) + name
-        result = await self.etcd.txn([Compare.version(key, "=", 0)], [Put.of(key, config)])
+        result = await self.etcd.txn(
+            [Compare.version(key, "=", 0)], [Put.of(key, self._sealed(key, config))]
+        )
         if result.succeeded:
             self.subscriptions[name] = config
             self._dirty.set()
@@ -921,7 +956,7 @@ class ClusterNode:
         coordinator = coordinators_prefix(self.name) + name
         await self.etcd.txn(
             [Compare.version(key, ">", 0), Compare.value(coordinator, "=", self.node_id)],
-            [Put.of(key, config)],
+            [Put.of(key, self._sealed(key, config))],
         )
 
     async def delete_subscription(self, name: str) -> bool:

@@ -20,9 +20,11 @@ import orjson
 from starlette.requests import HTTPConnection
 
 from cluster.node import ClusterNode, ClusterSettings
+from cluster.trust import PeerVerifier
 from delivery.config import SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.redrive import Redrives
+from server.cluster_trust import cluster_keys, etcd_access, peer_verify
 from server.config import ServerConfig
 from server.errors import ServiceStopping
 from server.metrics import Histogram
@@ -189,7 +191,14 @@ class Runtime:
             if self.config.clustered:
                 # Before the engine: every partition has its role (and its visible end,
                 # the high watermark) before anything reads it.
-                self._peers = Peers(self.config.cluster_token)
+                keys = cluster_keys(self.config)
+                peers_ca = peer_verify(self.config)
+                self._peers = Peers(
+                    self.config.cluster_token,
+                    # Credentials go only to URLs that prove they are nodes (cluster/trust.py).
+                    verifier=PeerVerifier(keys, peers_ca) if keys is not None else None,
+                    verify=peers_ca,
+                )
                 self._cluster = ClusterNode(
                     storage,
                     ClusterSettings(
@@ -200,6 +209,8 @@ class Runtime:
                         node_ttl_ms=self.config.node_ttl_ms,
                         replica_lag_ms=self.config.replica_lag_ms,
                         etcd_history_s=self.config.etcd_history_s,
+                        etcd_access=etcd_access(self.config),
+                        keys=keys,
                     ),
                     on_topic_deleted=self._topic_deleted,
                     peer_headers=(
@@ -207,6 +218,8 @@ class Runtime:
                         if self.config.cluster_token
                         else {}
                     ),
+                    peer_trusted=self._peers.trusted,
+                    peer_verify=peers_ca,
                 )
                 await self._cluster.start()
             cluster = self._cluster
