@@ -38,6 +38,7 @@ Every failure to reach etcd is an :class:`EtcdUnavailable` (a ``HeraldError`` ca
 from __future__ import annotations
 
 import contextlib
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -372,7 +373,7 @@ class EtcdClient:
                 timeout=self.attempt_timeout,
                 headers=headers,
             )
-        except (httpx.TransportError, _Retryable) as exc:
+        except (httpx.TransportError, ssl.SSLError, _Retryable) as exc:
             return f"{exc!r}"
         if response.status_code != 200:
             message = response.text[:200]
@@ -390,7 +391,7 @@ class EtcdClient:
         that fails to arrive is :class:`_Retryable` (the call itself was not sent)."""
         try:
             return await self.auth.headers(self._http, endpoint, attempt_timeout)
-        except httpx.TransportError as exc:
+        except (httpx.TransportError, ssl.SSLError) as exc:
             raise _Retryable(f"{endpoint}: authenticate: {exc!r}") from exc
 
     @property
@@ -477,6 +478,8 @@ class EtcdClient:
             )
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise _Retryable(f"{endpoint}: {exc!r}") from exc  # nothing was sent
+        except ssl.SSLError as exc:  # etcd refused the TLS handshake: nothing was applied
+            raise _Retryable(f"{endpoint}: {exc!r}") from exc
         except httpx.TransportError as exc:
             if repeatable:
                 raise _Retryable(f"{endpoint}: {exc!r}") from exc

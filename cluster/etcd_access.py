@@ -24,6 +24,10 @@ from pathlib import Path
 import httpx
 import orjson
 
+# etcd checks a password with bcrypt: 0.6-0.9 s per authenticate on this 2-core VM under
+# load (against ~5 ms for a read), so taking a token gets more than one request's time.
+AUTHENTICATE_S = 3.0
+
 # Refusals that mean "authenticate (again)", not "you may not".
 TOKEN_REFUSALS = ("invalid auth token", "user name is empty", "auth token is expired")
 
@@ -92,7 +96,9 @@ class EtcdAuthenticator:
     async def _authenticate(self, http: httpx.AsyncClient, endpoint: str, attempt_s: float) -> str:
         body = orjson.dumps({"name": self._access.user, "password": self._access.password})
         response = await http.post(
-            endpoint + "/v3/auth/authenticate", content=body, timeout=attempt_s
+            endpoint + "/v3/auth/authenticate",
+            content=body,
+            timeout=max(attempt_s, AUTHENTICATE_S),
         )
         try:
             answer = orjson.loads(response.content) if response.content else {}
@@ -100,10 +106,21 @@ class EtcdAuthenticator:
             answer = {}
         if response.status_code == 200 and isinstance(answer, dict) and answer.get("token"):
             return str(answer["token"])
-        message = answer.get("message") or answer.get("error") if isinstance(answer, dict) else ""
-        if response.status_code >= 500 and "authentication failed" not in str(message):
+        message = (
+            str((answer.get("message") or answer.get("error")) if isinstance(answer, dict) else "")
+            or response.text.strip()[:200]
+        )
+        if "CommonName" in message:
+            # etcd's gateway, with auth enabled, refuses a client certificate that has a
+            # Common Name (it would be mistaken for the user).
+            raise EtcdAuthFailed(
+                f"etcd at {endpoint} refused the client certificate: {message} (with etcd "
+                "auth enabled, --etcd-cert-file must have no Common Name)"
+            )
+        if response.status_code >= 500 and "authentication failed" not in message:
             # etcd itself failing (no leader): the caller's failover policy decides.
             raise httpx.TransportError(f"authenticate: HTTP {response.status_code}: {message}")
         raise EtcdAuthFailed(
-            f"etcd at {endpoint} refused user {self._access.user!r}: {message or response.status_code}"
+            f"etcd at {endpoint} refused user {self._access.user!r}: "
+            f"{message or response.status_code}"
         )

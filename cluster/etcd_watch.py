@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import ssl
 from collections import deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -195,7 +196,7 @@ class Watch:
         try:
             async with asyncio.timeout(attempt_timeout):
                 response = await http.send(request, stream=True)
-        except (httpx.TransportError, TimeoutError) as exc:
+        except (httpx.TransportError, ssl.SSLError, TimeoutError) as exc:
             raise _Retryable(f"{endpoint}: watch: {exc!r}") from exc
         lines = cast(AsyncGenerator[str, None], response.aiter_lines())
         try:

@@ -32,7 +32,10 @@ def unreachable(
     if last is None:
         return None
     urls = ", ".join(endpoints)
-    if any(hint in last for hint in _TLS_HINTS):
+    # A TLS refusal shows as a handshake error or, once the handshake seemed done (TLS
+    # 1.3 checks the client certificate after it), as a connection closed on first read.
+    https = any(url.startswith("https://") for url in endpoints)
+    if any(hint in last for hint in _TLS_HINTS) or (https and "ReadError" in last):
         return (
             f"no etcd at {urls} accepted a TLS connection within {within_s:g} s ({last}): "
             "check --etcd-ca-file, --etcd-cert-file and --etcd-key-file"
@@ -40,7 +43,7 @@ def unreachable(
     if "permission denied" in last or "user name is empty" in last:
         return f"etcd at {urls} refused this node ({last}): check --etcd-user and its roles"
     return (
-        f"no etcd answered at {urls} within {within_s:g} s: check that etcd is running "
+        f"no etcd answered at {urls} within {within_s:g} s ({last}): check that etcd is running "
         "there and that --cluster (HERALD_CLUSTER) names its client URL (etcd's "
         "--advertise-client-urls)"
     )
