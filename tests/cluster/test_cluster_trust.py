@@ -5,7 +5,9 @@ docs/security.md "A cluster"):
   token and no cluster token: credentials go only to a URL that proved it holds the
   cluster secret — and a listener that relays the proof challenge to the real node
   gets a proof of the real node's URL, which does not count for its own;
-- push secrets are sealed before they go to etcd, and the nodes still sign with them.
+- push secrets are sealed before they go to etcd, and the nodes still sign with them;
+- nodes serving TLS advertise https:// unasked and verify each other with
+  ``--peer-ca-file`` (issue 26 item 8).
 
 A closed etcd (TLS with client certificates, users) is test_etcd_closed.py's.
 """
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ssl
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,9 +30,13 @@ import pytest
 
 from cluster.etcd import EtcdClient
 from cluster.membership import node_key
-from tests.cluster.nodes import HeraldCluster
+from storage.encryption import new_key_line
+from tests.cluster.conftest import EtcdProcess
+from tests.cluster.nodes import NODE_TTL_MS, REPLICA_LAG_MS, ClusterNode, HeraldCluster
 from tests.cluster.test_cluster_subscriptions import wait_coordinated
+from tests.helpers import wait_until_sync
 from tests.security.conftest import write_auth_file
+from tests.security.test_tls import make_ca_and_server_cert
 from tests.webhooks.receiver import Receiver
 
 SECRET = "whsec_" + base64.b64encode(b"sealed-secret-in-etcd-0123456789").decode()
@@ -211,3 +219,94 @@ async def _every_value(etcd_urls: list[str]) -> dict[str, bytes]:
     async with EtcdClient(etcd_urls, timeout=20, attempt_timeout=5) as etcd:
         everything = await etcd.range("/herald/", prefix=True)
         return {kv.key.decode(errors="replace"): kv.value for kv in everything.kvs}
+
+
+class TlsClusterNode(ClusterNode):
+    """A node serving TLS, with no --advertise-url: it advertises https:// itself."""
+
+    def __init__(self, *args: Any, ca: ssl.SSLContext, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ca = ca
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        command = super().command()
+        at = command.index("--advertise-url")
+        return command[:at] + command[at + 2 :]
+
+    def _wait_healthy(self) -> bool:
+        assert self.proc is not None
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                if httpx.get(f"{self.url}/healthz", verify=self.ca, timeout=2).status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        return False
+
+
+def test_nodes_serving_tls_advertise_https_and_verify_each_other(
+    etcd_server: EtcdProcess, tmp_path: Path
+) -> None:
+    ca_path, cert_path, key_path = make_ca_and_server_cert(tmp_path)
+    ca = ssl.create_default_context(cafile=str(ca_path))
+    secret = tmp_path / "cluster.key"
+    secret.write_text(new_key_line(1) + "\n")
+    args = [
+        "--tls-cert", str(cert_path), "--tls-key", str(key_path),
+        "--peer-ca-file", str(ca_path), "--cluster-secret-file", str(secret),
+    ]  # fmt: skip
+    nodes = [
+        TlsClusterNode(
+            f"n{i}",
+            tmp_path / f"n{i}",
+            etcd_server.urls,
+            cluster_name="tls",
+            node_ttl_ms=NODE_TTL_MS,
+            replica_lag_ms=REPLICA_LAG_MS,
+            extra_args=args,
+            ca=ca,
+        )
+        for i in (1, 2)
+    ]
+    try:
+        for node in nodes:
+            node.start()
+        with httpx.Client(verify=ca, timeout=30) as http:
+
+            def urls() -> dict[str, str]:
+                view = http.get(f"{nodes[1].url}/v1/cluster").json()
+                return {n["id"]: n["url"] for n in view["nodes"] if n["live"]}
+
+            wait_until_sync(lambda: len(urls()) == 2, 60, "both nodes live")
+            assert urls() == {"n1": nodes[0].url, "n2": nodes[1].url}  # https://, unasked
+            made = http.put(
+                f"{nodes[0].url}/v1/topics/tls.t",
+                json={"partitions": 1, "replication_factor": 1},
+            )
+            assert made.status_code == 201, made.text
+
+            def published() -> bool:  # through n2, whichever node leads: forwarded if n1
+                answer = http.post(
+                    f"{nodes[1].url}/v1/topics/tls.t/messages", json={"messages": [{"value": 5}]}
+                )
+                return answer.status_code == 200
+
+            wait_until_sync(published, 60, "a publish through n2")
+            read = http.get(
+                f"{nodes[0].url}/v1/topics/tls.t/partitions/0/messages", params={"offset": 0}
+            )
+            assert read.status_code == 200, read.text
+            assert 5 in [m["value"] for m in read.json()["messages"]]
+    finally:
+        for node in nodes:
+            node.terminate()
+    for node in nodes:
+        assert "did not prove" not in node.log()
