@@ -386,6 +386,17 @@ class EtcdClient:
             return f"HTTP {response.status_code}: {message}"
         return None
 
+    async def authenticate(self, *, within_s: float | None = None) -> None:
+        """Take etcd's token now (nothing to do without a user), so that the first calls
+        do not spend their budget on it. :class:`EtcdAuthFailed` if etcd refuses."""
+        if not self.auth.enabled:
+            return
+
+        async def attempt(endpoint: str, attempt_timeout: float) -> None:
+            await self.auth_headers(endpoint, attempt_timeout)
+
+        await self.with_failover(attempt, within_s=within_s)
+
     async def auth_headers(self, endpoint: str, attempt_timeout: float) -> dict[str, str]:
         """The ``Authorization`` header of etcd's user (empty without one); taking a token
         that fails to arrive is :class:`_Retryable` (the call itself was not sent)."""

@@ -280,6 +280,9 @@ class Watch:
                 self._terminal = WatchCompacted(compacted)
             elif "no leader" in reason:
                 raise _StreamBroken(reason)
+            elif self._client.auth.enabled and token_refused(reason):
+                self._client.auth.forget(self._token_sent)  # reopened with a new token
+                raise _StreamBroken(reason)
             else:
                 self._terminal = EtcdError(0, f"watch canceled: {reason or 'no reason given'}")
             return True

@@ -99,7 +99,8 @@ log = logging.getLogger("herald.cluster")
 Ref = tuple[str, int]  # (topic, partition)
 _RECONCILE_EVERY_S = 0.5  # besides every change etcd reports
 _FAILOVER_PAUSE_MS = 1500  # before an ISR member other than the first live one tries
-_WAIT_APPLIED_S = 5.0  # an admin call waits this long for its change to reach this node
+_WAIT_APPLIED_S = 5.0
+_AUTHENTICATE_WITHIN_S = 30.0  # an admin call waits this long for its change to reach this node
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +221,9 @@ class ClusterNode:
     # ------------------------------------------------------------------ life
 
     async def start(self) -> None:
+        # etcd's token first, on a budget of its own: etcd checks a password with bcrypt,
+        # which under load took most of the first call's 4 s (cluster/etcd_access.py).
+        await self.etcd.authenticate(within_s=_AUTHENTICATE_WITHIN_S)
         await self.membership.__aenter__()
         self._entered = True
         await self._publish_log_ends()

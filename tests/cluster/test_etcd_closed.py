@@ -11,6 +11,7 @@ gateway (Debian's etcd-server ships no etcdctl), as ``etcdctl user add root`` an
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
 import os
@@ -28,6 +29,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from cluster.etcd import EtcdAccess, EtcdClient
 from tests.cluster.conftest import EtcdProcess
 from tests.cluster.nodes import HeraldCluster
 from tests.conftest import PROJECT_ROOT, free_port
@@ -258,3 +260,22 @@ def test_a_start_without_a_client_certificate_is_refused_in_one_line(
     args = _trust_args(closed_etcd, client_cert=False)
     line = _one_line(_serve(tmp_path, closed_etcd, args, PASSWORD))
     assert "--etcd-cert-file" in line and closed_etcd.urls[0] in line, line
+
+
+async def test_a_token_etcd_no_longer_knows_is_replaced(closed_etcd: ClosedEtcd) -> None:
+    """etcd forgets a token (``--auth-token-ttl`` unused, a restart): the call that is
+    refused with "invalid auth token" takes a new one and is sent again; so does a
+    watch."""
+    pki = closed_etcd.pki
+    access = EtcdAccess("root", PASSWORD, pki.ca, pki.client_cert, pki.client_key)
+    async with EtcdClient(closed_etcd.urls, timeout=20, attempt_timeout=5, access=access) as etcd:
+        await etcd.authenticate(within_s=30)
+        etcd.auth._token = "forgotten.1"  # what etcd answers a forgotten token with
+        await etcd.put("/token-test/a", "1")
+        assert etcd.auth._token not in (None, "forgotten.1")
+        etcd.auth._token = "forgotten.2"
+        async with etcd.watch("/token-test/", prefix=True) as watch:
+            await etcd.put("/token-test/b", "2")
+            event = await asyncio.wait_for(anext(watch), 30)
+        assert event.kv.key == b"/token-test/b" and event.kv.value == b"2"
+        assert (await etcd.get("/token-test/a")) is not None
