@@ -24,9 +24,11 @@ from pathlib import Path
 import httpx
 import orjson
 
-# etcd checks a password with bcrypt: 0.6-0.9 s per authenticate on this 2-core VM under
-# load (against ~5 ms for a read), so taking a token gets more than one request's time.
-AUTHENTICATE_S = 3.0
+# etcd checks a password with bcrypt (cost 10): 0.6-0.9 s per authenticate on this 2-core
+# VM at load 36, and over 3 s at load 50 (against ~5 ms for a read). Taking a token gets
+# one long attempt rather than several short ones: each abandoned attempt still costs etcd
+# its bcrypt, which slows the next.
+AUTHENTICATE_S = 10.0
 
 # Refusals that mean "authenticate (again)", not "you may not".
 TOKEN_REFUSALS = ("invalid auth token", "user name is empty", "auth token is expired")

@@ -16,17 +16,21 @@ from cluster.etcd import DEFAULT_TIMEOUT_S, EtcdAccess, EtcdAuthFailed, EtcdClie
 # etcd started a moment before the node (`etcd … &` then `herald serve`, as the README
 # shows) may need a second or two to answer: keep asking that long.
 WITHIN_S = 2 * DEFAULT_TIMEOUT_S
+WITH_USER_WITHIN_S = 30.0  # etcd's bcrypt may take seconds on a loaded host
 ATTEMPT_TIMEOUT_S = 1.0
 RETRY_S = 0.25
 _TLS_HINTS = ("SSL", "certificate", "TLS", "tls")
 
 
 def unreachable(
-    endpoints: Sequence[str], access: EtcdAccess | None = None, within_s: float = WITHIN_S
+    endpoints: Sequence[str], access: EtcdAccess | None = None, within_s: float | None = None
 ) -> str | None:
     """None once an endpoint serves a read; else the message to exit with."""
+    access = access or EtcdAccess()
+    if within_s is None:
+        within_s = WITH_USER_WITHIN_S if access.user else WITHIN_S
     try:
-        last = asyncio.run(_answers(endpoints, access or EtcdAccess(), within_s))
+        last = asyncio.run(_answers(endpoints, access, within_s))
     except EtcdAuthFailed as exc:
         return f"{exc}: check --etcd-user and HERALD_ETCD_PASSWORD"
     if last is None:

@@ -137,6 +137,9 @@ class ClosedEtcd(EtcdProcess):
             "--key-file", str(self.pki.key),
             "--trusted-ca-file", str(self.pki.ca),
             "--client-cert-auth",
+            # bcrypt at its lowest cost: at cost 10 one authenticate took over 3 s on this
+            # host under load (the nodes allow 10 s; cluster/etcd_access.py).
+            "--bcrypt-cost", "4",
         ]  # fmt: skip
 
     def client(self) -> httpx.Client:
