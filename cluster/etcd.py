@@ -54,7 +54,7 @@ from tenacity import (
     wait_random,
 )
 
-from cluster.etcd_access import EtcdAccess, EtcdAuthenticator, EtcdAuthFailed, token_refused
+from cluster.etcd_access import AuthRefused, EtcdAccess, EtcdAuthenticator, token_refused
 from cluster.etcd_model import (
     Compare,
     CompareOp,
@@ -136,6 +136,12 @@ class EtcdOutcomeUnknown(EtcdUnavailable):
     def __init__(self, detail: str, **extra: Any) -> None:
         extra.setdefault("outcome", "unknown")
         super().__init__(detail, **extra)
+
+
+class EtcdAuthFailed(EtcdUnavailable):
+    """etcd refused this node's user and password or its client certificate: at a start,
+    a one-line refusal (server/etcd_check.py); later (a password changed in etcd), etcd
+    is as good as unreachable until the settings are fixed."""
 
 
 class EtcdError(Exception):
@@ -402,6 +408,8 @@ class EtcdClient:
         that fails to arrive is :class:`_Retryable` (the call itself was not sent)."""
         try:
             return await self.auth.headers(self._http, endpoint, attempt_timeout)
+        except AuthRefused as exc:
+            raise EtcdAuthFailed(str(exc)) from None
         except (httpx.TransportError, ssl.SSLError) as exc:
             raise _Retryable(f"{endpoint}: authenticate: {exc!r}") from exc
 

@@ -34,8 +34,9 @@ AUTHENTICATE_S = 10.0
 TOKEN_REFUSALS = ("invalid auth token", "user name is empty", "auth token is expired")
 
 
-class EtcdAuthFailed(Exception):
-    """etcd refused the user name and password (or they are needed and not given)."""
+class AuthRefused(Exception):
+    """etcd refused the user name and password, or the client certificate (the client
+    raises it as an ``EtcdAuthFailed``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +116,14 @@ class EtcdAuthenticator:
         if "CommonName" in message:
             # etcd's gateway, with auth enabled, refuses a client certificate that has a
             # Common Name (it would be mistaken for the user).
-            raise EtcdAuthFailed(
+            raise AuthRefused(
                 f"etcd at {endpoint} refused the client certificate: {message} (with etcd "
                 "auth enabled, --etcd-cert-file must have no Common Name)"
             )
         if response.status_code >= 500 and "authentication failed" not in message:
             # etcd itself failing (no leader): the caller's failover policy decides.
             raise httpx.TransportError(f"authenticate: HTTP {response.status_code}: {message}")
-        raise EtcdAuthFailed(
+        raise AuthRefused(
             f"etcd at {endpoint} refused user {self._access.user!r}: "
             f"{message or response.status_code}"
         )
