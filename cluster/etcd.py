@@ -38,6 +38,7 @@ Every failure to reach etcd is an :class:`EtcdUnavailable` (a ``HeraldError`` ca
 from __future__ import annotations
 
 import contextlib
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -53,10 +54,12 @@ from tenacity import (
     wait_random,
 )
 
+from cluster.etcd_access import AuthRefused, EtcdAccess, EtcdAuthenticator, token_refused
 from cluster.etcd_errors import (
     GRPC_DEADLINE_EXCEEDED,
     GRPC_NOT_FOUND,
     GRPC_UNAVAILABLE,
+    EtcdAuthFailed,
     EtcdError,
     EtcdOutcomeUnknown,
     EtcdUnavailable,
@@ -89,6 +92,8 @@ __all__ = [  # the client, its errors, and the data model it speaks (cluster.etc
     "Compare",
     "CompareOp",
     "Delete",
+    "EtcdAccess",
+    "EtcdAuthFailed",
     "EtcdClient",
     "EtcdError",
     "EtcdOutcomeUnknown",
@@ -129,6 +134,7 @@ class EtcdClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         attempt_timeout: float = DEFAULT_ATTEMPT_TIMEOUT_S,
         clock: Clock = time.monotonic,
+        access: EtcdAccess | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
@@ -137,16 +143,21 @@ class EtcdClient:
         self.attempt_timeout = attempt_timeout
         self.clock = clock
         self._current = 0  # the endpoint that answered last: tried first
+        access = access or EtcdAccess()
+        self.auth = EtcdAuthenticator(access)  # etcd's users (cluster/etcd_access.py)
         headers = {"Content-Type": "application/json"}
+        verify = access.verify()  # TLS: etcd's CA and this client's certificate
         # Requests and watch streams in two pools: a watch holds its connection for
         # hours, and no number of watches may starve the calls (keepalives above all).
         self._http = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
             headers=headers,
+            verify=verify,
         )
         self._streams = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
             headers=headers,
+            verify=verify,
         )
 
     async def __aenter__(self) -> EtcdClient:
@@ -296,14 +307,53 @@ class EtcdClient:
 
     async def probe(self, endpoint: str, key: bytes = b"\0") -> bool:
         """Whether ``endpoint`` serves a linearizable read (a live member with a leader)."""
+        return await self.probe_error(endpoint, key) is None
+
+    async def probe_error(self, endpoint: str, key: bytes = b"\0") -> str | None:
+        """None when ``endpoint`` serves a linearizable read; else why not. Raises
+        :class:`EtcdAuthFailed` when etcd refuses the configured user."""
         body = orjson.dumps({"key": b64(key), "count_only": True})
         try:
+            headers = await self.auth_headers(endpoint, self.attempt_timeout)
             response = await self._http.post(
-                endpoint + "/v3/kv/range", content=body, timeout=self.attempt_timeout
+                endpoint + "/v3/kv/range",
+                content=body,
+                timeout=self.attempt_timeout,
+                headers=headers,
             )
-        except httpx.TransportError:
-            return False
-        return response.status_code == 200
+        except (httpx.TransportError, ssl.SSLError, Retryable) as exc:
+            return f"{exc!r}"
+        if response.status_code != 200:
+            message = response.text[:200]
+            if token_refused(message):
+                self.auth.forget(headers.get("Authorization"))
+                if not self.auth.enabled:
+                    raise EtcdAuthFailed(
+                        f"etcd at {endpoint} has authentication enabled and no user was given"
+                    )
+            return f"HTTP {response.status_code}: {message}"
+        return None
+
+    async def authenticate(self, *, within_s: float | None = None) -> None:
+        """Take etcd's token now (nothing to do without a user), so that the first calls
+        do not spend their budget on it. :class:`EtcdAuthFailed` if etcd refuses."""
+        if not self.auth.enabled:
+            return
+
+        async def attempt(endpoint: str, attempt_timeout: float) -> None:
+            await self.auth_headers(endpoint, attempt_timeout)
+
+        await self.with_failover(attempt, within_s=within_s)
+
+    async def auth_headers(self, endpoint: str, attempt_timeout: float) -> dict[str, str]:
+        """The ``Authorization`` header of etcd's user (empty without one); taking a token
+        that fails to arrive is :class:`Retryable` (the call itself was not sent)."""
+        try:
+            return await self.auth.headers(self._http, endpoint, attempt_timeout)
+        except AuthRefused as exc:
+            raise EtcdAuthFailed(str(exc)) from None
+        except (httpx.TransportError, ssl.SSLError) as exc:
+            raise Retryable(f"{endpoint}: authenticate: {exc!r}") from exc
 
     @property
     def current_endpoint(self) -> str:
@@ -360,22 +410,44 @@ class EtcdClient:
         content = orjson.dumps(body)
 
         async def attempt(endpoint: str, attempt_timeout: float) -> dict[str, Any]:
-            try:
-                response = await self._http.post(
-                    endpoint + path, content=content, timeout=attempt_timeout
+            for _ in range(2):  # a second time only with a fresh etcd token
+                headers = await self.auth_headers(endpoint, attempt_timeout)
+                response = await self._send(
+                    endpoint, path, content, attempt_timeout, headers, repeatable=repeatable
                 )
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                raise Retryable(f"{endpoint}: {exc!r}") from exc  # nothing was sent
-            except httpx.TransportError as exc:
-                if repeatable:
-                    raise Retryable(f"{endpoint}: {exc!r}") from exc
-                self.endpoint_failed(endpoint)
-                raise EtcdOutcomeUnknown(
-                    f"etcd at {endpoint} did not answer {path}; it may have been applied: {exc!r}"
-                ) from exc
+                if self.auth.enabled and token_refused(response.text[:200]):
+                    self.auth.forget(headers.get("Authorization"))  # refused: not applied
+                    continue
+                break
             return self._answer(endpoint, path, response, repeatable=repeatable)
 
         return await self.with_failover(attempt, within_s=within_s)
+
+    async def _send(
+        self,
+        endpoint: str,
+        path: str,
+        content: bytes,
+        attempt_timeout: float,
+        headers: dict[str, str],
+        *,
+        repeatable: bool,
+    ) -> httpx.Response:
+        try:
+            return await self._http.post(
+                endpoint + path, content=content, timeout=attempt_timeout, headers=headers
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            raise Retryable(f"{endpoint}: {exc!r}") from exc  # nothing was sent
+        except ssl.SSLError as exc:  # etcd refused the TLS handshake: nothing was applied
+            raise Retryable(f"{endpoint}: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            if repeatable:
+                raise Retryable(f"{endpoint}: {exc!r}") from exc
+            self.endpoint_failed(endpoint)
+            raise EtcdOutcomeUnknown(
+                f"etcd at {endpoint} did not answer {path}; it may have been applied: {exc!r}"
+            ) from exc
 
     def _answer(
         self, endpoint: str, path: str, response: httpx.Response, *, repeatable: bool

@@ -43,6 +43,12 @@ class EtcdOutcomeUnknown(EtcdUnavailable):
         super().__init__(detail, **extra)
 
 
+class EtcdAuthFailed(EtcdUnavailable):
+    """etcd refused this node's user and password or its client certificate: at a start,
+    a one-line refusal (server/etcd_check.py); later (a password changed in etcd), etcd
+    is as good as unreachable until the settings are fixed."""
+
+
 class EtcdError(Exception):
     """etcd answered, and refused the request (a bug of ours, or a state to handle)."""
 

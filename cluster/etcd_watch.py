@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import ssl
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from typing import Any, Protocol, TypeVar, cast
 import httpx
 import orjson
 
+from cluster.etcd_access import EtcdAuthenticator, token_refused
 from cluster.etcd_errors import (
     GRPC_DEADLINE_EXCEEDED,
     GRPC_UNAVAILABLE,
@@ -79,10 +81,16 @@ _Stream = tuple[str, httpx.Response, AsyncGenerator[str, None]]
 
 class WatchTransport(Protocol):
     """What a watch needs of the client (:class:`cluster.etcd.EtcdClient`): its
-    endpoints with failover, the pool streams are opened with, a probe and a clock."""
+    endpoints with failover, the pool streams are opened with, etcd's user token, a
+    probe and a clock."""
 
     @property
     def streams(self) -> httpx.AsyncClient: ...
+
+    @property
+    def auth(self) -> EtcdAuthenticator: ...
+
+    async def auth_headers(self, endpoint: str, attempt_timeout: float) -> dict[str, str]: ...
 
     def clock(self) -> float: ...
 
@@ -118,6 +126,7 @@ class Watch:
         self._terminal: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_heard = client.clock()
+        self._token_sent: str | None = None  # etcd's auth token the stream was opened with
         self.next_revision = start_revision
         """The revision a new watch starts from to continue exactly after what was read."""
 
@@ -196,11 +205,13 @@ class Watch:
         if self._resume:
             create["start_revision"] = str(self._resume)
         http = self._client.streams
+        auth = await self._client.auth_headers(endpoint, attempt_timeout)
+        self._token_sent = auth.get("Authorization")
         request = http.build_request(
             "POST",
             endpoint + "/v3/watch",
             content=orjson.dumps({"create_request": create}),
-            headers=REQUIRE_LEADER,
+            headers={**REQUIRE_LEADER, **auth},
             # No read timeout on a stream that may rightly be quiet for hours: the
             # idle probe decides whether its endpoint is still alive.
             timeout=httpx.Timeout(attempt_timeout, read=None),
@@ -208,13 +219,15 @@ class Watch:
         try:
             async with asyncio.timeout(attempt_timeout):
                 response = await http.send(request, stream=True)
-        except (httpx.TransportError, TimeoutError) as exc:
+        except (httpx.TransportError, ssl.SSLError, TimeoutError) as exc:
             raise Retryable(f"{endpoint}: watch: {exc!r}") from exc
         lines = cast(AsyncGenerator[str, None], response.aiter_lines())
         try:
             if response.status_code != 200:
-                await response.aread()
-                raise _StreamBroken(f"HTTP {response.status_code}")
+                body = (await response.aread())[:200].decode(errors="replace")
+                if token_refused(body):
+                    self._client.auth.forget(self._token_sent)
+                raise _StreamBroken(f"HTTP {response.status_code}: {body}")
             self._created_seen = False
             async with asyncio.timeout(attempt_timeout):
                 while not self._created_seen:
@@ -277,6 +290,9 @@ class Watch:
             code = int(error.get("grpc_code", error.get("code", 0)))
             if code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
                 raise _StreamBroken(str(error.get("message")))
+            if self._client.auth.enabled and token_refused(str(error.get("message"))):
+                self._client.auth.forget(self._token_sent)  # reopened with a new token
+                raise _StreamBroken(str(error.get("message")))
             self._terminal = EtcdError(code, str(error.get("message")))
             return True
         result = message.get("result", {})
@@ -286,6 +302,9 @@ class Watch:
             if compacted:
                 self._terminal = WatchCompacted(compacted)
             elif "no leader" in reason:
+                raise _StreamBroken(reason)
+            elif self._client.auth.enabled and token_refused(reason):
+                self._client.auth.forget(self._token_sent)  # reopened with a new token
                 raise _StreamBroken(reason)
             else:
                 self._terminal = EtcdError(0, f"watch canceled: {reason or 'no reason given'}")

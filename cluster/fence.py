@@ -23,7 +23,7 @@ still holds its lease, though etcd works for nobody.
 
 A peer's answer ("N ms ago") is placed on this node's clock at its latest possible
 instant — the probe's answer time less N — so a renewal is never placed too early; two
-machines' monotonic clocks differ in rate by far less than the margins involved.
+machines' clocks (cluster/clock.py) differ in rate by far less than the margins involved.
 
 The verdict is kept ``FRESH_S`` (reads do not ask the peers per request), and every probe
 is bounded by ``PROBE_TIMEOUT_S``. While the node's renewals go unanswered, the node
@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from cluster.etcd import Clock
+from cluster.clock import Clock, lease_clock
 
 log = logging.getLogger("herald.cluster")
 
@@ -92,7 +91,7 @@ class Fence:
         failing_since: Callable[[], float | None],
         peers: Callable[[], tuple[Mapping[str, str], Collection[str]]],
         ask: AskRenewals,
-        clock: Clock = time.monotonic,
+        clock: Clock = lease_clock,
     ) -> None:
         self._holds_lease = holds_lease
         self._failing_since = failing_since

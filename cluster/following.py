@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+import ssl
+from collections.abc import Awaitable, Callable
 
 import websockets
 from websockets.asyncio.client import ClientConnection, connect
@@ -27,6 +28,7 @@ from cluster.follower import (
     Phase,
     Step,
 )
+from cluster.trust import peer_ssl
 from cluster.wire import MAX_WAIT_MS, BadMessage, FetchEntry, Request, decode_answer, encode_request
 from storage.errors import StorageUnavailable
 from storage.partition import Partition
@@ -153,7 +155,13 @@ class FetchSession:
         url_of: Callable[[str], str | None],
         headers: dict[str, str],
         incarnation: Callable[[], int] = lambda: 0,
+        trusted: Callable[[str], Awaitable[bool]] | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
+        # Whether the leader's URL proved it is a node (cluster/trust.py): the fetch
+        # carries the cluster token. ``verify``: the peers' CA, for wss://.
+        self._trusted = trusted
+        self._verify = verify
         self.node_id = node_id
         self._incarnation = incarnation
         self.leader = leader
@@ -189,6 +197,9 @@ class FetchSession:
                 await self._sleep(0.2)
                 continue
             ws_url = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+            if self._trusted is not None and not await self._trusted(url):
+                await self._sleep(1.0)  # logged by the verifier; etcd may change the URL
+                continue
             try:
                 async with connect(
                     ws_url + "/v1/cluster/fetch",
@@ -198,6 +209,7 @@ class FetchSession:
                     open_timeout=5,
                     ping_interval=5,
                     ping_timeout=10,
+                    ssl=peer_ssl(ws_url, self._verify),
                 ) as ws:
                     self.connected = True
                     backoff = 0.1

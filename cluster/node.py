@@ -33,8 +33,9 @@ import asyncio
 import contextlib
 import logging
 import math
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import orjson
@@ -54,6 +55,7 @@ from cluster.errors import LeaderUnavailable
 from cluster.etcd import (
     Compare,
     Delete,
+    EtcdAccess,
     EtcdClient,
     EtcdUnavailable,
     Get,
@@ -89,6 +91,7 @@ from cluster.topics import (
     topic_key,
     topics_prefix,
 )
+from cluster.trust import SEALED, ClusterKeys, SealError
 from cluster.wire import Request, encode_answer
 from storage.config import TopicConfig
 from storage.engine import Storage
@@ -102,6 +105,7 @@ _FAILOVER_PAUSE_MS = 1500  # before an ISR member other than the first live one 
 _WAIT_APPLIED_S = 5.0  # an admin call waits this long for its change to reach this node
 _FENCE_EVERY_S = 0.1  # how often the fence looks once the lease may have lapsed
 _TOPIC_CHECK_S = 0.5  # a read's or tail's check of its topic's id in etcd, at most
+_AUTHENTICATE_WITHIN_S = 30.0  # at a start, etcd's answer to this node's user
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,10 @@ class ClusterSettings:
     node_ttl_ms: int
     replica_lag_ms: int
     etcd_history_s: float = KEEP_S
+    etcd_access: EtcdAccess = field(default_factory=EtcdAccess)  # etcd's TLS and user
+    # The key set all nodes share (cluster/trust.py): subscription configs are sealed in
+    # etcd with it. None: written in clear.
+    keys: ClusterKeys | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +158,8 @@ class ClusterNode:
         peer_headers: dict[str, str] | None = None,
         ask_renewals: AskRenewals | None = None,
         on_fenced: Callable[[], None] | None = None,
+        peer_trusted: Callable[[str], Awaitable[bool]] | None = None,
+        peer_verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.storage = storage
         self.settings = settings
@@ -157,7 +167,12 @@ class ClusterNode:
         self.name = settings.name
         self._on_topic_deleted = on_topic_deleted
         self._peer_headers = peer_headers or {}
-        self.etcd = EtcdClient(settings.endpoints)
+        # Whether a URL proved it is a node before the cluster token goes there, and the
+        # peers' CA (cluster/trust.py): for the fetch sessions to leaders.
+        self._peer_trusted = peer_trusted
+        self._peer_verify = peer_verify
+        self._keys = settings.keys
+        self.etcd = EtcdClient(settings.endpoints, access=settings.etcd_access)
         self.membership = Membership(
             self.etcd,
             cluster=settings.name,
@@ -221,6 +236,9 @@ class ClusterNode:
     # ------------------------------------------------------------------ life
 
     async def start(self) -> None:
+        # etcd's token first, on a budget of its own: etcd checks a password with bcrypt,
+        # which under load took most of the first call's 4 s (cluster/etcd_access.py).
+        await self.etcd.authenticate(within_s=_AUTHENTICATE_WITHIN_S)
         await self.membership.__aenter__()
         self._entered = True
         await self._publish_log_ends()
@@ -330,8 +348,8 @@ class ClusterNode:
             if deleted:
                 self.subscriptions.pop(name, None)
                 self.subscription_ids.pop(name, None)
-            else:
-                self.subscriptions[name] = kv.value
+            elif (unsealed := self._unsealed(key, kv.value)) is not None:
+                self.subscriptions[name] = unsealed
                 self.subscription_ids[name] = kv.create_revision
         elif key.startswith(coordinators_prefix(self.name)):
             name = key[len(coordinators_prefix(self.name)) :]
@@ -571,6 +589,8 @@ class ClusterNode:
                     url_of=self.member_url,
                     headers=self._peer_headers,
                     incarnation=lambda: self.membership.incarnation,
+                    trusted=self._peer_trusted,
+                    verify=self._peer_verify,
                 )
             session.add(follower)
         else:
@@ -597,11 +617,11 @@ class ClusterNode:
         this node's must have stopped."""
         serving = True
         while True:
-            now = monotonic_ms() / 1000
+            now = lease_clock_ms() / 1000
             until = self.membership.lease_valid_until() - now
             await asyncio.sleep(min(until, _FENCE_EVERY_S) if until > 0 else _FENCE_EVERY_S)
             failing = self.membership.failing_since()
-            if failing is not None and monotonic_ms() / 1000 - failing > _FENCE_EVERY_S:
+            if failing is not None and lease_clock_ms() / 1000 - failing > _FENCE_EVERY_S:
                 # Renewals go unanswered: keep the verdict fresh, for when the lease lapses.
                 try:
                     await self.fence.refresh()
@@ -644,7 +664,7 @@ class ClusterNode:
         held = self._local_ids.get(topic) or self.topic_ids.get(topic)
         failed_at = self._recent_etcd_failure()
         if failed_at is None:
-            sent = monotonic_ms() / 1000
+            sent = lease_clock_ms() / 1000
             try:
                 kv = await self.etcd.get(topic_key(self.name, topic), within_s=_TOPIC_CHECK_S)
             except EtcdUnavailable:
@@ -657,7 +677,7 @@ class ClusterNode:
     def _recent_etcd_failure(self) -> float | None:
         """A topic check etcd left unanswered just now: the next ones ask the fence."""
         failed = self._etcd_failed_at
-        if failed is None or monotonic_ms() / 1000 - failed > _TOPIC_CHECK_S:
+        if failed is None or lease_clock_ms() / 1000 - failed > _TOPIC_CHECK_S:
             return None
         return failed
 
@@ -999,10 +1019,29 @@ class ClusterNode:
                 log.info("replicating the cursor of %s: %s", name, exc)
                 self._cursors.setdefault(name, cursor)  # the next round tries again
 
+    def _sealed(self, key: str, config: bytes) -> bytes:
+        """A subscription's config as etcd keeps it: sealed when the cluster has keys (its
+        push secrets and url; cluster/trust.py)."""
+        return self._keys.seal(key, config) if self._keys is not None else config
+
+    def _unsealed(self, key: str, value: bytes) -> bytes | None:
+        if self._keys is None:
+            if value.startswith(SEALED):
+                log.error("etcd key %s is sealed and this node has no cluster secret", key)
+                return None
+            return value
+        try:
+            return self._keys.unseal(key, value)
+        except SealError as exc:
+            log.error("%s: is --cluster-secret-file the same on every node?", exc)
+            return None
+
     async def create_subscription(self, name: str, config: bytes) -> bool:
         """Write a new subscription's config; False if one exists."""
         key = subscriptions_prefix(self.name) + name
-        result = await self.etcd.txn([Compare.version(key, "=", 0)], [Put.of(key, config)])
+        result = await self.etcd.txn(
+            [Compare.version(key, "=", 0)], [Put.of(key, self._sealed(key, config))]
+        )
         if result.succeeded:
             self.subscriptions[name] = config
             self._dirty.set()
@@ -1014,7 +1053,7 @@ class ClusterNode:
         coordinator = coordinators_prefix(self.name) + name
         await self.etcd.txn(
             [Compare.version(key, ">", 0), Compare.value(coordinator, "=", self.node_id)],
-            [Put.of(key, config)],
+            [Put.of(key, self._sealed(key, config))],
         )
 
     async def delete_subscription(self, name: str) -> bool:

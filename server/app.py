@@ -31,6 +31,7 @@ from server import (
     routes_topics,
 )
 from server.access import AccessControlMiddleware, access_guard, watching
+from server.cluster_trust import PeerProofEndpoint, cluster_keys
 from server.config import ServerConfig
 from server.coordinated import CoordinatorRouting
 from server.errors import EXCEPTION_HANDLERS, InternalErrorMiddleware, problem_response
@@ -137,6 +138,12 @@ def create_app(
                 body_deadline_s=config.body_deadline_s,
             ),
             *cors,
+            # A node proving itself to another (cluster/trust.py): before any token is sent.
+            Middleware(
+                PeerProofEndpoint,
+                keys=cluster_keys(config) if config.clustered else None,
+                url=config.node_url,
+            ),
             Middleware(AccessControlMiddleware, guard=guard),
             Middleware(InternalErrorMiddleware),
             Middleware(CoordinatorRouting),  # PROTOCOL §7: a subscription's requests

@@ -22,6 +22,7 @@ import uvicorn
 
 from herald.cli import add_commands as add_client_commands
 from herald.cli import add_global_options as add_client_options
+from server.cluster_cli import TRUST_FIELDS, add_trust_flags
 from server.config import LOG_FORMATS, LOG_LEVELS, ConfigError, ServerConfig
 from server.security_cli import (
     SECURITY_FIELDS,
@@ -205,8 +206,8 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     )
     cluster.add_argument(
         "--advertise-url",
-        help="how the other nodes reach this one (default http://HOST:PORT; "
-        "env HERALD_ADVERTISE_URL)",
+        help="how the other nodes reach this one (default http://HOST:PORT, https:// "
+        "with --tls-cert; env HERALD_ADVERTISE_URL)",
     )
     cluster.add_argument(
         "--cluster-name",
@@ -230,6 +231,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         help=f"seconds of etcd history kept; older revisions are compacted "
         f"(default {defaults.etcd_history_s:g}; env HERALD_ETCD_HISTORY_S)",
     )
+    add_trust_flags(cluster)
     add_security_flags(p)
     p.set_defaults(func=run_serve)
 
@@ -265,6 +267,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "replica_lag_ms",
             "etcd_history_s",
             *SECURITY_FIELDS,
+            *TRUST_FIELDS,
         )
     }
     allow_cidrs: list[str] | None = overrides.get("webhook_allow_cidr")
@@ -284,9 +287,13 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"herald serve: {problem}", file=sys.stderr)
         return 2
     if config.clustered:
+        from server.cluster_trust import etcd_access, trust_problem
         from server.etcd_check import unreachable
 
-        if (problem := unreachable(config.etcd_endpoints)) is not None:
+        if (problem := trust_problem(config)) is not None:
+            print(f"herald serve: {problem}", file=sys.stderr)
+            return 2
+        if (problem := unreachable(config.etcd_endpoints, etcd_access(config))) is not None:
             print(f"herald serve: {problem}", file=sys.stderr)
             return 1
     # The port first, then the data directory's lock, then recovery (in the lifespan): a

@@ -89,6 +89,19 @@ class ServerConfig:
     # With credentials, the token nodes present to each other (env HERALD_CLUSTER_TOKEN
     # only: a flag would show it in `ps`); it needs the admin role.
     cluster_token: str = ""
+    # PROTOCOL §7 with a closed etcd (docs/security.md, cluster/etcd_access.py): etcd's
+    # user and password (the password from HERALD_ETCD_PASSWORD; never logged), the CA
+    # etcd's certificate is verified with, and this node's client certificate.
+    etcd_user: str = ""
+    etcd_password: str = dataclasses.field(default="", repr=False)
+    etcd_ca_file: Path | None = None
+    etcd_cert_file: Path | None = None
+    etcd_key_file: Path | None = None
+    # The key file all nodes share (lines <id>:<base64 32 bytes>, as the encryption key
+    # file): seals push secrets in etcd and lets nodes prove themselves to each other
+    # (cluster/trust.py). Without it the encryption keys serve.
+    cluster_secret_file: Path | None = None
+    peer_ca_file: Path | None = None  # the CA other nodes' https:// certificates chain to
 
     def __post_init__(self) -> None:
         if self.log_format not in LOG_FORMATS:
@@ -129,6 +142,10 @@ class ServerConfig:
             raise ConfigError("replica_lag_ms must be in 100..3600000")
         if not 1 <= self.etcd_history_s <= 86_400:
             raise ConfigError("etcd_history_s must be in 1..86400")
+        if (self.etcd_cert_file is None) != (self.etcd_key_file is None):
+            raise ConfigError("etcd_cert_file and etcd_key_file go together")
+        if self.etcd_password and not self.etcd_user:
+            raise ConfigError("an etcd password needs an etcd user (--etcd-user)")
         if self.advertise_url and not re.fullmatch(r"https?://[^/\s]+", self.advertise_url):
             raise ConfigError(
                 f"advertise_url must be http(s)://host:port, not {self.advertise_url!r}"
@@ -151,8 +168,12 @@ class ServerConfig:
 
     @property
     def node_url(self) -> str:
-        """The URL the other nodes use for this one."""
-        return self.advertise_url or self.base_url
+        """The URL the other nodes use for this one: https:// when it serves TLS."""
+        if self.advertise_url:
+            return self.advertise_url
+        if self.tls_cert is not None:
+            return self.base_url.replace("http://", "https://", 1)
+        return self.base_url
 
     @property
     def pinned_cpus(self) -> frozenset[int] | None:
@@ -257,6 +278,11 @@ _PATH_FIELDS = (
     "tls_key",
     "webhook_ca_file",
     "encryption_key_file",
+    "etcd_ca_file",
+    "etcd_cert_file",
+    "etcd_key_file",
+    "cluster_secret_file",
+    "peer_ca_file",
 )
 
 

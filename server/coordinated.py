@@ -32,6 +32,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import connect
 
 from cluster.errors import LeaderUnavailable
+from cluster.trust import peer_ssl
 from delivery.close_codes import CloseCode
 from server.access import bearer_token
 from server.errors import herald_error_response
@@ -84,7 +85,7 @@ class CoordinatorRouting:
         else:
             client = WebSocket(scope, receive, send)
             try:
-                await _relay(url, client)
+                await _relay(state, url, client)
             except Exception:
                 log.exception("relaying a consumer of %s to %s failed", name, url)
                 if client.client_state.name == "CONNECTING":
@@ -151,9 +152,13 @@ async def _refuse(client: WebSocket, reason: str) -> None:
     await client.close(CloseCode.SERVICE_RESTART, reason[:120])
 
 
-async def _relay(url: str, client: WebSocket) -> None:
+async def _relay(state: Services, url: str, client: WebSocket) -> None:
     """Copy a consumer's frames to the coordinator's socket and back."""
     scope = client.scope
+    assert state.peers is not None
+    if not await state.peers.trusted(url):  # its token goes only to a proven node
+        await _refuse(client, "the subscription's coordinator is unreachable")
+        return
     target = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + scope["path"]
     # The token goes on as a header, however the client gave it (never in a URL: logs).
     query = [
@@ -168,7 +173,13 @@ async def _relay(url: str, client: WebSocket) -> None:
     if token is not None:
         headers["authorization"] = f"Bearer {token}"
     try:
-        upstream = await connect(target, additional_headers=headers, max_size=None, open_timeout=5)
+        upstream = await connect(
+            target,
+            additional_headers=headers,
+            max_size=None,
+            open_timeout=5,
+            ssl=peer_ssl(target, state.peers.verify),
+        )
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
         log.info("relaying a consumer to %s: %s", url, exc)
         await _refuse(client, "the subscription's coordinator is unreachable")

@@ -8,21 +8,26 @@ directly, and a request that arrives forwarded at a node that does not lead (the
 leader moved meanwhile) is answered 503 ``leader_unavailable`` rather than forwarded
 again, so no request travels in a circle. Node-to-node calls of the server's own
 (replication reports) carry ``--cluster-token`` when the cluster has credentials.
+
+Credentials go only to a URL that proved it is a node of this cluster (cluster/trust.py:
+etcd naming it is not enough); https:// peers are verified against ``--peer-ca-file``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
+import ssl
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import httpx
 import orjson
 
+from cluster.clock import lease_clock
 from cluster.errors import LeaderUnavailable
 from cluster.fence import renewed_by
+from cluster.trust import PeerVerifier
 from storage.errors import HeraldError
 
 log = logging.getLogger("herald.server")
@@ -52,15 +57,36 @@ class PeerError(HeraldError):
 
 
 class Peers:
-    def __init__(self, cluster_token: str = "") -> None:
+    def __init__(
+        self,
+        cluster_token: str = "",
+        *,
+        verifier: PeerVerifier | None = None,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(_FORWARD_TIMEOUT_S, connect=3.0),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            verify=verify,
         )
+        self.verify = verify  # for the WebSockets opened to other nodes, alike
+        self._verifier = verifier
         self._own = {"authorization": f"Bearer {cluster_token}"} if cluster_token else {}
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._verifier is not None:
+            await self._verifier.aclose()
+
+    async def trusted(self, url: str) -> bool:
+        """Whether credentials may go to ``url`` (always, in a cluster without keys)."""
+        return self._verifier is None or await self._verifier.trusted(url)
+
+    async def _check(self, url: str) -> None:
+        if not await self.trusted(url):
+            raise LeaderUnavailable(
+                f"the node etcd names at {url} did not prove it belongs to the cluster"
+            )
 
     @staticmethod
     def _client_headers(authorization: str | None) -> dict[str, str]:
@@ -79,6 +105,7 @@ class Peers:
     ) -> list[dict[str, Any]]:
         """Forward ``messages`` (each naming its partition) to their leader -> its results."""
         params = {"acks": acks} if acks is not None else {}
+        await self._check(url)
         try:
             response = await self._http.post(
                 f"{url}/v1/topics/{topic}/messages",
@@ -106,6 +133,7 @@ class Peers:
         self, url: str, path: str, query: bytes, authorization: str | None
     ) -> httpx.Response:
         """A read proxied to the leader, answered as it came."""
+        await self._check(url)
         try:
             return await self._http.get(
                 f"{url}{path}" + (f"?{query.decode('latin-1')}" if query else ""),
@@ -130,6 +158,7 @@ class Peers:
         for key in ("authorization", "content-type", "x-request-id"):
             if key in headers:
                 passed[key] = headers[key]
+        await self._check(url)
         try:
             return await self._http.request(
                 method,
@@ -144,6 +173,8 @@ class Peers:
         """Each node's own ``GET /v1/stats?scope=node`` (within a second, else left out)."""
 
         async def one(url: str) -> dict[str, Any]:
+            if not await self.trusted(url):
+                return {}
             try:
                 response = await self._http.get(
                     f"{url}/v1/stats",
@@ -166,11 +197,13 @@ class Peers:
         that does not answer within ``timeout_s`` is left out."""
 
         async def one(node: str, url: str) -> tuple[str, float] | None:
+            if not await self.trusted(url):  # the cluster token goes only to proven nodes
+                return None
             try:
                 response = await self._http.get(
                     f"{url}/v1/cluster/lease", headers=self._own, timeout=timeout_s
                 )
-                answered_at = time.monotonic()
+                answered_at = lease_clock()  # the clock of failing_since (cluster/clock.py)
                 if response.status_code != 200:
                     return None
                 body = response.json()
@@ -190,6 +223,8 @@ class Peers:
         that does not answer within a second is left out."""
 
         async def one(url: str) -> list[dict[str, Any]]:
+            if not await self.trusted(url):
+                return []
             try:
                 response = await self._http.get(
                     f"{url}/v1/cluster/replication", headers=self._own, timeout=_REPORT_TIMEOUT_S

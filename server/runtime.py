@@ -20,10 +20,12 @@ import orjson
 from starlette.requests import HTTPConnection
 
 from cluster.node import ClusterNode, ClusterSettings
+from cluster.trust import PeerVerifier
 from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.redrive import Redrives
+from server.cluster_trust import cluster_keys, etcd_access, peer_verify
 from server.config import ServerConfig
 from server.errors import ServiceStopping
 from server.metrics import Histogram
@@ -190,7 +192,14 @@ class Runtime:
             if self.config.clustered:
                 # Before the engine: every partition has its role (and its visible end,
                 # the high watermark) before anything reads it.
-                self._peers = peers = Peers(self.config.cluster_token)
+                keys = cluster_keys(self.config)
+                peers_ca = peer_verify(self.config)
+                self._peers = peers = Peers(
+                    self.config.cluster_token,
+                    # Credentials go only to URLs that prove they are nodes (cluster/trust.py).
+                    verifier=PeerVerifier(keys, peers_ca) if keys is not None else None,
+                    verify=peers_ca,
+                )
                 self._cluster = ClusterNode(
                     storage,
                     ClusterSettings(
@@ -201,6 +210,8 @@ class Runtime:
                         node_ttl_ms=self.config.node_ttl_ms,
                         replica_lag_ms=self.config.replica_lag_ms,
                         etcd_history_s=self.config.etcd_history_s,
+                        etcd_access=etcd_access(self.config),
+                        keys=keys,
                     ),
                     on_topic_deleted=self._topic_deleted,
                     ask_renewals=peers.renewals,
@@ -213,6 +224,8 @@ class Runtime:
                         if self.config.cluster_token
                         else {}
                     ),
+                    peer_trusted=self._peers.trusted,
+                    peer_verify=peers_ca,
                 )
                 await self._cluster.start()
             cluster = self._cluster

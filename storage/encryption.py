@@ -26,7 +26,7 @@ import base64
 import binascii
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import crc32c
@@ -57,6 +57,8 @@ class KeyFileError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Keyring:
     keys: dict[int, AESGCM]
+    # The keys' bytes, from which a cluster derives its own keys (cluster/trust.py).
+    secrets: dict[int, bytes] = field(default_factory=dict, repr=False)
 
     @property
     def active_id(self) -> int:
@@ -65,6 +67,7 @@ class Keyring:
     @classmethod
     def parse(cls, text: str) -> Keyring:
         keys: dict[int, AESGCM] = {}
+        secrets: dict[int, bytes] = {}
         for number, line in enumerate(text.splitlines(), 1):
             line = line.strip()
             if not line or line.startswith("#"):
@@ -78,9 +81,10 @@ class Keyring:
             if not sep or not 1 <= key_id <= 65535 or len(key) != 32:
                 raise KeyFileError(f"line {number}: id 1..65535 and a 32-byte key")
             keys[key_id] = AESGCM(key)
+            secrets[key_id] = key
         if not keys:
             raise KeyFileError("no keys")
-        return cls(keys)
+        return cls(keys, secrets)
 
     @classmethod
     def load(cls, path: Path | None, env: dict[str, str] | None = None) -> Keyring | None:

@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 import orjson
 
+from storage.encryption import new_key_line
 from tests.cluster.checker import CheckReport, check_replicas
 from tests.cluster.conftest import EtcdProcess
 from tests.conftest import HeraldProcess
@@ -117,14 +118,25 @@ class HeraldCluster:
         replica_lag_ms: int = REPLICA_LAG_MS,
         cluster_name: str = "herald",
         extra_args: Sequence[str] = (),
+        etcd: EtcdProcess | None = None,
+        cluster_secret: bool | None = None,
     ) -> None:
         self.root = root
+        # An etcd started by the caller (a TLS or password-protected one:
+        # test_cluster_trust.py), left running by stop(); and whether the nodes share a
+        # --cluster-secret-file (by default with an auth file, which needs one).
+        self._own_etcd = etcd is None
+        if cluster_secret is None:
+            cluster_secret = "--auth-file" in extra_args
+        self.secret_file = root / "cluster.key" if cluster_secret else None
         self.size = size
         self.node_ttl_ms = node_ttl_ms
         self.replica_lag_ms = replica_lag_ms
         self.cluster_name = cluster_name
         self.extra_args = list(extra_args)
-        self.etcd: EtcdProcess | None = None
+        if self.secret_file is not None:
+            self.extra_args += ["--cluster-secret-file", str(self.secret_file)]
+        self.etcd: EtcdProcess | None = etcd
         self.nodes: dict[str, ClusterNode] = {}
         self.http = httpx.Client(timeout=HTTP_TIMEOUT_S)
 
@@ -139,7 +151,12 @@ class HeraldCluster:
     def start(self) -> HeraldCluster:
         """etcd, then every node at once; returns when all N are live on every node."""
         try:
-            self.etcd = self._start_etcd()
+            if self.secret_file is not None and not self.secret_file.exists():
+                self.root.mkdir(parents=True, exist_ok=True)
+                self.secret_file.write_text(new_key_line(1) + "\n")
+            if self._own_etcd:
+                self.etcd = self._start_etcd()
+            assert self.etcd is not None
             self.nodes = {
                 f"n{i}": ClusterNode(
                     f"n{i}",
@@ -176,7 +193,7 @@ class HeraldCluster:
     def stop(self) -> None:
         """Every node (SIGTERM, SIGKILL after 30 s), then etcd. Safe to call twice."""
         self.stop_nodes()
-        if self.etcd is not None:
+        if self.etcd is not None and self._own_etcd:
             self.etcd.terminate()
         self.http.close()
 
