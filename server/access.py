@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from delivery.close_codes import CloseCode
@@ -452,9 +453,24 @@ class OpenSocket:
 
 
 def _subscription_of(scope: Scope, subscription: str) -> tuple[str, bool]:
-    """The topic of a subscription, and whether it is a push subscription."""
-    config = app_services(scope["app"]).engine.get(subscription)
-    return config.topic, config.push is not None
+    """The topic of a subscription, and whether it is a push subscription.
+
+    In a cluster, from the metadata every node holds (etcd's view), not from this node's
+    delivery engine: that runs only the subscriptions this node coordinates, and PROTOCOL
+    §7 has any node serve everything a token allows (issue 26 item 8)."""
+    state = app_services(scope["app"])
+    if state.cluster is None:
+        config = state.engine.get(subscription)
+        return config.topic, config.push is not None
+    raw = state.cluster.subscriptions.get(subscription)
+    try:
+        stored = orjson.loads(raw) if raw is not None else None
+    except orjson.JSONDecodeError:
+        stored = None
+    if not isinstance(stored, dict) or not isinstance(stored.get("topic"), str):
+        # Fails closed: a 403 to non-admins.
+        raise SubscriptionNotFound(f"subscription {subscription!r} does not exist")
+    return stored["topic"], stored.get("push") is not None
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, exc: HeraldError) -> None:

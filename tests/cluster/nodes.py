@@ -66,8 +66,9 @@ class ClusterNode(HeraldProcess):
         node_ttl_ms: int,
         replica_lag_ms: int,
         extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(data_dir, extra_args=extra_args)
+        super().__init__(data_dir, extra_args=extra_args, env=env)
         self.node_id = node_id
         self.etcd_urls = list(etcd_urls)
         self.cluster_name = cluster_name
@@ -117,8 +118,10 @@ class HeraldCluster:
         replica_lag_ms: int = REPLICA_LAG_MS,
         cluster_name: str = "herald",
         extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.root = root
+        self.env = env or {}  # e.g. HERALD_CLUSTER_TOKEN, for every node
         self.size = size
         self.node_ttl_ms = node_ttl_ms
         self.replica_lag_ms = replica_lag_ms
@@ -149,6 +152,7 @@ class HeraldCluster:
                     node_ttl_ms=self.node_ttl_ms,
                     replica_lag_ms=self.replica_lag_ms,
                     extra_args=self.extra_args,
+                    env=self.env,
                 )
                 for i in range(1, self.size + 1)
             }
