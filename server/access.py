@@ -30,6 +30,7 @@ from server import audit
 from server.auth import BROWSER_PREFIX, Credentials, Principal
 from server.errors import herald_error_response
 from server.limits import PublishLimiter
+from server.peers import CLIENT, PEER_AUTHORIZATION
 from server.runtime import app_services
 from server.tasks import cancel_and_wait
 from storage.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
@@ -225,6 +226,26 @@ class AccessGuard:
         if found is None:
             raise Unauthorized("the token is not valid")
         return found
+
+    async def peer_client(self, scope: Scope) -> str | None:
+        """For a request from another node that proves it is one (an admin token, the
+        cluster token, in ``herald-peer-authorization``: server/peers.py), the address of
+        the client it forwards for ("" for a node's own calls); else None. ``herald-client``
+        from anyone else is never believed (server/limits.py counts the connection)."""
+        proof = _header(scope, PEER_AUTHORIZATION.encode())
+        if proof is None:
+            return None
+        scheme, _, token = proof.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or token.startswith(BROWSER_PREFIX):
+            return None
+        try:
+            principal = await self.principal(token)
+        except Unauthorized:
+            return None
+        if not principal.is_admin:
+            return None
+        return _header(scope, CLIENT.encode()) or ""
 
     def authorize(
         self,
@@ -450,6 +471,13 @@ class OpenSocket:
         self.revoked = True
         with contextlib.suppress(Exception):  # the peer may be gone already
             await self._send({"type": "websocket.close", "code": code, "reason": reason})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 def _subscription_of(scope: Scope, subscription: str) -> tuple[str, bool]:

@@ -35,6 +35,7 @@ from cluster.errors import LeaderUnavailable
 from delivery.close_codes import CloseCode
 from server.access import bearer_token
 from server.errors import herald_error_response
+from server.limits import client_address
 from server.peers import FORWARDED
 from server.runtime import Services, app_services
 from storage.errors import HeraldError
@@ -84,7 +85,7 @@ class CoordinatorRouting:
         else:
             client = WebSocket(scope, receive, send)
             try:
-                await _relay(url, client)
+                await _relay(url, client, state)
             except Exception:
                 log.exception("relaying a consumer of %s to %s failed", name, url)
                 if client.client_state.name == "CONNECTING":
@@ -131,7 +132,13 @@ async def _forward_http(
     assert state.peers is not None
     try:
         answer = await state.peers.forward(
-            url, scope["method"], scope["path"], scope["query_string"], body, headers
+            url,
+            scope["method"],
+            scope["path"],
+            scope["query_string"],
+            body,
+            headers,
+            client_address(scope),
         )
     except HeraldError as exc:
         await herald_error_response(exc)(scope, receive, send)
@@ -151,7 +158,7 @@ async def _refuse(client: WebSocket, reason: str) -> None:
     await client.close(CloseCode.SERVICE_RESTART, reason[:120])
 
 
-async def _relay(url: str, client: WebSocket) -> None:
+async def _relay(url: str, client: WebSocket, state: Services) -> None:
     """Copy a consumer's frames to the coordinator's socket and back."""
     scope = client.scope
     target = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + scope["path"]
@@ -163,7 +170,8 @@ async def _relay(url: str, client: WebSocket) -> None:
     ]
     if query:
         target += "?" + urlencode(query)
-    headers = {FORWARDED: "1"}
+    assert state.peers is not None
+    headers = state.peers.on_behalf_of(client_address(scope))
     token = bearer_token(scope)
     if token is not None:
         headers["authorization"] = f"Bearer {token}"

@@ -8,6 +8,11 @@ directly, and a request that arrives forwarded at a node that does not lead (the
 leader moved meanwhile) is answered 503 ``leader_unavailable`` rather than forwarded
 again, so no request travels in a circle. Node-to-node calls of the server's own
 (replication reports) carry ``--cluster-token`` when the cluster has credentials.
+
+With credentials, every call also proves it comes from a node (``herald-peer-authorization``:
+the cluster token), and a forwarded one names the client it is made for (``herald-client``:
+its address): the receiving node counts it against that client's per-address cap, not the
+forwarding node's (server/limits.py; issue 26 item 8).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from storage.errors import HeraldError
 log = logging.getLogger("herald.server")
 
 FORWARDED = "herald-forwarded"
+CLIENT = "herald-client"  # the address of the client a forwarded request is made for
+PEER_AUTHORIZATION = "herald-peer-authorization"  # "Bearer <cluster token>": a node calls
 _REPORT_TIMEOUT_S = 1.0
 _FORWARD_TIMEOUT_S = 60.0  # publishes wait for commits; reads long-poll up to 30 s
 
@@ -55,14 +62,29 @@ class Peers:
             timeout=httpx.Timeout(_FORWARD_TIMEOUT_S, connect=3.0),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
         )
-        self._own = {"authorization": f"Bearer {cluster_token}"} if cluster_token else {}
+        self._peer = {PEER_AUTHORIZATION: f"Bearer {cluster_token}"} if cluster_token else {}
+        self._own = (
+            {"authorization": f"Bearer {cluster_token}", **self._peer} if cluster_token else {}
+        )
+
+    @property
+    def own_headers(self) -> dict[str, str]:
+        """The headers of this node's own calls to the others (fetches, reports)."""
+        return dict(self._own)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    @staticmethod
-    def _client_headers(authorization: str | None) -> dict[str, str]:
+    def on_behalf_of(self, client: str) -> dict[str, str]:
+        """The headers of a request forwarded for the client at address ``client``."""
         headers = {FORWARDED: "1"}
+        if self._peer:  # without a cluster token no node can prove it is one
+            headers.update(self._peer)
+            headers[CLIENT] = client
+        return headers
+
+    def _client_headers(self, authorization: str | None, client: str) -> dict[str, str]:
+        headers = self.on_behalf_of(client)
         if authorization:
             headers["authorization"] = authorization
         return headers
@@ -74,6 +96,7 @@ class Peers:
         acks: str | None,
         messages: list[Any],
         authorization: str | None,
+        client: str,
     ) -> list[dict[str, Any]]:
         """Forward ``messages`` (each naming its partition) to their leader -> its results."""
         params = {"acks": acks} if acks is not None else {}
@@ -82,7 +105,10 @@ class Peers:
                 f"{url}/v1/topics/{topic}/messages",
                 params=params,
                 content=orjson.dumps({"messages": messages}),
-                headers={**self._client_headers(authorization), "content-type": "application/json"},
+                headers={
+                    **self._client_headers(authorization, client),
+                    "content-type": "application/json",
+                },
             )
         except httpx.HTTPError as exc:
             raise LeaderUnavailable(
@@ -101,13 +127,13 @@ class Peers:
         return results
 
     async def get(
-        self, url: str, path: str, query: bytes, authorization: str | None
+        self, url: str, path: str, query: bytes, authorization: str | None, client: str
     ) -> httpx.Response:
         """A read proxied to the leader, answered as it came."""
         try:
             return await self._http.get(
                 f"{url}{path}" + (f"?{query.decode('latin-1')}" if query else ""),
-                headers=self._client_headers(authorization),
+                headers=self._client_headers(authorization, client),
             )
         except httpx.HTTPError as exc:
             raise LeaderUnavailable(
@@ -122,9 +148,10 @@ class Peers:
         query: bytes,
         body: bytes,
         headers: Mapping[str, str],
+        client: str,
     ) -> httpx.Response:
         """A client's request passed on as it came (a subscription's, to its coordinator)."""
-        passed = {FORWARDED: "1"}
+        passed = self.on_behalf_of(client)
         for key in ("authorization", "content-type", "x-request-id"):
             if key in headers:
                 passed[key] = headers[key]

@@ -202,11 +202,7 @@ class Runtime:
                         etcd_history_s=self.config.etcd_history_s,
                     ),
                     on_topic_deleted=self._topic_deleted,
-                    peer_headers=(
-                        {"authorization": f"Bearer {self.config.cluster_token}"}
-                        if self.config.cluster_token
-                        else {}
-                    ),
+                    peer_headers=self._peers.own_headers,
                 )
                 await self._cluster.start()
             cluster = self._cluster
