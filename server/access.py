@@ -408,6 +408,8 @@ class AccessControlMiddleware:
                 state = scope.setdefault("state", {})
                 state["principal"] = principal
                 state["publish_limiter"] = self.guard.publish_limiter  # limits.charge_publish
+                # GET /v1/cluster shows each node's, so that a mismatch is visible.
+                state["credentials_digest"] = self.guard.credentials.digest
                 if scope["type"] == "websocket":
                     # Long-lived: checked again when the auth file changes.
                     socket = self.guard.track(principal, rule, params, scope, send)

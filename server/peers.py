@@ -186,23 +186,25 @@ class Peers:
         return list(await asyncio.gather(*(one(url) for url in urls)))
 
     async def replication(self, urls: Iterable[str]) -> list[dict[str, Any]]:
-        """Every live node's led partitions (GET /v1/cluster/replication), gathered; a node
-        that does not answer within a second is left out."""
+        """Every live node's report (GET /v1/cluster/replication: its id, the partitions
+        it leads, its credentials' digest), gathered; a node that does not answer within
+        a second, or not with a report, is left out."""
 
-        async def one(url: str) -> list[dict[str, Any]]:
+        async def one(url: str) -> dict[str, Any] | None:
             try:
                 response = await self._http.get(
                     f"{url}/v1/cluster/replication", headers=self._own, timeout=_REPORT_TIMEOUT_S
                 )
                 if response.status_code == 200:
-                    partitions: list[dict[str, Any]] = response.json()["partitions"]
-                    return partitions
-            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                    report = response.json()
+                    if isinstance(report, dict) and isinstance(report.get("partitions"), list):
+                        return report
+            except (httpx.HTTPError, ValueError) as exc:
                 log.debug("replication report of %s: %s", url, exc)
-            return []
+            return None
 
         reports = await asyncio.gather(*(one(url) for url in urls))
-        return [p for report in reports for p in report]
+        return [report for report in reports if report is not None]
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

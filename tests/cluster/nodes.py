@@ -119,9 +119,11 @@ class HeraldCluster:
         cluster_name: str = "herald",
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        node_args: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.root = root
         self.env = env or {}  # e.g. HERALD_CLUSTER_TOKEN, for every node
+        self.node_args = dict(node_args or {})  # node id -> its own extra arguments
         self.size = size
         self.node_ttl_ms = node_ttl_ms
         self.replica_lag_ms = replica_lag_ms
@@ -151,7 +153,7 @@ class HeraldCluster:
                     cluster_name=self.cluster_name,
                     node_ttl_ms=self.node_ttl_ms,
                     replica_lag_ms=self.replica_lag_ms,
-                    extra_args=self.extra_args,
+                    extra_args=[*self.extra_args, *self.node_args.get(f"n{i}", ())],
                     env=self.env,
                 )
                 for i in range(1, self.size + 1)

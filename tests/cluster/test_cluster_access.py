@@ -20,7 +20,7 @@ import httpx
 import orjson
 import websockets
 
-from server.auth import new_token, toml_entry
+from server.auth import credentials_digest, new_token, toml_entry
 from tests.cluster.nodes import HeraldCluster
 from tests.cluster.test_cluster_subscriptions import wait_coordinated
 from tests.conftest import free_port
@@ -165,3 +165,60 @@ def test_a_subscribe_token_is_served_on_every_subscription_route_by_every_node(
                 ):
                     closed = asyncio.run(_first_delivery(url, name, tokens[who]))
                     assert closed == 4403, (node.node_id, who, name, closed)
+
+
+def test_each_node_shows_the_digest_of_its_credentials_and_a_mismatch_shows(
+    tmp_path: Path,
+) -> None:
+    """Revocation and rate limits are per node (docs/security.md): GET /v1/cluster shows
+    the digest of each node's credentials file, the same for the same tokens however the
+    file is laid out, different while an edit has reached one node only."""
+    files = {node: tmp_path / f"auth-{node}.toml" for node in ("n1", "n2")}
+    tokens = _auth_file(files["n1"])
+    text = files["n1"].read_text()
+    # The same tokens, laid out differently: comments and blank lines do not count.
+    files["n2"].write_text("# copied by hand\n\n" + text.replace("\n\n", "\n\n\n"))
+    cluster = HeraldCluster(
+        tmp_path / "cluster",
+        2,
+        node_args={node: ["--auth-file", str(path)] for node, path in files.items()},
+        env={"HERALD_CLUSTER_TOKEN": tokens["admin"]},
+    )
+    cluster.http.headers["Authorization"] = f"Bearer {tokens['admin']}"
+
+    def digests(node: str) -> dict[str, str | None]:
+        return {n["id"]: n.get("credentials") for n in cluster.cluster_view(node)["nodes"]}
+
+    with cluster:
+        same = credentials_digest(text)
+        assert len(same) == 16 and int(same, 16) >= 0
+        cluster.wait_for(
+            lambda: all(digests(node) == {"n1": same, "n2": same} for node in cluster.nodes),
+            30.0,
+            "both nodes report the same digest",
+        )
+        # An edit (a new token) that has reached n2 only: every node shows the mismatch.
+        token_id, token = new_token()
+        edited = files["n2"].read_text() + "\n" + toml_entry(token_id, token, ["admin"], [])
+        files["n2"].write_text(edited)
+        changed = credentials_digest(edited)
+        assert changed != same
+        cluster.wait_for(
+            lambda: all(digests(node) == {"n1": same, "n2": changed} for node in cluster.nodes),
+            30.0,
+            "the mismatch shows on every node",
+        )
+        # Rolled out to n1 as well: the digests agree again.
+        files["n1"].write_text(edited)
+        cluster.wait_for(
+            lambda: all(
+                digests(node) == {"n1": changed, "n2": changed} for node in cluster.nodes
+            ),
+            30.0,
+            "the digests agree again",
+        )
+        # The route keeps its roles (metrics or admin): a subscribe token sees no digest.
+        view = httpx.get(
+            f"{cluster.nodes['n1'].url}/v1/cluster", headers=_bearer(tokens["reader"]), timeout=30
+        )
+        assert view.status_code == 403
