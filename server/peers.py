@@ -177,8 +177,7 @@ class Peers:
                     timeout=_REPORT_TIMEOUT_S,
                 )
                 if response.status_code == 200:
-                    body: dict[str, Any] = response.json()
-                    return body
+                    return _node_stats(response.json())
             except (httpx.HTTPError, ValueError) as exc:
                 log.debug("stats of %s: %s", url, exc)
             return {}
@@ -205,6 +204,40 @@ class Peers:
 
         reports = await asyncio.gather(*(one(url) for url in urls))
         return [report for report in reports if report is not None]
+
+
+def _node_stats(body: Any) -> dict[str, Any]:
+    """What a node's stats say of its subscriptions, as far as it is stats: an answer of
+    another shape (another program on the port, a proxy's page) says nothing, never a 500."""
+    subscriptions = body.get("subscriptions") if isinstance(body, dict) else None
+    if not isinstance(subscriptions, list):
+        return {}
+    return {
+        "subscriptions": [
+            s
+            for s in subscriptions
+            if isinstance(s, dict)
+            and isinstance(s.get("name"), str)
+            and isinstance(s.get("stats"), dict)
+            and all(
+                isinstance(v, int) and not isinstance(v, bool)
+                for k, v in s["stats"].items()
+                if k in SUMMED_STATS
+            )
+        ]
+    }
+
+
+# The members of a subscription's stats that GET /v1/stats adds up over the cluster.
+SUMMED_STATS = (
+    "delivered_total",
+    "acked_total",
+    "redelivered_total",
+    "dead_lettered_total",
+    "backlog",
+    "in_flight",
+    "consumers",
+)
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:
