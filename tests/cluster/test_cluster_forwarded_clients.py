@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
@@ -67,6 +68,17 @@ async def _consumers(
             except websockets.ConnectionClosed as exc:
                 refused.append(exc.rcvd.code if exc.rcvd else None)
         yield refused
+
+
+def _past_503(call: Callable[[], httpx.Response], attempts: int = 30) -> httpx.Response:
+    """PROTOCOL §7: a 503 (a leader or coordinator moving on a loaded machine) is retried;
+    any other answer is the one the test judges (a 429 is never retried)."""
+    for _ in range(attempts - 1):
+        answer = call()
+        if answer.status_code != 503:
+            return answer
+        time.sleep(1)
+    return call()
 
 
 def _client(source: str) -> httpx.Client:
@@ -123,16 +135,20 @@ def test_a_client_parking_the_cap_through_a_node_leaves_other_clients_served(
                 with _client(OTHER) as other:
                     # Another client's publish through the entry node, to a partition the
                     # coordinator leads: forwarded there, and served.
-                    published = other.post(
-                        f"{entry.url}/v1/topics/busy/messages",
-                        json={"messages": [{"value": 1, "partition": led[0]}]},
-                        headers=_bearer(app),
+                    published = _past_503(
+                        lambda: other.post(
+                            f"{entry.url}/v1/topics/busy/messages",
+                            json={"messages": [{"id": "m1", "value": 1, "partition": led[0]}]},
+                            headers=_bearer(app),
+                        )
                     )
                     assert published.status_code == 200, published.text
-                    pulled = other.post(
-                        f"{entry.url}/v1/subscriptions/parked/pull",
-                        json={"max_messages": 1},
-                        headers=_bearer(app),
+                    pulled = _past_503(
+                        lambda: other.post(
+                            f"{entry.url}/v1/subscriptions/parked/pull",
+                            json={"max_messages": 1},
+                            headers=_bearer(app),
+                        )
                     )
                     assert pulled.status_code == 200, pulled.text
 
