@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from delivery.close_codes import CloseCode
@@ -29,6 +30,7 @@ from server import audit
 from server.auth import BROWSER_PREFIX, Credentials, Principal
 from server.errors import herald_error_response
 from server.limits import PublishLimiter
+from server.peers import CLIENT, PEER_AUTHORIZATION
 from server.runtime import app_services
 from server.tasks import cancel_and_wait
 from storage.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
@@ -225,6 +227,26 @@ class AccessGuard:
             raise Unauthorized("the token is not valid")
         return found
 
+    async def peer_client(self, scope: Scope) -> str | None:
+        """For a request from another node that proves it is one (an admin token, the
+        cluster token, in ``herald-peer-authorization``: server/peers.py), the address of
+        the client it forwards for ("" for a node's own calls); else None. ``herald-client``
+        from anyone else is never believed (server/limits.py counts the connection)."""
+        proof = _header(scope, PEER_AUTHORIZATION.encode())
+        if proof is None:
+            return None
+        scheme, _, token = proof.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or token.startswith(BROWSER_PREFIX):
+            return None
+        try:
+            principal = await self.principal(token)
+        except Unauthorized:
+            return None
+        if not principal.is_admin:
+            return None
+        return _header(scope, CLIENT.encode()) or ""
+
     def authorize(
         self,
         principal: Principal,
@@ -386,6 +408,8 @@ class AccessControlMiddleware:
                 state = scope.setdefault("state", {})
                 state["principal"] = principal
                 state["publish_limiter"] = self.guard.publish_limiter  # limits.charge_publish
+                # GET /v1/cluster shows each node's, so that a mismatch is visible.
+                state["credentials_digest"] = self.guard.credentials.digest
                 if scope["type"] == "websocket":
                     # Long-lived: checked again when the auth file changes.
                     socket = self.guard.track(principal, rule, params, scope, send)
@@ -451,10 +475,32 @@ class OpenSocket:
             await self._send({"type": "websocket.close", "code": code, "reason": reason})
 
 
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
 def _subscription_of(scope: Scope, subscription: str) -> tuple[str, bool]:
-    """The topic of a subscription, and whether it is a push subscription."""
-    config = app_services(scope["app"]).engine.get(subscription)
-    return config.topic, config.push is not None
+    """The topic of a subscription, and whether it is a push subscription.
+
+    In a cluster, from the metadata every node holds (etcd's view), not from this node's
+    delivery engine: that runs only the subscriptions this node coordinates, and PROTOCOL
+    §7 has any node serve everything a token allows (issue 26 item 8)."""
+    state = app_services(scope["app"])
+    if state.cluster is None:
+        config = state.engine.get(subscription)
+        return config.topic, config.push is not None
+    raw = state.cluster.subscriptions.get(subscription)
+    try:
+        stored = orjson.loads(raw) if raw is not None else None
+    except orjson.JSONDecodeError:
+        stored = None
+    if not isinstance(stored, dict) or not isinstance(stored.get("topic"), str):
+        # Fails closed: a 403 to non-admins.
+        raise SubscriptionNotFound(f"subscription {subscription!r} does not exist")
+    return stored["topic"], stored.get("push") is not None
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, exc: HeraldError) -> None:

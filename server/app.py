@@ -136,6 +136,8 @@ def create_app(
                 max_per_client=config.max_requests_per_client,
                 body_timeout_s=config.body_timeout_s,
                 body_deadline_s=config.body_deadline_s,
+                # PROTOCOL §7: a node forwarding for a client counts as that client.
+                peer_client=guard.peer_client if guard is not None else None,
             ),
             *cors,
             # A node proving itself to another (cluster/trust.py): before any token is sent.

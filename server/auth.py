@@ -322,6 +322,16 @@ def _entry(token_id: str, raw: Any) -> _Entry:
     return _Entry(principal, stored)
 
 
+def credentials_digest(text: str) -> str:
+    """What GET /v1/cluster shows of each node's credentials (docs/security.md): the first
+    16 hex digits of the SHA-256 of the parsed file in a canonical form, so that comments,
+    spacing and order do not matter and the same tokens, rights, limits and keys give
+    the same digest on every node. It gives nothing away: the file holds only salted
+    hashes of 256-bit tokens and random keys, which no one can guess from it."""
+    canonical = json.dumps(tomllib.loads(text), sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
 class Credentials:
     """The tokens of one auth file; ``reload()`` swaps them only if the new file is good."""
 
@@ -333,6 +343,7 @@ class Credentials:
         self._cache_key = os.urandom(32)
         self._mtime: int | None = None
         self.signing: SigningKeys | None = None
+        self.digest = ""  # of the file as loaded: credentials_digest
         self.load()
 
     def load(self) -> None:
@@ -346,6 +357,7 @@ class Credentials:
         signing = parse_signing_keys(text)
         self._entries = entries
         self.signing = signing
+        self.digest = credentials_digest(text)
         self._verified = {}
         self._upgraded = {}
         self._mtime = stat.st_mtime_ns

@@ -36,6 +36,7 @@ from cluster.trust import peer_ssl
 from delivery.close_codes import CloseCode
 from server.access import bearer_token
 from server.errors import herald_error_response
+from server.limits import client_address
 from server.peers import FORWARDED
 from server.runtime import Services, app_services
 from storage.errors import HeraldError
@@ -132,7 +133,13 @@ async def _forward_http(
     assert state.peers is not None
     try:
         answer = await state.peers.forward(
-            url, scope["method"], scope["path"], scope["query_string"], body, headers
+            url,
+            scope["method"],
+            scope["path"],
+            scope["query_string"],
+            body,
+            headers,
+            client_address(scope),
         )
     except HeraldError as exc:
         await herald_error_response(exc)(scope, receive, send)
@@ -168,7 +175,8 @@ async def _relay(state: Services, url: str, client: WebSocket) -> None:
     ]
     if query:
         target += "?" + urlencode(query)
-    headers = {FORWARDED: "1"}
+    assert state.peers is not None
+    headers = state.peers.on_behalf_of(client_address(scope))
     token = bearer_token(scope)
     if token is not None:
         headers["authorization"] = f"Bearer {token}"

@@ -12,7 +12,12 @@ requests and WebSockets per client address, and a deadline for request bodies.
   after it began (a trickle of a byte every few seconds), ends the request with 408
   ``request_timeout``. The client address is the connection's peer, or, from a
   proxy the operator trusts (``--forwarded-allow-ips``), the address the proxy
-  names in ``X-Forwarded-For`` (uvicorn's ProxyHeadersMiddleware sets it first).
+  names in ``X-Forwarded-For`` (uvicorn's ProxyHeadersMiddleware sets it first), or,
+  from another node of the cluster that proves it is one (``peer_client``), the
+  address of the client it forwards for: a node is not one client, and counting
+  everything it forwards under its own address let one client's parked long-polls
+  refuse every other client whose requests passed the same way (issue 26 item 8).
+  A node's own calls (replication reports, fetches) are not counted at all.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -104,6 +109,21 @@ def charge_publish(scope: Scope, messages: int, size: int) -> None:
         limiter.charge(principal, messages, size)
 
 
+def client_address(scope: Scope) -> str:
+    """The address of the client a request is for (set by ClientLimitsMiddleware): what a
+    node names when it forwards the request to another (server/peers.py)."""
+    known = scope.get("state", {}).get("client_address")
+    if isinstance(known, str):
+        return known
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+# The client an authenticated peer forwards for: its address, "" for the node's own
+# calls, None when the request is not from an authenticated peer (server/access.py).
+PeerClient = Callable[[Scope], Awaitable[str | None]]
+
+
 class ClientLimitsMiddleware:
     def __init__(
         self,
@@ -112,22 +132,26 @@ class ClientLimitsMiddleware:
         max_per_client: int = MAX_REQUESTS_PER_CLIENT,
         body_timeout_s: float = BODY_TIMEOUT_S,
         body_deadline_s: float = BODY_DEADLINE_S,
+        peer_client: PeerClient | None = None,
     ) -> None:
         self.app = app
         self.max_per_client = max_per_client
         self.body_timeout_s = body_timeout_s
         self.body_deadline_s = body_deadline_s
+        self.peer_client = peer_client
         self._active: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if self.max_per_client <= 0:  # the cap is off
+        behind = None if self.peer_client is None else await self.peer_client(scope)
+        if behind is not None:
+            scope.setdefault("state", {})["client_address"] = behind
+        if self.max_per_client <= 0 or behind == "":  # the cap is off, or a node's own call
             await self._serve(scope, receive, send)
             return
-        client = scope.get("client")
-        address = client[0] if client else ""
+        address = client_address(scope)
         active = self._active.get(address, 0)
         if active >= self.max_per_client:
             await _refuse_busy(scope, receive, send, self.max_per_client)

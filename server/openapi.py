@@ -43,6 +43,14 @@ _SUB_DEFAULTS = SubscriptionConfig(topic="t").public_dict()
 _PUSH_DEFAULTS = PushConfig(url="", secret="").public_dict()
 
 
+# docs/security.md (a cluster): a node's credentials file as loaded, so a mismatch shows.
+_CREDENTIALS_DIGEST = {
+    "type": ["string", "null"],
+    "pattern": "^[0-9a-f]{16}$",
+    "description": "the first 16 hex digits of the SHA-256 of the node's credentials file "
+    "(parsed, canonical form); null without one, or when the node did not answer",
+}
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF + name}
 
@@ -1116,6 +1124,7 @@ def _paths() -> dict[str, Any]:
                                             "url": {"type": "string"},
                                             "live": {"type": "boolean"},
                                             "leads": {"type": "integer", "minimum": 0},
+                                            "credentials": _CREDENTIALS_DIGEST,
                                         },
                                         ("id", "url", "live", "leads"),
                                         closed=False,
@@ -1152,6 +1161,7 @@ def _paths() -> dict[str, Any]:
                             {
                                 "node": {"type": "string"},
                                 "partitions": {"type": "array", "items": {"type": "object"}},
+                                "credentials": _CREDENTIALS_DIGEST,
                             },
                             ("node", "partitions"),
                             closed=False,

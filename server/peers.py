@@ -11,6 +11,11 @@ again, so no request travels in a circle. Node-to-node calls of the server's own
 
 Credentials go only to a URL that proved it is a node of this cluster (cluster/trust.py:
 etcd naming it is not enough); https:// peers are verified against ``--peer-ca-file``.
+
+With credentials, every call also proves it comes from a node (``herald-peer-authorization``:
+the cluster token), and a forwarded one names the client it is made for (``herald-client``:
+its address): the receiving node counts it against that client's per-address cap, not the
+forwarding node's (server/limits.py; issue 26 item 8).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from storage.errors import HeraldError
 log = logging.getLogger("herald.server")
 
 FORWARDED = "herald-forwarded"
+CLIENT = "herald-client"  # the address of the client a forwarded request is made for
+PEER_AUTHORIZATION = "herald-peer-authorization"  # "Bearer <cluster token>": a node calls
 _REPORT_TIMEOUT_S = 1.0
 _FORWARD_TIMEOUT_S = 60.0  # publishes wait for commits; reads long-poll up to 30 s
 
@@ -71,7 +78,15 @@ class Peers:
         )
         self.verify = verify  # for the WebSockets opened to other nodes, alike
         self._verifier = verifier
-        self._own = {"authorization": f"Bearer {cluster_token}"} if cluster_token else {}
+        self._peer = {PEER_AUTHORIZATION: f"Bearer {cluster_token}"} if cluster_token else {}
+        self._own = (
+            {"authorization": f"Bearer {cluster_token}", **self._peer} if cluster_token else {}
+        )
+
+    @property
+    def own_headers(self) -> dict[str, str]:
+        """The headers of this node's own calls to the others (fetches, reports)."""
+        return dict(self._own)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -88,9 +103,16 @@ class Peers:
                 f"the node etcd names at {url} did not prove it belongs to the cluster"
             )
 
-    @staticmethod
-    def _client_headers(authorization: str | None) -> dict[str, str]:
+    def on_behalf_of(self, client: str) -> dict[str, str]:
+        """The headers of a request forwarded for the client at address ``client``."""
         headers = {FORWARDED: "1"}
+        if self._peer:  # without a cluster token no node can prove it is one
+            headers.update(self._peer)
+            headers[CLIENT] = client
+        return headers
+
+    def _client_headers(self, authorization: str | None, client: str) -> dict[str, str]:
+        headers = self.on_behalf_of(client)
         if authorization:
             headers["authorization"] = authorization
         return headers
@@ -102,6 +124,7 @@ class Peers:
         acks: str | None,
         messages: list[Any],
         authorization: str | None,
+        client: str,
     ) -> list[dict[str, Any]]:
         """Forward ``messages`` (each naming its partition) to their leader -> its results."""
         params = {"acks": acks} if acks is not None else {}
@@ -111,7 +134,10 @@ class Peers:
                 f"{url}/v1/topics/{topic}/messages",
                 params=params,
                 content=orjson.dumps({"messages": messages}),
-                headers={**self._client_headers(authorization), "content-type": "application/json"},
+                headers={
+                    **self._client_headers(authorization, client),
+                    "content-type": "application/json",
+                },
             )
         except httpx.HTTPError as exc:
             raise LeaderUnavailable(
@@ -130,14 +156,14 @@ class Peers:
         return results
 
     async def get(
-        self, url: str, path: str, query: bytes, authorization: str | None
+        self, url: str, path: str, query: bytes, authorization: str | None, client: str
     ) -> httpx.Response:
         """A read proxied to the leader, answered as it came."""
         await self._check(url)
         try:
             return await self._http.get(
                 f"{url}{path}" + (f"?{query.decode('latin-1')}" if query else ""),
-                headers=self._client_headers(authorization),
+                headers=self._client_headers(authorization, client),
             )
         except httpx.HTTPError as exc:
             raise LeaderUnavailable(
@@ -152,9 +178,10 @@ class Peers:
         query: bytes,
         body: bytes,
         headers: Mapping[str, str],
+        client: str,
     ) -> httpx.Response:
         """A client's request passed on as it came (a subscription's, to its coordinator)."""
-        passed = {FORWARDED: "1"}
+        passed = self.on_behalf_of(client)
         for key in ("authorization", "content-type", "x-request-id"):
             if key in headers:
                 passed[key] = headers[key]
@@ -183,8 +210,7 @@ class Peers:
                     timeout=_REPORT_TIMEOUT_S,
                 )
                 if response.status_code == 200:
-                    body: dict[str, Any] = response.json()
-                    return body
+                    return _node_stats(response.json())
             except (httpx.HTTPError, ValueError) as exc:
                 log.debug("stats of %s: %s", url, exc)
             return {}
@@ -219,25 +245,61 @@ class Peers:
         return dict(a for a in answers if a is not None)
 
     async def replication(self, urls: Iterable[str]) -> list[dict[str, Any]]:
-        """Every live node's led partitions (GET /v1/cluster/replication), gathered; a node
-        that does not answer within a second is left out."""
+        """Every live node's report (GET /v1/cluster/replication: its id, the partitions
+        it leads, its credentials' digest), gathered; a node that does not answer within
+        a second, or not with a report, is left out."""
 
-        async def one(url: str) -> list[dict[str, Any]]:
+        async def one(url: str) -> dict[str, Any] | None:
             if not await self.trusted(url):
-                return []
+                return None
             try:
                 response = await self._http.get(
                     f"{url}/v1/cluster/replication", headers=self._own, timeout=_REPORT_TIMEOUT_S
                 )
                 if response.status_code == 200:
-                    partitions: list[dict[str, Any]] = response.json()["partitions"]
-                    return partitions
-            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                    report = response.json()
+                    if isinstance(report, dict) and isinstance(report.get("partitions"), list):
+                        return report
+            except (httpx.HTTPError, ValueError) as exc:
                 log.debug("replication report of %s: %s", url, exc)
-            return []
+            return None
 
         reports = await asyncio.gather(*(one(url) for url in urls))
-        return [p for report in reports for p in report]
+        return [report for report in reports if report is not None]
+
+
+def _node_stats(body: Any) -> dict[str, Any]:
+    """What a node's stats say of its subscriptions, as far as it is stats: an answer of
+    another shape (another program on the port, a proxy's page) says nothing, never a 500."""
+    subscriptions = body.get("subscriptions") if isinstance(body, dict) else None
+    if not isinstance(subscriptions, list):
+        return {}
+    return {
+        "subscriptions": [
+            s
+            for s in subscriptions
+            if isinstance(s, dict)
+            and isinstance(s.get("name"), str)
+            and isinstance(s.get("stats"), dict)
+            and all(
+                isinstance(v, int) and not isinstance(v, bool)
+                for k, v in s["stats"].items()
+                if k in SUMMED_STATS
+            )
+        ]
+    }
+
+
+# The members of a subscription's stats that GET /v1/stats adds up over the cluster.
+SUMMED_STATS = (
+    "delivered_total",
+    "acked_total",
+    "redelivered_total",
+    "dead_lettered_total",
+    "backlog",
+    "in_flight",
+    "consumers",
+)
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from cluster.errors import LeaderUnavailable
 from server.errors import herald_error_response, log_server_error
 from server.http import parse_json_body, parse_json_exact, read_body
-from server.limits import charge_publish
+from server.limits import charge_publish, client_address
 from server.peers import FORWARDED
 from server.runtime import Services, app_services, services
 from server.validation import (
@@ -199,6 +199,7 @@ async def _publish_cluster(
             )
         messages = _messages(raw)
     authorization = _header(scope, b"authorization")
+    client = client_address(scope)
     acks_text = {Acks.NONE: "0", Acks.LEADER: "1", Acks.ALL: "all"}[acks]
 
     async def part(partition: int, indexes: list[int]) -> list[tuple[int, int, bool]]:
@@ -209,7 +210,9 @@ async def _publish_cluster(
         view = cluster.require_leader(topic.name, partition)
         assert messages is not None and view.leader_url is not None
         body = [{**messages[i], "partition": partition} for i in indexes]
-        answered = await peers.publish(view.leader_url, topic.name, acks_text, body, authorization)
+        answered = await peers.publish(
+            view.leader_url, topic.name, acks_text, body, authorization, client
+        )
         return [(r["partition"], r["offset"], bool(r["duplicate"])) for r in answered]
 
     async def run() -> list[tuple[int, int, bool] | None]:

@@ -38,7 +38,15 @@ async def get_cluster(request: Request) -> Response:
         body: dict[str, Any] = {
             "name": None,
             "node": node,
-            "nodes": [{"id": node, "url": url, "live": True, "leads": leads}],
+            "nodes": [
+                {
+                    "id": node,
+                    "url": url,
+                    "live": True,
+                    "leads": leads,
+                    "credentials": getattr(request.state, "credentials_digest", None),
+                }
+            ],
             "partitions": [
                 {
                     "topic": topic.name,
@@ -59,13 +67,14 @@ async def get_cluster(request: Request) -> Response:
             ],
         }
         return Response(orjson.dumps(body), media_type="application/json")
+    reports = await node_reports(state, getattr(request.state, "credentials_digest", None))
     body = {
         "name": state.cluster.name,
         "node": node,
         # PROTOCOL §7 (stale reads): whether this node holds its etcd lease right now.
         "holds_lease": state.cluster.membership.holds_lease(),
-        "nodes": _nodes(state),
-        "partitions": await cluster_partitions(state),
+        "nodes": _nodes(state, reports),
+        "partitions": cluster_partitions_of(state, reports),
         "subscriptions": [
             {
                 "name": name,
@@ -81,14 +90,25 @@ async def get_cluster(request: Request) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-def _nodes(state: Services) -> list[dict[str, Any]]:
+def _nodes(state: Services, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The live members, and the nodes the partitions name that are not live (a dead
-    node's key is gone from etcd: it is shown not live, with the URL it last had)."""
+    node's key is gone from etcd: it is shown not live, with the URL it last had).
+
+    ``credentials``: the digest of the credentials file each node has loaded now, as its
+    report says (null for a node without one, or that did not answer): revocations and
+    rate limits are per node (docs/security.md), and a mismatch shows here."""
     assert state.cluster is not None
     live = state.cluster.membership.members
     counts = state.cluster.leader_counts()
+    digests = {r.get("node"): r.get("credentials") for r in reports}
     return [
-        {"id": node, "url": url, "live": node in live, "leads": counts.get(node, 0)}
+        {
+            "id": node,
+            "url": url,
+            "live": node in live,
+            "leads": counts.get(node, 0),
+            "credentials": digests.get(node) if node in live else None,
+        }
         for node, url in sorted(state.cluster.known_nodes().items())
     ]
 
@@ -100,13 +120,38 @@ def _members(state: Services) -> list[tuple[str, str, int]]:
     return [(node, members[node].url, counts.get(node, 0)) for node in sorted(members)]
 
 
-async def cluster_partitions(state: Services) -> list[dict[str, Any]]:
-    """Every partition, as its live leader reports it (etcd's view where none answers)."""
+async def node_reports(state: Services, own_digest: str | None) -> list[dict[str, Any]]:
+    """This node's replication report and every other live node's."""
     cluster, peers = state.cluster, state.peers
     assert cluster is not None and peers is not None
-    own = cluster.replication_report()
+    own = _report(state, own_digest)
     others = [url for node, url, _ in _members(state) if node != cluster.node_id]
-    reported = {(p["topic"], p["partition"]): p for p in [*own, *await peers.replication(others)]}
+    return [own, *await peers.replication(others)]
+
+
+def _report(state: Services, digest: str | None) -> dict[str, Any]:
+    assert state.cluster is not None
+    return {
+        "node": state.cluster.node_id,
+        "partitions": state.cluster.replication_report(),
+        "credentials": digest,
+    }
+
+
+async def cluster_partitions(state: Services) -> list[dict[str, Any]]:
+    """Every partition, as its live leader reports it (etcd's view where none answers)."""
+    return cluster_partitions_of(state, await node_reports(state, None))
+
+
+def cluster_partitions_of(state: Services, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cluster = state.cluster
+    assert cluster is not None
+    reported = {
+        (p["topic"], p["partition"]): p
+        for report in reports
+        for p in report["partitions"]
+        if isinstance(p, dict) and "topic" in p and "partition" in p  # else: no report
+    }
     rows = []
     for (topic, number), _versioned in sorted(cluster.states.items()):
         if topic not in cluster.topics:
@@ -131,7 +176,7 @@ async def get_replication(request: Request) -> Response:
     state = services(request)
     if state.cluster is None:
         raise NotFound("not a cluster")
-    body = {"node": state.cluster.node_id, "partitions": state.cluster.replication_report()}
+    body = _report(state, getattr(request.state, "credentials_digest", None))
     return Response(orjson.dumps(body), media_type="application/json")
 
 

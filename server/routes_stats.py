@@ -34,6 +34,7 @@ from server.http import (
     shown_to_non_admin,
     topic_body,
 )
+from server.peers import SUMMED_STATS
 from server.routing import method_route
 from server.runtime import Services, services
 from server.validation import check_name, parse_redrive
@@ -125,15 +126,7 @@ async def snapshot(state: Services) -> dict[str, Any]:
         "published_bytes_total": sum(t.bytes_total for t in topics),
         "storage_bytes": sum(p.size_bytes for t in topics for p in t.partitions),
     }
-    for member in (
-        "delivered_total",
-        "acked_total",
-        "redelivered_total",
-        "dead_lettered_total",
-        "backlog",
-        "in_flight",
-        "consumers",
-    ):
+    for member in SUMMED_STATS:
         totals[member] = sum(s["stats"][member] for s in subscriptions)
     started_ms: int = state.started_ms
     return {
@@ -180,15 +173,7 @@ async def _with_cluster_subscriptions(state: Services, body: dict[str, Any]) -> 
     body["subscriptions"].sort(key=lambda s: s["name"])
     totals = body["totals"]
     totals["subscriptions"] = len(body["subscriptions"])
-    for member in (
-        "delivered_total",
-        "acked_total",
-        "redelivered_total",
-        "dead_lettered_total",
-        "backlog",
-        "in_flight",
-        "consumers",
-    ):
+    for member in SUMMED_STATS:
         totals[member] = sum(s["stats"].get(member, 0) for s in body["subscriptions"])
 
 

@@ -12,6 +12,7 @@ from starlette.responses import Response
 from cluster.errors import LeaderUnavailable
 from delivery.config import SubscriptionConfig
 from server.http import is_admin, json_body, json_response, subscription_body
+from server.limits import client_address
 from server.publish import ensure_topic
 from server.routing import method_route
 from server.runtime import Services, services
@@ -76,7 +77,9 @@ async def _create_in_cluster(
     headers = {k: v for k, v in request.headers.items()}
     method, body = ("GET", b"") if created else ("PUT", await request.body())
     for _ in range(_STARTING_TRIES):
-        answer = await peers.forward(url, method, request.url.path, b"", body, headers)
+        answer = await peers.forward(
+            url, method, request.url.path, b"", body, headers, client_address(request.scope)
+        )
         if answer.status_code != 503:
             break
         await asyncio.sleep(0.5)  # its coordinator is starting it: bounded, then the 503

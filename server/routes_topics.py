@@ -12,6 +12,7 @@ from starlette.responses import Response
 from cluster.errors import LeaderUnavailable
 from server.errors import ServiceStopping
 from server.http import JSON, json_body, json_response, topic_body
+from server.limits import client_address
 from server.peers import FORWARDED
 from server.publish import cluster_defaults, publish_route
 from server.routes_cluster import cluster_partitions
@@ -223,6 +224,7 @@ async def _read_at_leader(request: Request, state: Services, name: str, number: 
         request.url.path,
         request.scope["query_string"],
         request.headers.get("authorization"),
+        client_address(request.scope),
     )
     headers = {k: v for k, v in answer.headers.items() if k.lower() in _PASSED_ON}
     return Response(answer.content, status_code=answer.status_code, headers=headers)

@@ -219,11 +219,7 @@ class Runtime:
                     on_fenced=lambda: self.tails.close_all(
                         CloseCode.SERVICE_RESTART, "this node cannot reach etcd; reconnect"
                     ),
-                    peer_headers=(
-                        {"authorization": f"Bearer {self.config.cluster_token}"}
-                        if self.config.cluster_token
-                        else {}
-                    ),
+                    peer_headers=self._peers.own_headers,
                     peer_trusted=self._peers.trusted,
                     peer_verify=peers_ca,
                 )

@@ -67,8 +67,9 @@ class ClusterNode(HeraldProcess):
         node_ttl_ms: int,
         replica_lag_ms: int,
         extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(data_dir, extra_args=extra_args)
+        super().__init__(data_dir, extra_args=extra_args, env=env)
         self.node_id = node_id
         self.etcd_urls = list(etcd_urls)
         self.cluster_name = cluster_name
@@ -120,8 +121,12 @@ class HeraldCluster:
         extra_args: Sequence[str] = (),
         etcd: EtcdProcess | None = None,
         cluster_secret: bool | None = None,
+        env: dict[str, str] | None = None,
+        node_args: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.root = root
+        self.env = env or {}  # e.g. HERALD_CLUSTER_TOKEN, for every node
+        self.node_args = dict(node_args or {})  # node id -> its own extra arguments
         # An etcd started by the caller (a TLS or password-protected one:
         # test_cluster_trust.py), left running by stop(); and whether the nodes share a
         # --cluster-secret-file (by default with an auth file, which needs one).
@@ -165,7 +170,8 @@ class HeraldCluster:
                     cluster_name=self.cluster_name,
                     node_ttl_ms=self.node_ttl_ms,
                     replica_lag_ms=self.replica_lag_ms,
-                    extra_args=self.extra_args,
+                    extra_args=[*self.extra_args, *self.node_args.get(f"n{i}", ())],
+                    env=self.env,
                 )
                 for i in range(1, self.size + 1)
             }

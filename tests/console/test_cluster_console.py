@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from server.auth import credentials_digest, new_token, toml_entry
 from tests.cluster.nodes import HeraldCluster
 from tests.console.conftest import screenshot
+from tests.security.conftest import write_auth_file
 
 # A kill shows within the node's lease, the failover (node_ttl_ms + 2 s, PROTOCOL §7) and
 # a refresh of the page (1.5 s); generous on a loaded 2-core machine.
@@ -98,3 +100,36 @@ def test_a_killed_leader_shows_not_live_and_its_partition_moves(
     page.check("#cluster-problems")
     expect(row).to_have_count(1)
     assert page.console_errors == []
+
+
+def test_nodes_with_different_credentials_files_show_a_warning(tmp_path: Path, page: Any) -> None:
+    """docs/security.md: revocation is per node; the page shows when the nodes' credentials
+    files differ (GET /v1/cluster `credentials`), and stops once they agree."""
+    files = {node: tmp_path / f"auth-{node}.toml" for node in ("n1", "n2")}
+    tokens = write_auth_file(files["n1"], {"admin": (["admin"], [])})
+    extra_id, extra = new_token()
+    edited = files["n1"].read_text() + "\n" + toml_entry(extra_id, extra, ["admin"], [])
+    files["n2"].write_text(edited)  # an edit that reached n2 only
+    cluster = HeraldCluster(
+        tmp_path / "cluster",
+        2,
+        node_args={node: ["--auth-file", str(path)] for node, path in files.items()},
+        env={"HERALD_CLUSTER_TOKEN": tokens["admin"]},
+    )
+    cluster.http.headers["Authorization"] = f"Bearer {tokens['admin']}"
+    with cluster:
+        page.goto(f"{cluster.nodes['n1'].url}/console/#/cluster")
+        page.wait_for_selector("#token-dialog[open]")
+        page.fill("#token-input", tokens["admin"])
+        page.click("#token-dialog button")
+        warning = page.locator("#cluster-credentials")
+        expect(warning).to_contain_text("2 different credentials files", timeout=30_000)
+        other = page.locator("#nodes-table tr[data-node=n2] [data-col=credentials]")
+        expect(other).to_have_class(re.compile(r"\bbad\b"))
+        expect(other).to_have_text(credentials_digest(edited))
+        screenshot(page, "cluster-credentials-mismatch")
+        files["n1"].write_text(edited)  # rolled out to every node
+        expect(warning).to_be_hidden(timeout=30_000)
+        expect(other).not_to_have_class(re.compile(r"\bbad\b"))
+        # Only the calls made before the token was given (401) failed.
+        assert [e for e in page.console_errors if "401" not in e] == []

@@ -1,16 +1,21 @@
-"""A Herald server with an auth file of one token per role (PROTOCOL §6)."""
+"""A Herald server with an auth file of one token per role (PROTOCOL §6), and a 3-node
+cluster with the same auth file (PROTOCOL §7: any node serves everything a token allows)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from server.auth import new_token, toml_entry
 from tests.conftest import HeraldProcess
+
+if TYPE_CHECKING:
+    from tests.cluster.nodes import HeraldCluster
 
 # name -> (roles, topic patterns)
 TOKENS: dict[str, tuple[list[str], list[str]]] = {
@@ -64,3 +69,47 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         yield s
     finally:
         server.terminate()
+
+
+@dataclass
+class SecuredCluster:
+    cluster: HeraldCluster
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.cluster.nodes.values()]
+
+    def headers(self, who: str | None) -> dict[str, str]:
+        return {} if who is None else {"Authorization": f"Bearer {self.tokens[who]}"}
+
+
+@pytest.fixture(scope="module")
+def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredCluster]:
+    """Three nodes, one auth file; topic ``orders.a`` and pull subscription ``s-orders``
+    (coordinated by one node) seen by every node."""
+    from tests.cluster.nodes import HeraldCluster
+
+    base = tmp_path_factory.mktemp("secured-cluster")
+    auth_file = base / "auth.toml"
+    tokens = write_auth_file(auth_file, TOKENS)
+    cluster = HeraldCluster(
+        base / "cluster",
+        3,
+        extra_args=["--auth-file", str(auth_file)],
+        env={"HERALD_CLUSTER_TOKEN": tokens["admin"]},  # the nodes' token for each other
+    )
+    cluster.http.headers["Authorization"] = f"Bearer {tokens['admin']}"
+    with cluster:
+        cluster.create_topic("orders.a", partitions=1)
+        made = cluster.put("n1", "/v1/subscriptions/s-orders", {"topic": "orders.a"})
+        assert made.status_code == 201, made.text
+        cluster.wait_for(
+            lambda: all(
+                cluster.get(node, "/v1/subscriptions/s-orders").status_code == 200
+                for node in cluster.nodes
+            ),
+            30.0,
+            "s-orders on every node",
+        )
+        yield SecuredCluster(cluster, tokens)

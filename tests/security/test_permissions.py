@@ -1,16 +1,19 @@
-"""Permission matrix of PROTOCOL §6: every route and socket by no token / wrong role / right role."""
+"""Permission matrix of PROTOCOL §6: every route and socket by no token / wrong role / right
+role, on one node and through every node of a 3-node cluster (PROTOCOL §7: any node serves
+everything a token allows, and refuses the rest, whichever node coordinates what)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 import websockets
 
-from tests.security.conftest import TOKENS, Secured
+from tests.security.conftest import TOKENS, Secured, SecuredCluster
 
 WHO = list(TOKENS)
 
@@ -54,20 +57,42 @@ def call(secured: Secured, method: str, path: str, body: Any, who: str | None) -
     )
 
 
+def check_route(
+    url: str,
+    headers: Callable[[str | None], dict[str, str]],
+    method: str,
+    path: str,
+    body: Any,
+    allowed: set[str],
+) -> None:
+    def request(who: str | None) -> httpx.Response:
+        return httpx.request(method, url + path, json=body, headers=headers(who), timeout=30)
+
+    anonymous = request(None)
+    assert anonymous.status_code == 401, anonymous.text
+    assert anonymous.json()["code"] == "unauthorized"
+    for who in WHO:
+        r = request(who)
+        if who in allowed:
+            assert r.status_code not in (401, 403), (url, who, r.text)
+        else:
+            assert r.status_code == 403, (url, who, r.status_code, r.text)
+            assert r.json()["code"] == "forbidden"
+
+
 @pytest.mark.parametrize(("method", "path", "body", "allowed"), HTTP_MATRIX)
 def test_http_route_needs_the_right_role(
     secured: Secured, method: str, path: str, body: Any, allowed: set[str]
 ) -> None:
-    anonymous = call(secured, method, path, body, None)
-    assert anonymous.status_code == 401, anonymous.text
-    assert anonymous.json()["code"] == "unauthorized"
-    for who in WHO:
-        r = call(secured, method, path, body, who)
-        if who in allowed:
-            assert r.status_code not in (401, 403), (who, r.text)
-        else:
-            assert r.status_code == 403, (who, r.status_code, r.text)
-            assert r.json()["code"] == "forbidden"
+    check_route(secured.url, secured.headers, method, path, body, allowed)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "allowed"), HTTP_MATRIX)
+def test_http_route_needs_the_right_role_at_every_cluster_node(
+    secured_cluster: SecuredCluster, method: str, path: str, body: Any, allowed: set[str]
+) -> None:
+    for url in secured_cluster.urls:
+        check_route(url, secured_cluster.headers, method, path, body, allowed)
 
 
 def test_open_routes_need_no_token(secured: Secured) -> None:
@@ -121,19 +146,33 @@ WS_MATRIX = [
 ]
 
 
+async def check_socket(
+    url: str, tokens: dict[str, str], path: str, allowed: set[str]
+) -> None:
+    ws_url = url.replace("http://", "ws://") + path
+    assert await ws_outcome(ws_url, {}) == 4401
+    joiner = "&" if "?" in path else "?"
+    for who in WHO:
+        by_header = await ws_outcome(ws_url, {"Authorization": f"Bearer {tokens[who]}"})
+        by_query = await ws_outcome(f"{ws_url}{joiner}token={tokens[who]}", {})
+        expected = None if who in allowed else 4403
+        assert by_header == expected, (url, who, by_header)
+        assert by_query == expected, (url, who, by_query)
+
+
 @pytest.mark.parametrize(("path", "allowed"), WS_MATRIX)
 async def test_websocket_needs_the_right_role(
     secured: Secured, path: str, allowed: set[str]
 ) -> None:
-    ws_url = secured.url.replace("http://", "ws://") + path
-    assert await ws_outcome(ws_url, {}) == 4401
-    joiner = "&" if "?" in path else "?"
-    for who in WHO:
-        by_header = await ws_outcome(ws_url, secured.headers(who))
-        by_query = await ws_outcome(f"{ws_url}{joiner}token={secured.tokens[who]}", {})
-        expected = None if who in allowed else 4403
-        assert by_header == expected, (who, by_header)
-        assert by_query == expected, (who, by_query)
+    await check_socket(secured.url, secured.tokens, path, allowed)
+
+
+@pytest.mark.parametrize(("path", "allowed"), WS_MATRIX)
+async def test_websocket_needs_the_right_role_at_every_cluster_node(
+    secured_cluster: SecuredCluster, path: str, allowed: set[str]
+) -> None:
+    for url in secured_cluster.urls:
+        await check_socket(url, secured_cluster.tokens, path, allowed)
 
 
 def test_audit_log_names_token_ids_of_admin_actions_and_refusals(secured: Secured) -> None:

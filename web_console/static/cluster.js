@@ -144,6 +144,7 @@ export function clusterPage(main) {
   const state = h("span.muted", { id: "cluster-state" }, "loading…");
   const cards = h("div.grid", { id: "cluster-cards" });
   const nodes = h("div", { id: "cluster-nodes" });
+  const credentials = h("p.error", { id: "cluster-credentials", hidden: true });
   const filter = h("input.medium", { id: "cluster-filter", type: "search", placeholder: "filter topics" });
   const problems = h("input", { id: "cluster-problems", type: "checkbox" });
   const shown = h("span.muted", { id: "cluster-shown" });
@@ -152,7 +153,7 @@ export function clusterPage(main) {
   main.append(
     h("div.row", {}, h("h1.inline", {}, "Cluster"), state),
     cards,
-    h("div.panel", {}, h("h2", {}, "Nodes"), nodes),
+    h("div.panel", {}, h("h2", {}, "Nodes"), credentials, nodes),
     h("div.panel", {}, h("h2", {}, "Partitions"),
       h("div.row", {}, filter,
         h("label", { title: "partitions whose ISR is smaller than their replicas, or whose leader is not live" },
@@ -187,6 +188,9 @@ export function clusterPage(main) {
     const live = new Set(all.filter((n) => n.live).map((n) => n.id));
     patchChildren(cards, summaryCards(data, all, rows, live));
     patchChildren(nodes, [nodesTable(data, all, rows, counters)]);
+    const mismatch = credentialsMismatch(all);
+    credentials.hidden = !mismatch;
+    credentials.textContent = mismatch || "";
     const wanted = filter.value.trim().toLowerCase();
     const picked = rows
       .filter((p) => !wanted || p.topic.toLowerCase().includes(wanted))
@@ -228,10 +232,20 @@ function summaryCards(data, all, rows, live) {
   ];
 }
 
+// docs/security.md: each node reads its own credentials file, so revocations and rate
+// limits are per node; GET /v1/cluster shows a digest of each live node's file.
+function credentialsMismatch(all) {
+  const digests = new Set(all.filter((n) => n.live && n.credentials).map((n) => n.credentials));
+  if (digests.size < 2) return null;
+  return `The live nodes have ${digests.size} different credentials files: a token revoked on ` +
+    "one node still works on the others until every node has the same file (docs/security.md).";
+}
+
 // Per node, what the partitions say of it as a follower: how many it replicates, in how
 // many it is out of sync, and its largest lag; then this node's own counters.
 function nodesTable(data, all, rows, counters) {
   const shownCounters = COUNTERS.filter(([name]) => counters[name] !== undefined);
+  const hereDigest = all.find((n) => n.id === data.node)?.credentials;
   const body = all.map((n) => {
     const here = n.id === data.node;
     const replicated = rows.filter((p) => p.replicas.includes(n.id));
@@ -245,6 +259,9 @@ function nodesTable(data, all, rows, counters) {
       h("td.num", { dataset: { col: "replicas" } }, num(replicated.length)),
       h(outOfSync ? "td.num.bad" : "td.num", { dataset: { col: "out-of-sync" } }, num(outOfSync)),
       h("td.num", { dataset: { col: "max-lag" } }, lags.length ? num(Math.max(...lags)) : "—"),
+      h(n.credentials && n.credentials !== hereDigest ? "td.bad" : "td",
+        { dataset: { col: "credentials" }, title: "digest of the node's credentials file" },
+        n.credentials ? h("code", {}, n.credentials) : "—"),
       shownCounters.map(([name]) => h("td.num", { dataset: { col: name }, title: here ? null : "on that node's console" },
         here ? num(counters[name]) : "—")));
   });
@@ -254,6 +271,7 @@ function nodesTable(data, all, rows, counters) {
       h("th.num", { title: "partitions this node holds a copy of, led or followed" }, "Replicas"),
       h("th.num", { title: "partitions where this node is a replica but not in the ISR" }, "Out of sync"),
       h("th.num", { title: "the most records this node is behind a leader, as its leaders report" }, "Max lag"),
+      h("th", { title: "digest of the node's credentials file (docs/security.md): differs from this node's in red" }, "Credentials"),
       shownCounters.map(([, label, why]) => h("th.num", { title: `${why} (this node only)` }, label)))),
     h("tbody", {}, body));
 }
