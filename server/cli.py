@@ -23,6 +23,7 @@ import uvicorn
 from herald.cli import add_commands as add_client_commands
 from herald.cli import add_global_options as add_client_options
 from server.config import LOG_FORMATS, LOG_LEVELS, ConfigError, ServerConfig
+from server.file_limit import raise_open_files_limit
 from server.security_cli import (
     SECURITY_FIELDS,
     add_security_flags,
@@ -197,6 +198,19 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         "--node-id",
         help=f"this node's id in GET /v1/cluster (default {defaults.node_id}; env HERALD_NODE_ID)",
     )
+    p.add_argument(
+        "--max-topics",
+        type=int,
+        help=f"topics at most, the whole cluster's; one more is 409 limit_exceeded "
+        f"(default {defaults.max_topics}; env HERALD_MAX_TOPICS)",
+    )
+    p.add_argument(
+        "--max-open-files",
+        type=int,
+        help="descriptors the partitions' files may keep open; idle partitions close "
+        "theirs (default 0: half the open-files limit, less headroom; env "
+        "HERALD_MAX_OPEN_FILES)",
+    )
     cluster = p.add_argument_group("cluster (PROTOCOL §7; without --cluster: one node)")
     cluster.add_argument(
         "--cluster",
@@ -264,6 +278,8 @@ def run_serve(args: argparse.Namespace) -> int:
             "node_ttl_ms",
             "replica_lag_ms",
             "etcd_history_s",
+            "max_topics",
+            "max_open_files",
             *SECURITY_FIELDS,
         )
     }
@@ -279,6 +295,7 @@ def run_serve(args: argparse.Namespace) -> int:
         # Before any thread starts: the writers, executors and uvicorn inherit it.
         os.sched_setaffinity(0, cpus)
     configure_logging(config.log_format, config.log_level)
+    raise_open_files_limit()  # PROTOCOL §6: before anything opens files or sockets
     configure_audit(config.audit_log)
     if (problem := configure_encryption(config)) is not None:
         print(f"herald serve: {problem}", file=sys.stderr)

@@ -28,7 +28,7 @@ from pathlib import Path
 from storage.config import TopicConfig
 from storage.cursors import CursorStore
 from storage.durable import fsync_dir, make_dirs
-from storage.errors import TopicConflict, TopicNotFound
+from storage.errors import LimitExceeded, TopicConflict, TopicNotFound
 from storage.lock import DataDirLock
 from storage.metadata import MetadataStore
 from storage.open_files import OpenFiles
@@ -149,25 +149,43 @@ class Storage:
 
     # --- admin -----------------------------------------------------------------------
 
-    async def create_topic(self, name: str, config: TopicConfig) -> Topic:
+    async def create_topic(
+        self, name: str, config: TopicConfig, *, max_topics: int | None = None
+    ) -> Topic:
         """Create a new topic, persisted in meta.db. Raises TopicConflict if ``name``
-        exists (whatever its config): comparing configs is the server's decision."""
+        exists (whatever its config): comparing configs is the server's decision; and
+        LimitExceeded, having changed nothing, if ``max_topics`` exist already."""
         async with self._admin:
             if name in self._topics:
                 raise TopicConflict(f"topic {name!r} already exists")
+            self._check_room(max_topics)
             return await self._create(name, config)
 
     async def ensure_topic(
-        self, name: str, config: TopicConfig, *, auto_created: bool = False
+        self,
+        name: str,
+        config: TopicConfig,
+        *,
+        auto_created: bool = False,
+        max_topics: int | None = None,
     ) -> tuple[Topic, bool]:
         """(topic, created): the existing topic as it is, or a new one with ``config``
         (``auto_created``: made by a publish or a subscription, recorded in meta.db).
-        Race-free for concurrent auto-creates and idempotent PUTs of one name."""
+        Race-free for concurrent auto-creates and idempotent PUTs of one name. A new
+        one past ``max_topics`` is LimitExceeded (PROTOCOL §6), nothing changed."""
         async with self._admin:
             existing = self._topics.get(name)
             if existing is not None:
                 return existing, False
+            self._check_room(max_topics)
             return await self._create(name, config, auto_created=auto_created), True
+
+    def _check_room(self, max_topics: int | None) -> None:
+        if max_topics is not None and len(self._topics) >= max_topics:
+            raise LimitExceeded(
+                f"this server holds its maximum of {max_topics} topics (--max-topics)",
+                max_topics=max_topics,
+            )
 
     async def _create(self, name: str, config: TopicConfig, *, auto_created: bool = False) -> Topic:
         await asyncio.to_thread(

@@ -69,6 +69,12 @@ class SubscriptionConflict(HeraldError):
     code, status, title = "subscription_conflict", 409, "Conflict"
 
 
+class LimitExceeded(HeraldError):
+    """PROTOCOL §6: one more would pass a configured cap (``--max-topics``)."""
+
+    code, status, title = "limit_exceeded", 409, "Conflict"
+
+
 class Unauthorized(HeraldError):
     code, status, title = "unauthorized", 401, "Unauthorized"
 
