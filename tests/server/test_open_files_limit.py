@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -37,7 +38,7 @@ class LimitedHerald(HeraldProcess):
 
 
 @pytest.fixture
-def limited(tmp_path: Path) -> list[LimitedHerald]:
+def limited(tmp_path: Path) -> Iterator[list[LimitedHerald]]:
     started: list[LimitedHerald] = []
     yield started
     for server in started:
@@ -118,3 +119,23 @@ def test_out_of_descriptors_is_503_with_retry_after_and_healthz_answers(
         read = client.get("/v1/topics/new-one/partitions/0/messages", params={"offset": 0})
         assert [m["value"] for m in read.json()["messages"]] == [1]
     assert httpx.get(f"{server.url}/healthz", timeout=60).status_code == 200
+
+
+@pytest.mark.slow  # about 7 minutes: 10,000 topic creations, each fsynced
+@pytest.mark.timeout(1800)
+def test_ten_thousand_topics_fit_under_a_limit_of_twenty_thousand(
+    tmp_path: Path, limited: list[LimitedHerald]
+) -> None:
+    nofile, topics = 20_000, 10_000
+    server = start(limited, tmp_path, nofile, "--log-level", "warning")
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        for i in range(topics):
+            response = client.post(f"/v1/topics/t{i}/messages", json={"messages": [{"value": i}]})
+            assert response.status_code == 200, (i, response.text)
+        # Half the limit for the partitions' files: the other half is the sockets'.
+        assert server.open_descriptors() <= nofile // 2
+        assert httpx.get(f"{server.url}/healthz", timeout=60).status_code == 200
+        for i in range(topics):
+            read = client.get(f"/v1/topics/t{i}/partitions/0/messages", params={"offset": 0})
+            assert [m["value"] for m in read.json()["messages"]] == [i], i
+        assert server.open_descriptors() <= nofile // 2
