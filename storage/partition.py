@@ -601,6 +601,8 @@ class Partition:
         if fd is not None:
             await asyncio.to_thread(self.log.flush_detached, fd)
             self._on_synced(end)
+        elif not self.log.closed:
+            self._on_synced(end)  # its files were released: fsynced before they closed
 
     def _flush_descriptor(self) -> tuple[int | None, int]:
         return self.log.flush_descriptor(), self.log.end_offset

@@ -76,6 +76,9 @@ def test_a_thousand_new_topics_under_a_low_file_limit_get_200_or_409(
         # A refused creation changed nothing; an explicit PUT is refused alike.
         assert_problem(client.get(f"/v1/topics/t{MAX_TOPICS}"), 404, "topic_not_found")
         assert_problem(client.put("/v1/topics/another"), 409, "limit_exceeded")
+        refused = client.put("/v1/subscriptions/s-new", json={"topic": "another"})
+        assert_problem(refused, 409, "limit_exceeded")
+        assert_problem(client.get("/v1/subscriptions/s-new"), 404, "subscription_not_found")
         assert len(client.get("/v1/topics").json()["topics"]) == MAX_TOPICS
         # Every topic reads right afterwards (their files open again on use).
         for i in range(MAX_TOPICS):

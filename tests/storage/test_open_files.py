@@ -59,6 +59,8 @@ async def test_many_topics_keep_descriptors_within_the_bound(tmp_path: Path) -> 
         assert all(r[0].offset in (1, 2) for r in results)
         await storage.flush()
         assert storage.open_files.count <= BOUND
+        for topic in storage.topics():  # released files were fsynced: flush says so
+            assert [p.fsynced_offset for p in topic.partitions] == [3]
         for i in range(TOPICS):
             values = await read_all(storage, f"t{i}")
             assert values == [b"first %d" % i, b"second %d" % i, b"second %d" % i]
