@@ -8,9 +8,7 @@ says nothing about the server's internals (the traceback goes to the log).
 
 from __future__ import annotations
 
-import errno
 import logging
-import sqlite3
 from typing import Any
 
 import orjson
@@ -19,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from storage.errors import HeraldError, StorageUnavailable
+from storage.errors import RETRY_AFTER_S, HeraldError, resource_exhausted
 
 PROBLEM_TYPE = "application/problem+json"
 
@@ -30,35 +28,6 @@ class ServiceStopping(HeraldError):
     """The server is shutting down and no longer serves this request."""
 
     code, status, title = "storage_unavailable", 503, "Service Unavailable"
-
-
-# PROTOCOL §6: running out of a resource is 503 storage_unavailable, never 500.
-_EXHAUSTED_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT})
-_EXHAUSTED_SQLITE = frozenset({"SQLITE_CANTOPEN", "SQLITE_FULL"})
-RETRY_AFTER_S = 1  # what a 503 without a better figure asks the client to wait
-
-
-def resource_exhausted(exc: BaseException) -> StorageUnavailable | None:
-    """The 503 for an error (or one in its cause chain) that means the process ran out
-    of descriptors or the disk of space; None for anything else."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return None
-        if isinstance(seen, OSError) and seen.errno in _EXHAUSTED_ERRNOS:
-            return StorageUnavailable(
-                f"the server is out of resources ({seen.strerror}); try again",
-                retry_after=RETRY_AFTER_S,
-            )
-        if isinstance(seen, sqlite3.Error) and (
-            getattr(seen, "sqlite_errorname", None) in _EXHAUSTED_SQLITE
-        ):
-            return StorageUnavailable(
-                "the server is out of resources (metadata store); try again",
-                retry_after=RETRY_AFTER_S,
-            )
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 # Members of a problem object that ``extra`` may never overwrite.
