@@ -52,7 +52,10 @@ class OpenFiles:
         descriptors: it becomes the most recently used, and others are closed until the
         sum is within the bound again (those busy right now are skipped)."""
         with self._lock:
-            self._count += files - self._holders.pop(holder, 0)
+            holders = self._holders
+            if files and holders.get(holder) == files and next(reversed(holders)) is holder:
+                return  # the most recent already, as many files: the append path
+            self._count += files - holders.pop(holder, 0)
             if files:
                 self._holders[holder] = files
             if self.max_files is None or self._count <= self.max_files:

@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,16 +142,14 @@ class PartitionLog:
 
     # -- the open-files bound (storage/open_files.py) -----------------------------------
 
-    @contextlib.contextmanager
-    def _using_files(self) -> Iterator[None]:
+    def _using_files(self) -> _FilesInUse:
         """Hold the files lock for a mutation, then report the descriptors it left open
         (this log becomes the most recently used; others may be released)."""
-        with self._files_lock:
-            try:
-                yield
-            finally:
-                if self._segments and not self.closed:
-                    self._open_files.used(self, self._segments[-1].open_descriptors)
+        return _FilesInUse(self)
+
+    def _report_files(self) -> None:
+        if self._segments and not self.closed:
+            self._open_files.used(self, self._segments[-1].open_descriptors)
 
     def release_files(self) -> int:
         """fsync and close the active segment's descriptors unless a mutation is running
@@ -544,6 +542,24 @@ class PartitionLog:
             except FileNotFoundError:
                 continue
         return self.end_offset
+
+
+class _FilesInUse:
+    """PartitionLog._using_files: a class, not a generator, for the append path."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: PartitionLog) -> None:
+        self._log = log
+
+    def __enter__(self) -> None:
+        self._log._files_lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._log._report_files()
+        finally:
+            self._log._files_lock.release()
 
 
 def _expired(segment: LogSegment, cutoff: int) -> bool:
