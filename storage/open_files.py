@@ -40,6 +40,9 @@ class OpenFiles:
         self._lock = threading.Lock()
         self._holders: collections.OrderedDict[FileHolder, int] = collections.OrderedDict()
         self._count = 0
+        # The holder that reported last, read without the lock by holders that skip
+        # reporting again when it is themselves with as many files (the append path).
+        self.most_recent: FileHolder | None = None
         self.evictions = 0  # partitions whose files were closed to stay within the bound
 
     @property
@@ -52,10 +55,8 @@ class OpenFiles:
         descriptors: it becomes the most recently used, and others are closed until the
         sum is within the bound again (those busy right now are skipped)."""
         with self._lock:
-            holders = self._holders
-            if files and holders.get(holder) == files and next(reversed(holders)) is holder:
-                return  # the most recent already, as many files: the append path
-            self._count += files - holders.pop(holder, 0)
+            self._count += files - self._holders.pop(holder, 0)
+            self.most_recent = holder if files else None
             if files:
                 self._holders[holder] = files
             if self.max_files is None or self._count <= self.max_files:
@@ -73,3 +74,5 @@ class OpenFiles:
         """``holder`` closed its files itself (closed, deleted, or released)."""
         with self._lock:
             self._count -= self._holders.pop(holder, 0)
+            if self.most_recent is holder:
+                self.most_recent = None

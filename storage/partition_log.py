@@ -67,6 +67,7 @@ class PartitionLog:
         # Held by every mutation (the writer thread, or the opening thread); the open-
         # files bound only ever tries it, to close an idle log's descriptors.
         self._files_lock = threading.RLock()
+        self._reported_files = 0  # what this log last told _open_files it holds
         self._fsyncs = 0  # by flush(), on the writer thread
         self._detached_fsyncs = 0  # by flush_detached(), off it
         self.recovered_bytes = 0  # torn or corrupt tail bytes cut while opening
@@ -148,8 +149,14 @@ class PartitionLog:
         return _FilesInUse(self)
 
     def _report_files(self) -> None:
-        if self._segments and not self.closed:
-            self._open_files.used(self, self._segments[-1].open_descriptors)
+        if not self._segments or self.closed:
+            return
+        count = self._segments[-1].open_descriptors
+        # Still the most recent with as many files: nobody closed ours since (only
+        # another log's report closes files, and it would be the most recent then).
+        if count != self._reported_files or self._open_files.most_recent is not self:
+            self._reported_files = count
+            self._open_files.used(self, count)
 
     def release_files(self) -> int:
         """fsync and close the active segment's descriptors unless a mutation is running
@@ -195,9 +202,13 @@ class PartitionLog:
         """Append ``records`` stamped ``timestamp`` (written, not fsynced) under
         ``leader_epoch``; returns the first offset. Raises StorageUnavailable on an I/O
         error, the log unchanged, and StaleEpoch for an epoch older than the log's."""
-        with self._using_files():
-            self._note_epoch(leader_epoch, self.end_offset)
-            return self._append(encode_batch(self.end_offset, records, timestamp, leader_epoch))
+        with self._files_lock:  # _using_files() inlined: the hot path
+            try:
+                self._note_epoch(leader_epoch, self.end_offset)
+                batch = encode_batch(self.end_offset, records, timestamp, leader_epoch)
+                return self._append(batch)
+            finally:
+                self._report_files()
 
     def append_at(
         self, offset: int, records: Sequence[tuple[NewRecord, int]], leader_epoch: int = 0
