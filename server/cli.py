@@ -295,7 +295,6 @@ def run_serve(args: argparse.Namespace) -> int:
         # Before any thread starts: the writers, executors and uvicorn inherit it.
         os.sched_setaffinity(0, cpus)
     configure_logging(config.log_format, config.log_level)
-    raise_open_files_limit()  # PROTOCOL §6: before anything opens files or sockets
     configure_audit(config.audit_log)
     if (problem := configure_encryption(config)) is not None:
         print(f"herald serve: {problem}", file=sys.stderr)
@@ -327,6 +326,8 @@ def run_serve(args: argparse.Namespace) -> int:
             listener.close()
             print(f"herald serve: {problem}", file=sys.stderr)
             return 2
+        # PROTOCOL §6: before recovery opens the partitions' files and clients connect.
+        raise_open_files_limit()
         return _serve(config, listener, data_lock)
     finally:
         data_lock.release()
