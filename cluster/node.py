@@ -83,6 +83,7 @@ from cluster.topic_ids import LocalTopicIds
 from cluster.topics import (
     Created,
     assign_replicas,
+    check_topic_room,
     cluster_prefix,
     config_from_json,
     create_topic,
@@ -1147,7 +1148,15 @@ class ClusterNode:
 
     # ------------------------------------------------------------------ admin
 
-    async def create_topic(self, name: str, config: TopicConfig) -> Created:
+    async def create_topic(
+        self, name: str, config: TopicConfig, *, max_topics: int | None = None
+    ) -> Created:
+        """Create the topic in etcd (or find it there). PROTOCOL §6: a new one when
+        etcd holds ``max_topics`` already is LimitExceeded, nothing written (counted
+        just before the write: creations racing on several nodes may pass it by as
+        many as race)."""
+        if max_topics is not None:
+            await check_topic_room(self.etcd, self.name, name, max_topics)
         nodes = self.live_nodes()
         replicas = assign_replicas(
             name, config.partitions, config.replication_factor, nodes, self.leader_counts()

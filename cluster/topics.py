@@ -21,6 +21,7 @@ import orjson
 from cluster.etcd import Compare, Delete, EtcdClient, Get, Put, RangeResult
 from cluster.state import MAX_TXN_OPS, PartitionState, partition_key
 from storage.config import TopicConfig
+from storage.errors import LimitExceeded
 
 
 def cluster_prefix(cluster: str) -> str:
@@ -89,6 +90,16 @@ def assign_replicas(
 class Created:
     created: bool
     config: TopicConfig  # the topic's config in etcd (the existing one if not created)
+
+
+async def check_topic_room(etcd: EtcdClient, cluster: str, name: str, max_topics: int) -> None:
+    """LimitExceeded when ``name`` is not a topic and etcd holds ``max_topics`` already."""
+    counted = await etcd.range(topics_prefix(cluster), prefix=True, count_only=True)
+    if counted.count >= max_topics and await etcd.get(topic_key(cluster, name)) is None:
+        raise LimitExceeded(
+            f"the cluster holds its maximum of {max_topics} topics (--max-topics)",
+            max_topics=max_topics,
+        )
 
 
 async def create_topic(

@@ -13,6 +13,7 @@ class CloseCode(enum.IntEnum):
     POLICY = 1008  # too many bad frames
     INTERNAL = 1011  # an unexpected server error
     SERVICE_RESTART = 1012  # PROTOCOL §7: the subscription moved to another node
+    TRY_AGAIN_LATER = 1013  # out of resources (PROTOCOL §6: descriptors, disk)
     BAD_QUERY = 4400  # a bad `credit` or `from` query parameter
     UNAUTHORIZED = 4401  # no or bad token (PROTOCOL §6)
     FORBIDDEN = 4403  # the token may not do this (PROTOCOL §6)

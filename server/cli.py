@@ -24,6 +24,7 @@ from herald.cli import add_commands as add_client_commands
 from herald.cli import add_global_options as add_client_options
 from server.cluster_cli import TRUST_FIELDS, add_trust_flags
 from server.config import LOG_FORMATS, LOG_LEVELS, ConfigError, ServerConfig
+from server.file_limit import raise_open_files_limit
 from server.security_cli import (
     SECURITY_FIELDS,
     add_security_flags,
@@ -198,6 +199,19 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         "--node-id",
         help=f"this node's id in GET /v1/cluster (default {defaults.node_id}; env HERALD_NODE_ID)",
     )
+    p.add_argument(
+        "--max-topics",
+        type=int,
+        help=f"topics at most, the whole cluster's; one more is 409 limit_exceeded "
+        f"(default {defaults.max_topics}; env HERALD_MAX_TOPICS)",
+    )
+    p.add_argument(
+        "--max-open-files",
+        type=int,
+        help="descriptors the partitions' files may keep open; idle partitions close "
+        "theirs (default 0: half the open-files limit, less headroom; env "
+        "HERALD_MAX_OPEN_FILES)",
+    )
     cluster = p.add_argument_group("cluster (PROTOCOL §7; without --cluster: one node)")
     cluster.add_argument(
         "--cluster",
@@ -266,6 +280,8 @@ def run_serve(args: argparse.Namespace) -> int:
             "node_ttl_ms",
             "replica_lag_ms",
             "etcd_history_s",
+            "max_topics",
+            "max_open_files",
             *SECURITY_FIELDS,
             *TRUST_FIELDS,
         )
@@ -317,6 +333,8 @@ def run_serve(args: argparse.Namespace) -> int:
             listener.close()
             print(f"herald serve: {problem}", file=sys.stderr)
             return 2
+        # PROTOCOL §6: before recovery opens the partitions' files and clients connect.
+        raise_open_files_limit()
         return _serve(config, listener, data_lock)
     finally:
         data_lock.release()

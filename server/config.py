@@ -60,6 +60,13 @@ class ServerConfig:
     # PROTOCOL §6: with an auth file, the non-public ranges webhooks may reach anyway,
     # comma-separated CIDRs (--webhook-allow-cidr, repeatable).
     webhook_allow_cidr: str = ""
+    # PROTOCOL §6: topics at most (the whole cluster's, counted in etcd); past it a
+    # creation, explicit or automatic, is 409 limit_exceeded.
+    max_topics: int = 10_000
+    # Descriptors the partitions' segment files may keep open (idle partitions close
+    # theirs and open them again on use); 0: half the open-files limit less headroom
+    # (server/file_limit.py), the rest is for sockets.
+    max_open_files: int = 0
     # Requests + WebSockets at once per client address (server/limits.py); 0 = no cap.
     max_requests_per_client: int = 256
     # Proxies whose X-Forwarded-For names the client (uvicorn's forwarded_allow_ips):
@@ -118,6 +125,10 @@ class ServerConfig:
             raise ConfigError("max_pending_unacked_publishes must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together")
+        if self.max_topics < 1:
+            raise ConfigError("max_topics must be positive")
+        if self.max_open_files < 0:
+            raise ConfigError("max_open_files must be 0 (derived from the limit) or more")
         if self.max_requests_per_client < 0:
             raise ConfigError("max_requests_per_client must be 0 (no cap) or more")
         self.trusted_proxies  # noqa: B018 (validates)

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from storage.errors import HeraldError
+from storage.errors import RETRY_AFTER_S, HeraldError, resource_exhausted
 
 PROBLEM_TYPE = "application/problem+json"
 
@@ -59,6 +59,8 @@ def problem_response(
 def herald_error_response(exc: HeraldError) -> Response:
     headers = None
     retry_after = exc.extra.get("retry_after")
+    if retry_after is None and exc.status == 503:
+        retry_after = RETRY_AFTER_S  # every 503 says when to come back
     if retry_after is not None:  # PROTOCOL §6: 429 carries Retry-After
         headers = {"Retry-After": str(retry_after)}
     extra = {k: v for k, v in exc.extra.items() if k != "retry_after"}
@@ -128,7 +130,12 @@ class InternalErrorMiddleware:
 
         try:
             await self.app(scope, receive, send_tracking)
-        except Exception:
+        except Exception as exc:
+            exhausted = resource_exhausted(exc)
+            if exhausted is not None and not started:
+                log_server_error(scope.get("method", ""), scope.get("path", ""), exhausted)
+                await herald_error_response(exhausted)(scope, receive, send)
+                return
             log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
             if started:
                 raise  # half a response is out; only closing the connection is left

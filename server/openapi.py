@@ -1221,7 +1221,8 @@ def _websockets() -> dict[str, Any]:
     closes = {
         "1001": "server shutting down",
         "1008": "too many bad frames",
-        "1013": "too many connections from this client address",
+        "1013": "too many connections from this client address, or the server is out of "
+        "descriptors or disk (try again)",
         "4400": "bad query parameters",
         "4401": "no or bad credentials (or the browser token expired)",
         "4403": "not allowed",

@@ -69,13 +69,17 @@ async def ensure_topic(
         _check_partition(name, defaults.partitions, max_partition, index)
         if running.cluster is not None:
             # PROTOCOL §7: etcd is the truth; the topic opens here once the node sees it.
-            await running.cluster.create_topic(name, cluster_defaults(running, defaults))
+            await running.cluster.create_topic(
+                name, cluster_defaults(running, defaults), max_topics=running.config.max_topics
+            )
             topic = running.storage.topic(name)
             if topic is None:
                 raise LeaderUnavailable(f"topic {name!r} is being created; try again")
         else:
             # Race-free in Storage: two first publishes end up with one topic.
-            topic, _ = await running.storage.ensure_topic(name, defaults, auto_created=True)
+            topic, _ = await running.storage.ensure_topic(
+                name, defaults, auto_created=True, max_topics=running.config.max_topics
+            )
     _check_partition(name, len(topic.partitions), max_partition, index)
     return topic
 

@@ -56,7 +56,9 @@ async def put_topic(request: Request) -> Response:
     if state.cluster is not None:
         return await _put_topic_cluster(request, state, name, config, given)
     check_single_node_replication(config)
-    topic, created = await state.storage.ensure_topic(name, config)
+    topic, created = await state.storage.ensure_topic(
+        name, config, max_topics=state.config.max_topics
+    )
     if created:
         return json_response(single_node_body(state, topic), 201)
     # PROTOCOL §2: 200 only if every field *given* equals the existing config.
@@ -72,7 +74,7 @@ async def _put_topic_cluster(
 ) -> Response:
     assert state.cluster is not None
     config = cluster_defaults(state, config, given)
-    outcome = await state.cluster.create_topic(name, config)
+    outcome = await state.cluster.create_topic(name, config, max_topics=state.config.max_topics)
     if not outcome.created and not topic_config_matches(outcome.config, config, given):
         raise TopicConflict(
             f"topic {name!r} exists with a different config", config=outcome.config.to_dict()

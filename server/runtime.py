@@ -28,6 +28,7 @@ from delivery.redrive import Redrives
 from server.cluster_trust import cluster_keys, etcd_access, peer_verify
 from server.config import ServerConfig
 from server.errors import ServiceStopping
+from server.file_limit import open_files_limit, segment_file_budget
 from server.metrics import Histogram
 from server.peers import Peers
 from server.stats_history import SAMPLE_INTERVAL_S, StatsHistory
@@ -186,7 +187,11 @@ class Runtime:
     async def start(self) -> None:
         lock = self._data_lock if self._data_lock is not None and self._data_lock.held else None
         storage = self._storage = await Storage.open(
-            self.config.data_dir, segment_bytes=self.config.segment_bytes, lock=lock
+            self.config.data_dir,
+            segment_bytes=self.config.segment_bytes,
+            lock=lock,
+            # PROTOCOL §6: the rest of the open-files limit is for sockets.
+            max_open_files=segment_file_budget(open_files_limit(), self.config.max_open_files),
         )
         try:
             if self.config.clustered:

@@ -28,9 +28,10 @@ from pathlib import Path
 from storage.config import TopicConfig
 from storage.cursors import CursorStore
 from storage.durable import fsync_dir, make_dirs
-from storage.errors import TopicConflict, TopicNotFound
+from storage.errors import LimitExceeded, TopicConflict, TopicNotFound
 from storage.lock import DataDirLock
 from storage.metadata import MetadataStore
+from storage.open_files import OpenFiles
 from storage.partition import DEFAULT_CACHE_BYTES, Partition
 from storage.partition_log import LogConfig
 from storage.topic import Topic, wall_clock_ms
@@ -51,6 +52,7 @@ class Storage:
         log_config: LogConfig,
         cache_bytes: int,
         lock: DataDirLock,
+        open_files: OpenFiles | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.lock = lock
@@ -60,6 +62,8 @@ class Storage:
         self._wall_ms = wall_ms
         self._log_config = log_config
         self._cache_bytes = cache_bytes
+        # PROTOCOL §6: the partitions' descriptors stay below the process's limit.
+        self.open_files = open_files or OpenFiles()
         self._topics: dict[str, Topic] = {}
         # Serialises create/delete so two requests for one name cannot interleave their
         # metadata and directory steps.
@@ -84,6 +88,7 @@ class Storage:
         writer_threads: int = 4,
         wall_ms: Callable[[], int] = wall_clock_ms,
         lock: DataDirLock | None = None,
+        max_open_files: int | None = None,
     ) -> Storage:
         """Lock the directory, create the layout if needed, then open every topic listed
         in meta.db.
@@ -96,7 +101,8 @@ class Storage:
         ``segment_bytes`` overrides ``log_config.segment_bytes``; ``cache_bytes`` is each
         partition's tail cache; every partition shares a pool of ``writer_threads``.
         ``wall_ms`` is the clock of record timestamps, dedup windows and retention, so
-        that tests can move time instead of sleeping.
+        that tests can move time instead of sleeping. ``max_open_files`` bounds the
+        descriptors partitions keep open (idle ones close theirs; None: unbounded).
         """
         data_dir = Path(data_dir)
         segments = log_config or LogConfig()
@@ -118,6 +124,7 @@ class Storage:
             log_config=segments,
             cache_bytes=cache_bytes,
             lock=lock,
+            open_files=OpenFiles(max_open_files),
         )
         try:
             configs = await asyncio.to_thread(metadata.topics)
@@ -142,25 +149,43 @@ class Storage:
 
     # --- admin -----------------------------------------------------------------------
 
-    async def create_topic(self, name: str, config: TopicConfig) -> Topic:
+    async def create_topic(
+        self, name: str, config: TopicConfig, *, max_topics: int | None = None
+    ) -> Topic:
         """Create a new topic, persisted in meta.db. Raises TopicConflict if ``name``
-        exists (whatever its config): comparing configs is the server's decision."""
+        exists (whatever its config): comparing configs is the server's decision; and
+        LimitExceeded, having changed nothing, if ``max_topics`` exist already."""
         async with self._admin:
             if name in self._topics:
                 raise TopicConflict(f"topic {name!r} already exists")
+            self._check_room(max_topics)
             return await self._create(name, config)
 
     async def ensure_topic(
-        self, name: str, config: TopicConfig, *, auto_created: bool = False
+        self,
+        name: str,
+        config: TopicConfig,
+        *,
+        auto_created: bool = False,
+        max_topics: int | None = None,
     ) -> tuple[Topic, bool]:
         """(topic, created): the existing topic as it is, or a new one with ``config``
         (``auto_created``: made by a publish or a subscription, recorded in meta.db).
-        Race-free for concurrent auto-creates and idempotent PUTs of one name."""
+        Race-free for concurrent auto-creates and idempotent PUTs of one name. A new
+        one past ``max_topics`` is LimitExceeded (PROTOCOL §6), nothing changed."""
         async with self._admin:
             existing = self._topics.get(name)
             if existing is not None:
                 return existing, False
+            self._check_room(max_topics)
             return await self._create(name, config, auto_created=auto_created), True
+
+    def _check_room(self, max_topics: int | None) -> None:
+        if max_topics is not None and len(self._topics) >= max_topics:
+            raise LimitExceeded(
+                f"this server holds its maximum of {max_topics} topics (--max-topics)",
+                max_topics=max_topics,
+            )
 
     async def _create(self, name: str, config: TopicConfig, *, auto_created: bool = False) -> Topic:
         await asyncio.to_thread(
@@ -236,6 +261,7 @@ class Storage:
                     writers=self.writers,
                     config=self._log_config,
                     cache_bytes=self._cache_bytes,
+                    open_files=self.open_files,
                 )
                 for index in range(config.partitions)
             ),

@@ -5,6 +5,8 @@ layer above can raise it."""
 
 from __future__ import annotations
 
+import errno
+import sqlite3
 from typing import Any, ClassVar
 
 
@@ -69,6 +71,12 @@ class SubscriptionConflict(HeraldError):
     code, status, title = "subscription_conflict", 409, "Conflict"
 
 
+class LimitExceeded(HeraldError):
+    """PROTOCOL §6: one more would pass a configured cap (``--max-topics``)."""
+
+    code, status, title = "limit_exceeded", 409, "Conflict"
+
+
 class Unauthorized(HeraldError):
     code, status, title = "unauthorized", 401, "Unauthorized"
 
@@ -89,3 +97,35 @@ class StorageUnavailable(HeraldError):
 
 class CorruptLog(Exception):
     """Raised inside storage when bytes on disk fail their checks; never reaches a client."""
+
+
+# PROTOCOL §6: running out of a resource is 503 storage_unavailable, never 500.
+_EXHAUSTED_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT})
+_EXHAUSTED_SQLITE = frozenset({"SQLITE_CANTOPEN", "SQLITE_FULL"})
+RETRY_AFTER_S = 1  # what a 503 without a better figure asks the client to wait
+
+
+def resource_exhausted(exc: BaseException) -> StorageUnavailable | None:
+    """The 503 for an error (or one in its cause chain) that means the process ran out
+    of descriptors or the disk of space; None for anything else."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return None
+        if isinstance(seen, BaseExceptionGroup):  # a task group's: the first that is
+            found = (resource_exhausted(inner) for inner in seen.exceptions)
+            return next((f for f in found if f is not None), None)
+        if isinstance(seen, OSError) and seen.errno in _EXHAUSTED_ERRNOS:
+            return StorageUnavailable(
+                f"the server is out of resources ({seen.strerror}); try again",
+                retry_after=RETRY_AFTER_S,
+            )
+        if isinstance(seen, sqlite3.Error) and (
+            getattr(seen, "sqlite_errorname", None) in _EXHAUSTED_SQLITE
+        ):
+            return StorageUnavailable(
+                "the server is out of resources (metadata store); try again",
+                retry_after=RETRY_AFTER_S,
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -24,36 +24,51 @@ _TIME_ENTRY = struct.Struct("<qI")  # first timestamp of the batch, relative off
 
 
 class _IndexFile:
-    """An append-only file of fixed-size entries."""
+    """An append-only file of fixed-size entries. Its descriptor is opened on first use
+    and may be closed between uses (storage/open_files.py): the entries are in memory."""
 
     def __init__(self, path: Path, entry: struct.Struct) -> None:
         self.path = path
         self.entry = entry
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd: int | None = None
+        self._descriptor()  # creates the file
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
 
     def load(self) -> list[tuple[int, ...]]:
         """Every entry in the file; raises CorruptLog when its size is not whole entries."""
-        data = _read_all(self._fd)
+        data = _read_all(self._descriptor())
         if len(data) % self.entry.size:
             raise CorruptLog(f"{self.path.name}: truncated entry")
         return list(self.entry.iter_unpack(data))
 
     def write(self, *fields: int) -> None:
-        os.write(self._fd, self.entry.pack(*fields))
+        os.write(self._descriptor(), self.entry.pack(*fields))
 
     def reset(self, entries: list[tuple[int, ...]]) -> None:
-        os.ftruncate(self._fd, 0)
+        fd = self._descriptor()
+        os.ftruncate(fd, 0)
         if entries:
-            os.write(self._fd, b"".join(self.entry.pack(*e) for e in entries))
+            os.write(fd, b"".join(self.entry.pack(*e) for e in entries))
 
     def truncate(self, count: int) -> None:
-        os.ftruncate(self._fd, count * self.entry.size)
+        os.ftruncate(self._descriptor(), count * self.entry.size)
 
     def fsync(self) -> None:
-        os.fsync(self._fd)
+        if self._fd is not None:  # closed: fsynced when it was closed (LogSegment.release)
+            os.fsync(self._fd)
 
     def close(self) -> None:
-        os.close(self._fd)
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 def _read_all(fd: int) -> bytes:
@@ -124,8 +139,9 @@ class OffsetIndex:
     def close(self) -> None:
         self._file.close()
 
-    def reopen(self) -> None:
-        self._file = _IndexFile(self.path, self._file.entry)
+    @property
+    def is_open(self) -> bool:
+        return self._file.is_open
 
 
 class TimeIndex:
@@ -182,5 +198,6 @@ class TimeIndex:
     def close(self) -> None:
         self._file.close()
 
-    def reopen(self) -> None:
-        self._file = _IndexFile(self.path, self._file.entry)
+    @property
+    def is_open(self) -> bool:
+        return self._file.is_open

@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from storage.batch import make_records
 from storage.errors import StorageUnavailable
+from storage.open_files import OpenFiles
 from storage.partition_log import LogConfig, PartitionLog
 from storage.record import Acks, NewRecord, Record
 from storage.replicated import ReplicationHooks
@@ -215,15 +216,17 @@ class Partition:
         segment_bytes: int | None = None,
         reader: Executor | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        open_files: OpenFiles | None = None,
     ) -> Partition:
         """Open (recovering it off the loop) the log in ``directory``, which is
         ``<data_dir>/topics/<topic>/<partition>``; created when missing. ``writers`` is
         the shared writer pool (else a writer thread of its own); ``segment_bytes``
-        overrides ``config.segment_bytes``."""
+        overrides ``config.segment_bytes``; ``open_files`` is the bound on descriptors
+        the partitions share (storage/open_files.py; else unbounded)."""
         config = config or LogConfig()
         if segment_bytes is not None:
             config = dataclasses.replace(config, segment_bytes=segment_bytes)
-        partition_log = await asyncio.to_thread(_open_log, directory, partition, config)
+        partition_log = await asyncio.to_thread(_open_log, directory, partition, config, open_files)
         return cls(topic, partition_log, writers, reader=reader, cache_bytes=cache_bytes)
 
     # -- state -------------------------------------------------------------------------
@@ -608,6 +611,8 @@ class Partition:
         if fd is not None:
             await asyncio.to_thread(self.log.flush_detached, fd)
             self._on_synced(end)
+        elif not self.log.closed:
+            self._on_synced(end)  # its files were released: fsynced before they closed
 
     def _flush_descriptor(self) -> tuple[int | None, int]:
         return self.log.flush_descriptor(), self.log.end_offset
@@ -648,9 +653,21 @@ class Partition:
         return f"Partition({self.topic!r}, {self.partition}, end_offset={self._end})"
 
 
-def _open_log(directory: Path, partition: int, config: LogConfig) -> PartitionLog:
+def _open_log(
+    directory: Path, partition: int, config: LogConfig, open_files: OpenFiles | None
+) -> PartitionLog:
     """Open (recover) the log and fsync what it holds: a crash of the process leaves
-    written records unsynced in the page cache, and fsynced_offset starts at its end."""
-    partition_log = PartitionLog(directory, partition, config)
-    partition_log.sync_recovered()
+    written records unsynced in the page cache, and fsynced_offset starts at its end.
+    Running out of descriptors or space is StorageUnavailable, never a bare OSError."""
+    try:
+        partition_log = PartitionLog(directory, partition, config, open_files)
+    except OSError as exc:
+        raise StorageUnavailable(
+            f"cannot open partition {partition}: {exc.strerror or exc}", retry_after=1
+        ) from exc
+    try:
+        partition_log.sync_recovered()
+    except BaseException:
+        partition_log.close()
+        raise
     return partition_log

@@ -4,6 +4,11 @@ One writer thread owns every mutation (appends, rolls, retention, truncation); a
 thread may read. Readers take a snapshot of the segment tuple, which mutations replace
 rather than change, and open segment files themselves; so retention can delete a
 segment under a reader, who then starts again from the new start offset.
+
+The active segment's descriptors count against an :class:`OpenFiles` bound: every
+mutation holds the log's files lock and then reports its descriptors; when another
+partition needs room, an idle log's are fsynced and closed (:meth:`release_files`,
+which only tries the lock) and open again, transparently, at its next mutation.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import contextlib
 import logging
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +27,7 @@ from storage.batch import EncodedBatch, as_encoded, check_batch, encode_batch, r
 from storage.durable import fsync_dir, make_dirs
 from storage.epochs import CorruptCheckpoint, LeaderEpochCache, StaleEpoch
 from storage.errors import StorageUnavailable
+from storage.open_files import OpenFiles
 from storage.record import NewRecord, Record
 from storage.segment import LogSegment
 
@@ -47,19 +54,29 @@ class PartitionLog:
     """The segments of one partition, opened (and recovered) in the constructor."""
 
     def __init__(
-        self, directory: Path, partition: int = 0, config: LogConfig | None = None
+        self,
+        directory: Path,
+        partition: int = 0,
+        config: LogConfig | None = None,
+        open_files: OpenFiles | None = None,
     ) -> None:
         self.directory = directory
         self.partition = partition
         self.config = config or LogConfig()
+        self._open_files = open_files or OpenFiles()
+        # Held by every mutation (the writer thread, or the opening thread); the open-
+        # files bound only ever tries it, to close an idle log's descriptors.
+        self._files_lock = threading.RLock()
+        self._reported_files = 0  # what this log last told _open_files it holds
         self._fsyncs = 0  # by flush(), on the writer thread
         self._detached_fsyncs = 0  # by flush_detached(), off it
         self.recovered_bytes = 0  # torn or corrupt tail bytes cut while opening
         self._segments: tuple[LogSegment, ...] = ()
         self.closed = False
-        self._load()
-        self.last_timestamp: int | None = self._newest_timestamp()
-        self.epochs = self._load_epochs()
+        with self._using_files():
+            self._load()
+            self.last_timestamp: int | None = self._newest_timestamp()
+            self.epochs = self._load_epochs()
 
     # -- opening -----------------------------------------------------------------------
 
@@ -69,13 +86,13 @@ class PartitionLog:
         segments: list[LogSegment] = []
         try:
             for base in bases:
+                if segments:
+                    segments[-1].seal()  # one segment's descriptors open at a time
                 segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
                 segments.append(segment)
                 # Each segment's tail is checked: only the last can be torn by a crash
                 # (rolls fsync the old one), and it costs a scan of ~one index interval.
                 self.recovered_bytes += segment.recover()
-            for segment in segments[:-1]:
-                segment.seal()
             if not segments:
                 segments.append(LogSegment(self.directory, 0, self.config.index_interval_bytes))
                 fsync_dir(self.directory)
@@ -124,6 +141,42 @@ class PartitionLog:
                 path.unlink()
         return sorted(logs)
 
+    # -- the open-files bound (storage/open_files.py) -----------------------------------
+
+    def _using_files(self) -> _FilesInUse:
+        """Hold the files lock for a mutation, then report the descriptors it left open
+        (this log becomes the most recently used; others may be released)."""
+        return _FilesInUse(self)
+
+    def _report_files(self) -> None:
+        if not self._segments or self.closed:
+            return
+        count = self._segments[-1].open_descriptors
+        # Still the most recent with as many files: nobody closed ours since (only
+        # another log's report closes files, and it would be the most recent then).
+        if count != self._reported_files or self._open_files.most_recent is not self:
+            self._reported_files = count
+            self._open_files.used(self, count)
+
+    def release_files(self) -> int:
+        """fsync and close the active segment's descriptors unless a mutation is running
+        (the lock is only tried); how many were closed."""
+        if not self._files_lock.acquire(blocking=False):
+            return 0
+        try:
+            if self.closed or not self._segments:
+                return 0
+            active = self._segments[-1]
+            count = active.open_descriptors
+            try:
+                active.release()
+            except OSError as exc:  # kept open: the next flush reports it
+                log.warning("%s: cannot fsync before closing its files: %s", self.directory, exc)
+                return 0
+            return count
+        finally:
+            self._files_lock.release()
+
     # -- what everyone may look at -----------------------------------------------------
 
     @property
@@ -149,19 +202,26 @@ class PartitionLog:
         """Append ``records`` stamped ``timestamp`` (written, not fsynced) under
         ``leader_epoch``; returns the first offset. Raises StorageUnavailable on an I/O
         error, the log unchanged, and StaleEpoch for an epoch older than the log's."""
-        self._note_epoch(leader_epoch, self.end_offset)
-        return self._append(encode_batch(self.end_offset, records, timestamp, leader_epoch))
+        with self._files_lock:  # _using_files() inlined: the hot path
+            try:
+                self._note_epoch(leader_epoch, self.end_offset)
+                batch = encode_batch(self.end_offset, records, timestamp, leader_epoch)
+                return self._append(batch)
+            finally:
+                self._report_files()
 
     def append_at(
         self, offset: int, records: Sequence[tuple[NewRecord, int]], leader_epoch: int = 0
     ) -> int:
         """Append records with their own timestamps at ``offset``, which must be the end
         offset (a replica copying its leader). Returns ``offset``."""
-        if offset != self.end_offset:
-            raise ValueError(f"append_at({offset}) but the log ends at {self.end_offset}")
-        self._note_epoch(leader_epoch, offset)
-        timestamps = [ts for _, ts in records]
-        return self._append(encode_batch(offset, [r for r, _ in records], timestamps, leader_epoch))
+        with self._using_files():
+            if offset != self.end_offset:
+                raise ValueError(f"append_at({offset}) but the log ends at {self.end_offset}")
+            self._note_epoch(leader_epoch, offset)
+            timestamps = [ts for _, ts in records]
+            batch = encode_batch(offset, [r for r, _ in records], timestamps, leader_epoch)
+            return self._append(batch)
 
     def append_batches(self, data: bytes | memoryview) -> int:
         """Append batches byte for byte as another replica stored them (a follower copying
@@ -183,10 +243,11 @@ class PartitionLog:
                 raise StaleEpoch(f"batch of epoch {header.leader_epoch} after epoch {epoch}")
             batches.append(as_encoded(bytes(view[pos : pos + header.length]), header))
             expected, epoch, pos = header.next_offset, header.leader_epoch, pos + header.length
-        for batch in batches:
-            self._note_epoch(batch.leader_epoch, batch.base_offset)
-            self._append(batch)
-        return self.end_offset
+        with self._using_files():
+            for batch in batches:
+                self._note_epoch(batch.leader_epoch, batch.base_offset)
+                self._append(batch)
+            return self.end_offset
 
     def _note_epoch(self, epoch: int, start_offset: int) -> None:
         if epoch != self.epochs.latest_epoch:  # rare: a change of leader
@@ -239,27 +300,36 @@ class PartitionLog:
 
     def flush(self) -> None:
         """fsync what was appended so far."""
-        if self.closed:
-            return
-        try:
-            self._segments[-1].flush()
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
-        self._fsyncs += 1
+        with self._files_lock:
+            if self.closed:
+                return
+            try:
+                self._segments[-1].flush()
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
+            self._fsyncs += 1
 
     def sync_recovered(self) -> None:
         """fsync the active segment's log right after opening (not counted in
         fsync_count): records a crashed process left in the page cache are durable
         before a replica reports them fsynced. Sealed segments were fsynced by their roll."""
-        try:
-            self._segments[-1].flush()
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
+        with self._files_lock:
+            try:
+                self._segments[-1].flush()
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
 
     def flush_descriptor(self) -> int | None:
         """A descriptor for flush_detached, taken in queue order on the writer thread (None
-        once closed): the fsync then covers every append written so far."""
-        return None if self.closed else self._segments[-1].duplicate_descriptor()
+        once closed, or when the active segment's files are released: they were fsynced
+        then): the fsync then covers every append written so far."""
+        with self._files_lock:
+            if self.closed:
+                return None
+            try:
+                return self._segments[-1].duplicate_descriptor()
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
 
     def flush_detached(self, fd: int) -> None:
         """fsync through ``fd`` (from flush_descriptor) and close it, on any thread but
@@ -285,6 +355,12 @@ class PartitionLog:
         """Delete whole segments past retention; returns how many were deleted. The
         active segment is rolled first when all of it is past the time limit, so that
         it can go too; offsets are never reused."""
+        with self._using_files():
+            return self._apply_retention(now_ms, retention_ms, retention_bytes)
+
+    def _apply_retention(
+        self, now_ms: int, retention_ms: int | None, retention_bytes: int | None
+    ) -> int:
         deleted = 0
         if retention_ms is not None:
             cutoff = now_ms - retention_ms
@@ -318,6 +394,10 @@ class PartitionLog:
         in between leaves the new start or the old log, never a log restarting at 0."""
         if offset < 0:
             raise ValueError(f"reset_to({offset}): offsets are not negative")
+        with self._using_files():
+            self._reset_to(offset)
+
+    def _reset_to(self, offset: int) -> None:
         old = self._segments
         reused = next((s for s in old if s.base_offset == offset), None)
         if reused is not None:
@@ -344,6 +424,10 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset`` (a replica diverging from its
         leader). A batch cut in the middle is rewritten with the records before ``offset``."""
+        with self._using_files():
+            self._truncate_to(offset)
+
+    def _truncate_to(self, offset: int) -> None:
         if offset >= self.end_offset:
             return
         if offset < self.start_offset:
@@ -371,15 +455,17 @@ class PartitionLog:
 
     def close(self) -> None:
         """fsync and close every file."""
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            self._segments[-1].flush_all()
-        finally:
-            for segment in self._segments:
-                with contextlib.suppress(OSError):
-                    segment.close()
+        with self._files_lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self._segments[-1].flush_all()
+            finally:
+                for segment in self._segments:
+                    with contextlib.suppress(OSError):
+                        segment.close()
+                self._open_files.released(self)
 
     # -- any thread --------------------------------------------------------------------
 
@@ -467,6 +553,24 @@ class PartitionLog:
             except FileNotFoundError:
                 continue
         return self.end_offset
+
+
+class _FilesInUse:
+    """PartitionLog._using_files: a class, not a generator, for the append path."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: PartitionLog) -> None:
+        self._log = log
+
+    def __enter__(self) -> None:
+        self._log._files_lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._log._report_files()
+        finally:
+            self._log._files_lock.release()
 
 
 def _expired(segment: LogSegment, cutoff: int) -> bool:

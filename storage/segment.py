@@ -3,6 +3,10 @@
 The log file is the truth. Appends go through one descriptor owned by the writer
 thread; reads open their own descriptor so that a segment
 deleted by retention can never hand a reader a recycled file descriptor.
+
+The writer's descriptors (the log's and the indexes') are opened on use: an idle
+partition's are fsynced and closed (:meth:`LogSegment.release`, storage/open_files.py)
+and open again at its next write, so a closed descriptor never holds unsynced bytes.
 """
 
 from __future__ import annotations
@@ -38,23 +42,58 @@ class LogSegment:
         self.base_offset = base_offset
         self.path = directory / segment_name(base_offset, ".log")
         self._interval = index_interval_bytes
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._log_fd: int | None = fd
+        offset_index = None
         try:
-            self.offset_index = OffsetIndex(
-                directory / segment_name(base_offset, ".index"), base_offset
-            )
+            offset_index = OffsetIndex(directory / segment_name(base_offset, ".index"), base_offset)
             self.time_index = TimeIndex(
                 directory / segment_name(base_offset, ".timeindex"), base_offset
             )
         except OSError:
-            os.close(self._fd)
+            if offset_index is not None:
+                offset_index.close()
+            os.close(fd)
             raise
-        self.sealed = False  # files closed: see seal()
-        self.size = os.fstat(self._fd).st_size  # readers never look past this
+        self.offset_index = offset_index
+        self.sealed = False  # takes no more appends: see seal()
+        self.size = os.fstat(fd).st_size  # readers never look past this
         self.next_offset = base_offset
         self.first_timestamp: int | None = None  # of the first batch: segment age
         self.last_timestamp: int | None = None  # of the last batch: time retention
         self._since_index = 0  # log bytes since the last index entry
+
+    # -- the writer's descriptors -------------------------------------------------------
+
+    @property
+    def _fd(self) -> int:
+        """The log's descriptor, opened again if it was released."""
+        if self._log_fd is None:
+            self._log_fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        return self._log_fd
+
+    @property
+    def open_descriptors(self) -> int:
+        """How many of its three files have a descriptor open now."""
+        return (self._log_fd is not None) + self.offset_index.is_open + self.time_index.is_open
+
+    def release(self) -> None:
+        """fsync and close the writer's descriptors, leaving the segment as it is: the
+        next use opens them again. Raises OSError (the files stay open) if the fsync
+        fails, so that the error is seen by the next flush."""
+        if not self.open_descriptors:
+            return
+        self.flush_all()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        try:
+            if self._log_fd is not None:
+                fd, self._log_fd = self._log_fd, None
+                os.close(fd)
+        finally:
+            self.offset_index.close()
+            self.time_index.close()
 
     # -- appends (writer thread) -------------------------------------------------------
 
@@ -88,26 +127,26 @@ class LogSegment:
             self.time_index.truncate(entries)
 
     def flush(self) -> None:
-        os.fdatasync(self._fd)
+        # A released log was fsynced before its descriptor closed: nothing to do.
+        if self._log_fd is not None:
+            os.fdatasync(self._log_fd)
 
-    def duplicate_descriptor(self) -> int:
+    def duplicate_descriptor(self) -> int | None:
         """A descriptor of the log file of its own, for an fsync off the writer thread:
-        a roll may close ours meanwhile, never the duplicate."""
-        return os.dup(self._fd)
+        a roll may close ours meanwhile, never the duplicate. None when the log's
+        descriptor is released (it was fsynced then)."""
+        return None if self._log_fd is None else os.dup(self._log_fd)
 
     def flush_all(self) -> None:
         """fsync the log and both indexes: done when the segment is closed or rolled."""
-        os.fsync(self._fd)
+        if self._log_fd is not None:
+            os.fsync(self._log_fd)
         self.offset_index.fsync()
         self.time_index.fsync()
 
     def close(self) -> None:
-        if self.sealed:
-            return
         self.sealed = True
-        os.close(self._fd)
-        self.offset_index.close()
-        self.time_index.close()
+        self._close_files()
 
     def seal(self) -> None:
         """fsync and close the files of a segment that takes no more appends: only the
@@ -117,12 +156,9 @@ class LogSegment:
             self.close()
 
     def unseal(self) -> None:
-        """Open the files again to append (a truncation made this segment active)."""
-        if self.sealed:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
-            self.offset_index.reopen()
-            self.time_index.reopen()
-            self.sealed = False
+        """Take appends again (a truncation made this segment active); the files open
+        on use."""
+        self.sealed = False
 
     def delete(self) -> None:
         self.close()

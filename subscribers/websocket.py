@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from delivery.close_codes import CloseCode
-from storage.errors import SubscriptionNotFound
+from storage.errors import SubscriptionNotFound, resource_exhausted
 from subscribers.connection import ConnectionSettings, ConsumerConnection
 from subscribers.frames import parse_credit_param, parse_from_param
 from subscribers.session import ConsumerSession
@@ -145,6 +145,10 @@ async def _refuse(websocket: WebSocket, code: int, reason: str) -> None:
 async def _failed(websocket: WebSocket, exc: Exception) -> None:
     """STYLE 5: a lost client ends quietly; anything else is logged and closed 1011."""
     if _client_gone(exc):
+        return
+    if (exhausted := resource_exhausted(exc)) is not None:  # PROTOCOL §6: never 1011
+        log.warning("consumer connection refused: %s", exhausted.detail)
+        await _refuse(websocket, CloseCode.TRY_AGAIN_LATER, "out of resources; try again")
         return
     log.error("consumer connection failed", exc_info=exc)
     await _refuse(websocket, CloseCode.INTERNAL, "internal error")
