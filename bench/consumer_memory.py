@@ -70,8 +70,9 @@ def herald_server(serve: Sequence[str], trace_dir: str | None) -> Iterator[tuple
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="herald-mem-bench-") as data:
         cmd = [*serve, "--host", "127.0.0.1", "--port", str(port), "--data-dir", data]
-        # Every consumer comes from 127.0.0.1: the per-address cap (256) is off.
-        env = {**os.environ, "HERALD_MAX_REQUESTS_PER_CLIENT": "0"}
+        # Every consumer comes from 127.0.0.1: the per-address cap (256) out of the way
+        # (a big number, not 0: older trees read 0 as "none at all").
+        env = {**os.environ, "HERALD_MAX_REQUESTS_PER_CLIENT": "1000000"}
         if trace_dir is not None:
             env["HERALD_BENCH_TRACE_DIR"] = trace_dir
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -10,9 +10,9 @@ more than one waiter. This subclass changes no behaviour on the wire:
 * the handshake's request and response (their headers, about 3 KiB) are let go once the
   handshake is answered;
 * permessage-deflate as uvicorn negotiates it (window bits 12, memLevel 5), but its zlib
-  streams made at the first message that needs them: a compressor of those settings
-  holds about 38 KiB, which an idle consumer with compression on held from its
-  handshake on.
+  streams made at the first message that needs them, and messages under 256 bytes sent
+  uncompressed until then (the `ready` frame): a compressor of those settings holds
+  about 38 KiB, which an idle consumer with compression on held from its handshake on.
 """
 
 from __future__ import annotations
@@ -28,10 +28,14 @@ from websockets.extensions.permessage_deflate import (
     PerMessageDeflate,
     ServerPerMessageDeflateFactory,
 )
+from websockets.frames import Frame, Opcode
 from websockets.server import ServerProtocol
 from websockets.typing import ExtensionParameter
 
 from subscribers.flag import Flag
+
+# Messages shorter than this go uncompressed while no compressor exists (see encode).
+_UNCOMPRESSED_BELOW = 256
 
 
 class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -121,6 +125,19 @@ class _LazyPerMessageDeflate(PerMessageDeflate):
         )
         self.remote_no_context_takeover = remote_no_context_takeover
         self.local_no_context_takeover = local_no_context_takeover
+
+    def encode(self, frame: Frame) -> Frame:
+        # RFC 7692 §6: a message goes compressed only when its first frame says so
+        # (RSV1). Until one needs compressing, small ones (`ready`, `acked`) go as they
+        # are and no compressor is made: an idle consumer never gets one.
+        if (
+            "encoder" not in self.__dict__
+            and frame.fin
+            and frame.opcode in (Opcode.TEXT, Opcode.BINARY)
+            and len(frame.data) < _UNCOMPRESSED_BELOW
+        ):
+            return frame
+        return super().encode(frame)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached while the attribute is missing: before the first message (the
