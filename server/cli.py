@@ -343,6 +343,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def _serve(config: ServerConfig, listener: socket.socket, data_lock: DataDirLock) -> int:
     from server.app import create_app
     from server.auth import AuthFileError
+    from server.websocket_protocol import LeanWebSocketProtocol
 
     try:
         app = create_app(config, data_lock=data_lock)
@@ -355,9 +356,9 @@ def _serve(config: ServerConfig, listener: socket.socket, data_lock: DataDirLock
         host=config.host,
         port=config.port,
         loop="uvloop",
-        # The websockets library through its sans-I/O protocol: uvicorn deprecated its
-        # legacy `websockets` implementation (it warns at every start).
-        ws="websockets-sansio",
+        # The websockets library through its sans-I/O protocol (uvicorn deprecated its
+        # legacy `websockets` implementation), holding less per idle connection.
+        ws=LeanWebSocketProtocol,
         lifespan="on",
         log_config=None,  # configure_logging already routed uvicorn's loggers
         access_log=False,

@@ -1,0 +1,347 @@
+"""Server memory per idle WebSocket consumer (issue 27 §3).
+
+Starts ``herald serve`` on a free loopback port and a temporary data dir, makes one topic
+and ``--subscriptions`` subscriptions (80), then opens ``--consumers`` durable consumers
+(10,000) spread evenly over the subscriptions, from ``--processes`` client processes (4;
+open files are capped per process). Each consumer reads its ``ready`` frame and then
+stays idle (credit 100, nothing published). The figure is the server's VmRSS
+(/proc/PID/status) with every consumer open (2 s to settle) minus its VmRSS before,
+divided by the number of consumers. Before is taken after a warm-up: 200 consumers
+opened and closed, so that what any first connection allocates once is not counted.
+
+``--compression`` makes the clients offer permessage-deflate (python-websockets'
+defaults); without it they offer none, as the SDK does by default.
+
+``--trace N`` instead runs the server under tracemalloc (25 frames), opens N consumers
+(1,000) and prints what the server's Python heap grew by, per consumer, grouped by
+allocation site and by traceback: where each byte of a connection goes.
+
+Run: ``python bench/consumer_memory.py [--consumers 10000] [--compression]``; the
+server's command line can be replaced with ``--serve`` (e.g. an older tree's python with
+PYTHONPATH set) to compare trees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import linecache
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+WARMUP = 200
+CREDIT = 100
+HANDSHAKES_AT_ONCE = 32  # per client process
+FRAMES = int(os.environ.get("HERALD_BENCH_TRACE_FRAMES", "12"))  # tracemalloc frames kept
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def vm_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+@contextlib.contextmanager
+def herald_server(serve: Sequence[str], trace_dir: str | None) -> Iterator[tuple[str, int]]:
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="herald-mem-bench-") as data:
+        cmd = [*serve, "--host", "127.0.0.1", "--port", str(port), "--data-dir", data]
+        # Every consumer comes from 127.0.0.1: the per-address cap (256) out of the way
+        # (a big number, not 0: older trees read 0 as "none at all").
+        env = {**os.environ, "HERALD_MAX_REQUESTS_PER_CLIENT": "1000000"}
+        if trace_dir is not None:
+            env["HERALD_BENCH_TRACE_DIR"] = trace_dir
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 180  # tracemalloc makes the start slow
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"herald serve exited at start: {shlex.join(cmd)}")
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("herald serve did not become healthy in 180 s")
+                time.sleep(0.05)
+            yield url, proc.pid
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def setup(url: str, subscriptions: int) -> list[str]:
+    names = [f"mem-{i}" for i in range(subscriptions)]
+    with httpx.Client(base_url=url, timeout=30) as http:
+        http.put("/v1/topics/mem", json={"partitions": 1}).raise_for_status()
+        for name in names:
+            body = {"topic": "mem", "start": "latest"}
+            http.put(f"/v1/subscriptions/{name}", json=body).raise_for_status()
+    return names
+
+
+# -- client processes ------------------------------------------------------------------
+
+
+async def _hold(urls: list[str], compression: bool) -> None:
+    """Open every url as a consumer, say `open` on stdout, hold them until stdin closes."""
+    import websockets
+
+    gate = asyncio.Semaphore(HANDSHAKES_AT_ONCE)
+    stack = contextlib.AsyncExitStack()
+
+    async def one(url: str) -> None:
+        async with gate:
+            ws = await stack.enter_async_context(
+                websockets.connect(
+                    url,
+                    compression="deflate" if compression else None,
+                    open_timeout=120,
+                    ping_interval=None,  # the server pings; the client answers
+                )
+            )
+            ready = await ws.recv()
+            if b'"ready"' not in (ready if isinstance(ready, bytes) else ready.encode()):
+                raise RuntimeError(f"expected ready, got {ready!r}")
+
+    async with stack:
+        await asyncio.gather(*(one(url) for url in urls))
+        print("open", flush=True)
+        await asyncio.to_thread(sys.stdin.read)
+
+
+def client_main(compression: bool) -> None:
+    urls = sys.stdin.readline().split()
+    asyncio.run(_hold(urls, compression))
+
+
+class Clients:
+    """``count`` consumers held open by ``processes`` client processes."""
+
+    def __init__(self, url: str, subscriptions: list[str], count: int, processes: int,
+                 compression: bool) -> None:  # fmt: skip
+        ws = url.replace("http", "ws", 1)
+        urls = [f"{ws}/v1/subscriptions/{subscriptions[i % len(subscriptions)]}/ws"
+                f"?credit={CREDIT}" for i in range(count)]  # fmt: skip
+        cmd = [sys.executable, __file__, "--client"]
+        if compression:
+            cmd.append("--compression")
+        self.procs: list[subprocess.Popen[str]] = []
+        for part in range(processes):
+            share = urls[part::processes]
+            if not share:
+                continue
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            assert proc.stdin is not None
+            proc.stdin.write(" ".join(share) + "\n")
+            proc.stdin.flush()
+            self.procs.append(proc)
+
+    def wait_open(self) -> None:
+        for proc in self.procs:
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "open":
+                raise RuntimeError("a client process failed to open its consumers")
+
+    def close(self) -> None:
+        for proc in self.procs:
+            assert proc.stdin is not None
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
+def consumers(url: str, subscriptions: list[str], count: int, processes: int,
+              compression: bool) -> Iterator[None]:  # fmt: skip
+    clients = Clients(url, subscriptions, count, processes, compression)
+    try:
+        clients.wait_open()
+        yield
+    finally:
+        clients.close()
+
+
+# -- the tracemalloc profile -----------------------------------------------------------
+
+
+def traced_server_main(argv: list[str]) -> int:
+    """``herald serve`` with a watcher thread: a file ``NAME.take`` written into
+    $HERALD_BENCH_TRACE_DIR makes it dump a tracemalloc snapshot to ``NAME``. Tracing
+    (25 frames) starts at the first snapshot: only what is allocated after it is traced,
+    which is what a diff of two snapshots needs (and the start stays quick)."""
+    trace_dir = Path(os.environ["HERALD_BENCH_TRACE_DIR"])
+
+    def watch() -> None:
+        while True:
+            for ask in trace_dir.glob("*.take"):
+                if not tracemalloc.is_tracing():
+                    tracemalloc.start(FRAMES)
+                gc.collect()  # what is held, not cycles waiting for the collector
+                tracemalloc.take_snapshot().dump(str(ask.with_suffix("")))
+                ask.unlink()
+            time.sleep(0.2)
+
+    threading.Thread(target=watch, daemon=True).start()
+    # bench/storage.py would shadow the storage package; the tree goes after PYTHONPATH,
+    # so that an older tree given there is the one served.
+    sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
+    sys.path.append(str(ROOT))
+    from server.cli import main
+
+    return main(["serve", *argv])
+
+
+def snapshot(trace_dir: str, name: str) -> tracemalloc.Snapshot:
+    ask = Path(trace_dir, f"{name}.take")
+    ask.touch()
+    deadline = time.monotonic() + 120
+    while ask.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the server did not dump its snapshot")
+        time.sleep(0.1)
+    time.sleep(0.5)  # the dump is written before the ask is removed
+    return tracemalloc.Snapshot.load(str(Path(trace_dir, name)))
+
+
+def _ours(frame: tracemalloc.Frame) -> bool:
+    return "tracemalloc" not in frame.filename and "consumer_memory" not in frame.filename
+
+
+def print_profile(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, n: int) -> None:
+    filters = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)]
+    before, after = before.filter_traces(filters), after.filter_traces(filters)
+    lines = after.compare_to(before, "lineno")
+    total = sum(d.size_diff for d in lines)
+    print(f"Python heap per consumer: {total / n / 1024:.2f} KiB ({n} consumers)")
+    by_package: dict[str, int] = {}
+    for d in lines:
+        name = _short(d.traceback[0].filename)
+        package = name.split("/")[0] if "/" in name else name
+        by_package[package] = by_package.get(package, 0) + d.size_diff
+    print("by package (bytes per consumer): " + ", ".join(
+        f"{k} {v / n:.0f}" for k, v in sorted(by_package.items(), key=lambda kv: -kv[1])
+        if v / n >= 16))  # fmt: skip
+    print("\nby allocation site (bytes per consumer, count per consumer):")
+    for d in [d for d in lines if d.size_diff / n >= 16][:30]:
+        f = d.traceback[0]
+        print(f"  {d.size_diff / n:8.0f} B {d.count_diff / n:6.1f}  {_short(f.filename)}:{f.lineno}"
+              f"  {linecache.getline(f.filename, f.lineno).strip()[:70]}")  # fmt: skip
+    print("\nby traceback (innermost last, bytes per consumer):")
+    for d in [d for d in after.compare_to(before, "traceback") if d.size_diff / n >= 64][:15]:
+        print(f"  {d.size_diff / n:8.0f} B {d.count_diff / n:6.1f} blocks")
+        for f in list(d.traceback)[-8:]:
+            print(f"      {_short(f.filename)}:{f.lineno}")
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "python3.11/", str(ROOT) + "/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+# -- main ------------------------------------------------------------------------------
+
+
+def measure(args: argparse.Namespace) -> None:
+    serve = shlex.split(args.serve) if args.serve else [sys.executable, "-m", "server.cli", "serve"]
+    with herald_server(serve, None) as (url, pid):
+        names = setup(url, args.subscriptions)
+        with consumers(url, names, WARMUP, 1, args.compression):
+            pass
+        time.sleep(2)
+        before = vm_rss_kib(pid)
+        started = time.monotonic()
+        with consumers(url, names, args.consumers, args.processes, args.compression):
+            opened = time.monotonic() - started
+            time.sleep(2)
+            after = vm_rss_kib(pid)
+    per = (after - before) / args.consumers
+    print(f"{args.consumers} idle consumers on {args.subscriptions} subscriptions, "
+          f"compression {'on' if args.compression else 'off'}: server RSS "
+          f"{before / 1024:.1f} -> {after / 1024:.1f} MiB, {per:.1f} KiB per consumer "
+          f"(opened in {opened:.1f} s; load average {os.getloadavg()[0]:.2f})")  # fmt: skip
+
+
+def trace(args: argparse.Namespace) -> None:
+    trace_dir = tempfile.mkdtemp(prefix="herald-mem-trace-")
+    serve = [sys.executable, __file__, "--traced-server"]
+    try:
+        with herald_server(serve, trace_dir) as (url, _):
+            names = setup(url, args.subscriptions)
+            with consumers(url, names, WARMUP, 1, args.compression):
+                pass
+            time.sleep(1)
+            before = snapshot(trace_dir, "before")
+            with consumers(url, names, args.trace, args.processes, args.compression):
+                time.sleep(1)
+                after = snapshot(trace_dir, "after")
+        print(f"compression {'on' if args.compression else 'off'}")
+        print_profile(before, after, args.trace)
+        if args.keep:
+            before.dump(f"{args.keep}.before")
+            after.dump(f"{args.keep}.after")
+    finally:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--traced-server":
+        return traced_server_main(argv[1:])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--consumers", type=int, default=10_000)
+    p.add_argument("--subscriptions", type=int, default=80)
+    p.add_argument("--processes", type=int, default=4, help="client processes (default 4)")
+    p.add_argument("--compression", action="store_true", help="clients offer permessage-deflate")
+    p.add_argument("--trace", type=int, metavar="N", help="profile N consumers with tracemalloc")
+    p.add_argument("--keep", metavar="PREFIX", help="with --trace: save the two snapshots")
+    p.add_argument("--serve", help="the server command taking serve's flags (default: this tree)")
+    p.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.client:
+        client_main(args.compression)
+    elif args.trace:
+        trace(args)
+    else:
+        measure(args)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main())
