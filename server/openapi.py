@@ -521,7 +521,11 @@ def _topic_view() -> dict[str, Any]:
                 "topics": {
                     "type": "array",
                     "items": _object(
-                        {"name": _NAME, "config": _ref("TopicConfigView")},
+                        {
+                            "name": _NAME,
+                            "config": _ref("TopicConfigView"),
+                            "auto_created": {"type": "boolean"},
+                        },
                         ("name", "config"),
                         closed=False,
                     ),

@@ -69,7 +69,9 @@ async def ensure_topic(
         _check_partition(name, defaults.partitions, max_partition, index)
         if running.cluster is not None:
             # PROTOCOL §7: etcd is the truth; the topic opens here once the node sees it.
-            await running.cluster.create_topic(name, cluster_defaults(running, defaults))
+            await running.cluster.create_topic(
+                name, cluster_defaults(running, defaults), auto_created=True
+            )
             topic = running.storage.topic(name)
             if topic is None:
                 raise LeaderUnavailable(f"topic {name!r} is being created; try again")

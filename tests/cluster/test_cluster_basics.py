@@ -269,3 +269,26 @@ def test_a_single_node_shows_replication_as_1_and_accepts_nothing_more(
         publish = http.post("/v1/topics/single/messages", json={"messages": [{"value": 1}]})
         assert publish.status_code == 200
         assert http.get("/v1/cluster").json()["name"] is None
+
+
+@pytest.mark.timeout(120)
+def test_an_auto_created_topic_is_marked_on_every_node(cluster: HeraldCluster) -> None:
+    # docs/protocol.md "Auto-created topics": the mark travels with the topic's config in
+    # etcd, so every node's console shows it, not only the node that made the topic.
+    def published() -> bool:
+        answer = cluster.post("n1", "/v1/topics/ordres/messages", {"messages": [{"value": 1}]})
+        return answer.status_code == 200  # a 503 while the new topic gets its leader
+
+    cluster.wait_for(published, 30.0, "a publish that auto-creates ordres")
+    cluster.create_topic("orders", via="n1")
+
+    def marks(node: str) -> dict[str, bool]:
+        listed = cluster.get(node, "/v1/topics").json()["topics"]
+        return {t["name"]: t["auto_created"] for t in listed if t["name"] in ("orders", "ordres")}
+
+    others = ("n2", "n3")
+    cluster.wait_for(lambda: all(len(marks(n)) == 2 for n in others), 30.0, "both topics")
+    for node in others:
+        assert marks(node) == {"orders": False, "ordres": True}, node
+        assert cluster.topic("ordres", node)["auto_created"] is True
+        assert cluster.topic("orders", node)["auto_created"] is False
