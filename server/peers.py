@@ -21,6 +21,7 @@ import httpx
 import orjson
 
 from cluster.errors import LeaderUnavailable
+from server.security_cli import KEEP_ALIVE_TIMEOUT_S
 from storage.errors import HeraldError
 
 log = logging.getLogger("herald.server")
@@ -28,6 +29,10 @@ log = logging.getLogger("herald.server")
 FORWARDED = "herald-forwarded"
 _REPORT_TIMEOUT_S = 1.0
 _FORWARD_TIMEOUT_S = 60.0  # publishes wait for commits; reads long-poll up to 30 s
+# An idle connection to a peer is dropped well before the peer closes it: with both at
+# 5 s a forwarded publish could go out on a connection the peer was closing, and came
+# back as a reset (503 leader_unavailable, "did not answer: ") from a live leader.
+_KEEPALIVE_EXPIRY_S = KEEP_ALIVE_TIMEOUT_S / 2
 
 
 class PeerError(HeraldError):
@@ -53,7 +58,11 @@ class Peers:
     def __init__(self, cluster_token: str = "") -> None:
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(_FORWARD_TIMEOUT_S, connect=3.0),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            limits=httpx.Limits(
+                max_connections=256,
+                max_keepalive_connections=64,
+                keepalive_expiry=_KEEPALIVE_EXPIRY_S,
+            ),
         )
         self._own = {"authorization": f"Bearer {cluster_token}"} if cluster_token else {}
 
