@@ -1102,6 +1102,15 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": _json({"type": "object"}, "the snapshot")},
             }
         },
+        "/v1/stats/history": {
+            "get": {
+                "summary": "One topic's (?topic=) or subscription's (?subscription=) samples "
+                "of the last 15 minutes, one a second, oldest first: a topic's "
+                "published_records_total, a subscription's delivered_total, acked_total "
+                "and backlog (an extension; this node's samples)",
+                "responses": {"200": _json({"type": "object"}, "the samples")},
+            }
+        },
         "/v1/cluster": {
             "get": {
                 "summary": "The nodes of the cluster and what each leads (PROTOCOL §7); a "
