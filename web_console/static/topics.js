@@ -77,7 +77,7 @@ export function topicsPage(main) {
       if (topic && parts) patchChildren(parts, partitionRows(topic));
       const subs = document.getElementById("topic-subs");
       if (topic && subs) patchChildren(subs, subscriptionList(topic.name, s));
-      detail.firstChild?.charts?.push({ now_ms: s.server.now_ms, published_records_total: topic.messages_total });
+      if (topic) detail.firstChild?.charts?.push({ now_ms: s.server.now_ms, published_records_total: topic.messages_total });
     },
     leave() { detail.firstChild?.stop?.(); },
   };
