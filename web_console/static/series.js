@@ -60,5 +60,5 @@ function rates(samples, member) {
 // A chart in a card, as the overview draws them.
 export function chartCard(h, id, title) {
   const canvas = h("canvas.chart", { id });
-  return { canvas, box: h("div.card", {}, h("div.chart-head", {}, h("h2", {}, title)), canvas) };
+  return { canvas, box: h("div.card.chart-card", {}, h("div.chart-head", {}, h("h2", {}, title)), canvas) };
 }

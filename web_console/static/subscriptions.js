@@ -326,7 +326,7 @@ export function subscriptionsPage(main) {
       { canvas: acked.canvas, color: "--accent", member: "acked_total", rate: true },
       { canvas: backlog.canvas, color: "--warn", member: "backlog", rate: false },
     ]);
-    detail.replaceChildren(h("div.charts", {}, delivered.box, acked.box, backlog.box), h("div.split", {},
+    detail.replaceChildren(h("div.split", {},
       h("div.panel", {}, h("h2", {}, sub.name),
         h("p.muted", {}, "On topic ", h("a", { href: itemHash("topics", sub.topic) }, sub.topic)),
         h("table", {}, h("tbody", { id: "sub-stats" }, statRows(sub))),
@@ -353,6 +353,7 @@ export function subscriptionsPage(main) {
           dlq ? deadLetterGroups(sub, dlqHeld(dlq)) : null,
           h("p.muted", { id: "redrive-result" })),
         webhook)),
+      h("div.charts", {}, delivered.box, acked.box, backlog.box),
       editPanel(sub, saved));
     if (dlq) showRedrivable(dlq);
   }

@@ -222,7 +222,7 @@ function topicDetail(topic) {
   const charts = itemCharts("topic", topic.name,
     [{ canvas: published.canvas, color: "--accent", member: "published_records_total", rate: true }]);
 
-  const root = h("div", {}, h("div.charts", {}, published.box), h("div.split", {},
+  const root = h("div.split", {},
     h("div", {},
       h("div.panel", {}, h("div.row.spread", {}, h("h2", {}, `Partitions of ${topic.name}`), autoCreated(topic),
         h("button.danger", { id: "delete-topic", onclick: remove }, "Delete topic…")), h("table", {},
@@ -237,7 +237,7 @@ function topicDetail(topic) {
         h("div.row", {}, h("button", { id: "browse-prev", onclick: prev }, "← Back"),
           h("button", { id: "browse-next", onclick: fwd }, "Forward →"), info),
         list)),
-    h("div.panel", {}, h("h2", {}, "Live tail"),
+    h("div", {}, published.box, h("div.panel", {}, h("h2", {}, "Live tail"),
       h("div.row", {}, tailButton, h("button", { onclick: stop }, "Stop"), tailState), tailList)));
   root.charts = charts;
   root.stop = () => { stop(); charts.destroy(); };
