@@ -83,6 +83,7 @@ from cluster.topic_ids import LocalTopicIds
 from cluster.topics import (
     Created,
     assign_replicas,
+    auto_created_from_json,
     check_topic_room,
     cluster_prefix,
     config_from_json,
@@ -196,6 +197,8 @@ class ClusterNode:
         self.topics: dict[str, TopicConfig] = {}  # from etcd
         self.topic_ids: dict[str, int] = {}  # from etcd: each topic key's create revision
         self._unreadable_topics: set[str] = set()  # keys in etcd that do not parse
+        # docs/protocol.md "Auto-created topics": the mark the creating node wrote in etcd.
+        self.auto_created_topics: set[str] = set()
         self._local_ids = LocalTopicIds(storage.data_dir)  # which of them the disk holds
         self.states: dict[Ref, VersionedState] = {}  # from etcd
         self.loaded = False
@@ -302,6 +305,7 @@ class ClusterNode:
         self.subscriptions, self.coordinators = {}, {}
         self.subscription_ids, self.topic_ids = {}, {}
         self._unreadable_topics = set()
+        self.auto_created_topics = set()
         self.log_ends = {}
         for kv in result.kvs:
             self._read_kv(kv.key.decode(errors="replace"), kv, topics, states)
@@ -332,6 +336,7 @@ class ClusterNode:
                 topics.pop(name, None)
                 self.topic_ids.pop(name, None)
                 self._unreadable_topics.discard(name)
+                self.auto_created_topics.discard(name)
                 for ref in [r for r in states if r[0] == name]:
                     del states[ref]
                 return
@@ -344,6 +349,10 @@ class ClusterNode:
                 self._unreadable_topics.discard(name)
                 topics[name] = config
                 self.topic_ids[name] = kv.create_revision
+                if auto_created_from_json(kv.value):
+                    self.auto_created_topics.add(name)
+                else:
+                    self.auto_created_topics.discard(name)
         elif key.startswith(subscriptions_prefix(self.name)):
             name = key[len(subscriptions_prefix(self.name)) :]
             if deleted:
@@ -461,10 +470,11 @@ class ClusterNode:
                 log.warning("topic %s was created again (id %d, here %d)", name, wanted, held)
                 await self._forget_topic(name)
                 local = None
+            auto_created = name in self.auto_created_topics
             if local is None:
                 if wanted:
                     await self._local_ids.record(name, wanted)
-                await self.storage.ensure_topic(name, config)
+                await self.storage.ensure_topic(name, config, auto_created=auto_created)
             elif held is None and wanted:
                 await self._local_ids.record(name, wanted)  # a copy from before topic ids
             elif local.config.partitions != config.partitions:
@@ -474,6 +484,8 @@ class ClusterNode:
                     len(local.partitions),
                     config.partitions,
                 )
+            if local is not None:
+                local.auto_created = auto_created  # etcd's word, not this node's meta.db
         if self.loaded:
             for topic in self.storage.topics():
                 if topic.name not in topics and topic.name not in self._unreadable_topics:
@@ -1149,7 +1161,12 @@ class ClusterNode:
     # ------------------------------------------------------------------ admin
 
     async def create_topic(
-        self, name: str, config: TopicConfig, *, max_topics: int | None = None
+        self,
+        name: str,
+        config: TopicConfig,
+        *,
+        max_topics: int | None = None,
+        auto_created: bool = False,
     ) -> Created:
         """Create the topic in etcd (or find it there). PROTOCOL §6: a new one when
         etcd holds ``max_topics`` already is LimitExceeded, nothing written (counted
@@ -1163,7 +1180,9 @@ class ClusterNode:
         )
         incarnations = {n: m.joined_revision for n, m in self.membership.members.items()}
         incarnations[self.node_id] = self.membership.incarnation
-        created = await create_topic(self.etcd, self.name, name, config, replicas, incarnations)
+        created = await create_topic(
+            self.etcd, self.name, name, config, replicas, incarnations, auto_created=auto_created
+        )
         await self.wait_applied(
             lambda: (
                 self.storage.topic(name) is not None

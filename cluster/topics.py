@@ -2,7 +2,8 @@
 partition's replicas go.
 
 ``/herald/<cluster>/topics/<name>`` holds the topic's config (TopicConfig as JSON, with
-``replication_factor`` and ``min_insync_replicas``); each partition's state is at
+``replication_factor`` and ``min_insync_replicas``, and ``"auto_created": true`` when a
+publish or a subscription made it: docs/protocol.md "Auto-created topics"); each partition's state is at
 ``/herald/<cluster>/partitions/<name>/<n>`` (cluster/state.py). A topic is created by
 writing its partitions' states first, then its config key, each write guarded by "not
 there yet": readers act on partitions only once the topic's key exists, so a creation
@@ -44,8 +45,11 @@ def topic_partitions_prefix(cluster: str, name: str) -> str:
     return f"{partitions_prefix(cluster)}{name}/"
 
 
-def config_to_json(config: TopicConfig) -> bytes:
-    return orjson.dumps(config.to_dict())
+def config_to_json(config: TopicConfig, *, auto_created: bool = False) -> bytes:
+    body = config.to_dict()
+    if auto_created:  # written only when true: a key from before the mark reads false
+        body["auto_created"] = True
+    return orjson.dumps(body)
 
 
 def config_from_json(data: bytes) -> TopicConfig | None:
@@ -55,6 +59,12 @@ def config_from_json(data: bytes) -> TopicConfig | None:
         return TopicConfig.from_dict(raw) if isinstance(raw, dict) else None
     except (orjson.JSONDecodeError, TypeError, ValueError):
         return None
+
+
+def auto_created_from_json(data: bytes) -> bool:
+    """The mark of a topic config that :func:`config_from_json` read."""
+    raw = orjson.loads(data)
+    return isinstance(raw, dict) and raw.get("auto_created") is True
 
 
 def assign_replicas(
@@ -109,10 +119,13 @@ async def create_topic(
     config: TopicConfig,
     replicas: Sequence[tuple[str, ...]],
     incarnations: Mapping[str, int] | None = None,
+    *,
+    auto_created: bool = False,
 ) -> Created:
     """Write the partitions' first states, then the topic's key, unless it exists.
     ``incarnations`` are the live nodes' (cluster/state.py): each replica holds its first
-    part under the incarnation it had when the topic was created."""
+    part under the incarnation it had when the topic was created. ``auto_created`` is
+    the creating node's word that a publish or a subscription made it."""
     key = topic_key(cluster, name)
     absent = Compare.version(key, "=", 0)
     known = incarnations or {}
@@ -130,7 +143,7 @@ async def create_topic(
         result = await etcd.txn([absent], states[first : first + chunk], [Get.of(key)])
         if not result.succeeded:
             return _existing(result.results[0], config)
-    result = await etcd.txn([absent], [Put.of(key, config_to_json(config))], [Get.of(key)])
+    result = await etcd.txn([absent], [Put.of(key, config_to_json(config, auto_created=auto_created))], [Get.of(key)])
     if result.succeeded:
         return Created(True, config)
     return _existing(result.results[0], config)

@@ -80,6 +80,7 @@ RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
     # Minting a browser token: any token, for rights within its own (server/routes_tokens.py).
     ("http", frozenset({"POST"}), _path("/v1/tokens"), ANY_TOKEN),
     ("http", frozenset({"GET", "HEAD"}), _path("/v1/stats"), METRICS),
+    ("http", frozenset({"GET", "HEAD"}), _path("/v1/stats/history"), METRICS),
     ("http", frozenset({"GET", "HEAD"}), _path("/v1/cluster"), METRICS),
     ("websocket", None, _path("/v1/stats/ws"), METRICS),
     # Inspecting a topic: anyone who may publish to it or subscribe on it.

@@ -529,7 +529,11 @@ def _topic_view() -> dict[str, Any]:
                 "topics": {
                     "type": "array",
                     "items": _object(
-                        {"name": _NAME, "config": _ref("TopicConfigView")},
+                        {
+                            "name": _NAME,
+                            "config": _ref("TopicConfigView"),
+                            "auto_created": {"type": "boolean"},
+                        },
                         ("name", "config"),
                         closed=False,
                     ),
@@ -1104,6 +1108,15 @@ def _paths() -> dict[str, Any]:
                 "subscriptions (with pause_reason and oldest_unacked_age_ms). "
                 "GET /v1/stats/ws pushes it every second as {type: stats, ...}",
                 "responses": {"200": _json({"type": "object"}, "the snapshot")},
+            }
+        },
+        "/v1/stats/history": {
+            "get": {
+                "summary": "One topic's (?topic=) or subscription's (?subscription=) samples "
+                "of the last 15 minutes, one a second, oldest first: a topic's "
+                "published_records_total, a subscription's delivered_total, acked_total "
+                "and backlog (an extension; this node's samples)",
+                "responses": {"200": _json({"type": "object"}, "the samples")},
             }
         },
         "/v1/cluster": {

@@ -33,6 +33,7 @@ from cluster.clock import lease_clock
 from cluster.errors import LeaderUnavailable
 from cluster.fence import renewed_by
 from cluster.trust import PeerVerifier
+from server.security_cli import KEEP_ALIVE_TIMEOUT_S
 from storage.errors import HeraldError
 
 log = logging.getLogger("herald.server")
@@ -42,6 +43,10 @@ CLIENT = "herald-client"  # the address of the client a forwarded request is mad
 PEER_AUTHORIZATION = "herald-peer-authorization"  # "Bearer <cluster token>": a node calls
 _REPORT_TIMEOUT_S = 1.0
 _FORWARD_TIMEOUT_S = 60.0  # publishes wait for commits; reads long-poll up to 30 s
+# An idle connection to a peer is dropped well before the peer closes it: with both at
+# 5 s a forwarded publish could go out on a connection the peer was closing, and came
+# back as a reset (503 leader_unavailable, "did not answer: ") from a live leader.
+_KEEPALIVE_EXPIRY_S = KEEP_ALIVE_TIMEOUT_S / 2
 
 
 class PeerError(HeraldError):
@@ -73,7 +78,11 @@ class Peers:
     ) -> None:
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(_FORWARD_TIMEOUT_S, connect=3.0),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            limits=httpx.Limits(
+                max_connections=256,
+                max_keepalive_connections=64,
+                keepalive_expiry=_KEEPALIVE_EXPIRY_S,
+            ),
             verify=verify,
         )
         self.verify = verify  # for the WebSockets opened to other nodes, alike

@@ -70,7 +70,10 @@ async def ensure_topic(
         if running.cluster is not None:
             # PROTOCOL §7: etcd is the truth; the topic opens here once the node sees it.
             await running.cluster.create_topic(
-                name, cluster_defaults(running, defaults), max_topics=running.config.max_topics
+                name,
+                cluster_defaults(running, defaults),
+                max_topics=running.config.max_topics,
+                auto_created=True,
             )
             topic = running.storage.topic(name)
             if topic is None:

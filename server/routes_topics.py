@@ -128,7 +128,12 @@ def single_node_body(state: Services, topic: Topic) -> dict[str, Any]:
 async def list_topics(request: Request) -> Response:
     topics = sorted(services(request).storage.topics(), key=lambda t: t.name)
     return json_response(
-        {"topics": [{"name": t.name, "config": t.config.to_dict()} for t in topics]}
+        {
+            "topics": [
+                {"name": t.name, "config": t.config.to_dict(), "auto_created": t.auto_created}
+                for t in topics
+            ]
+        }
     )
 
 

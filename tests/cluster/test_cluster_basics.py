@@ -235,10 +235,18 @@ def test_the_epoch_goes_up_by_one_at_each_change_of_leader_and_only_then(
         cluster.kill(leader)
         state = cluster.wait_leader("epochs", not_on={leader})
         assert state["epoch"] == epoch + 1, f"{leader} -> {state['leader']}: {state}"
-        answer = cluster.post(
-            state["leader"], "/v1/topics/epochs/messages", {"messages": [{"value": 1}]}
-        )
-        assert answer.status_code == 200, answer.text
+
+        def published(at: str = state["leader"]) -> bool:
+            answer = cluster.post(at, "/v1/topics/epochs/messages", {"messages": [{"value": 1}]})
+            # PROTOCOL §7: 503 not_enough_replicas while the ISR is below min_insync_replicas;
+            # under load a follower can drop out of it and rejoin around the failover.
+            if answer.status_code == 503 and answer.json()["code"] == "not_enough_replicas":
+                return False
+            if answer.status_code != 200:
+                pytest.fail(answer.text)
+            return True
+
+        cluster.wait_for(published, 60.0, "a publish to the new leader")
         cluster.restart(leader)
         cluster.wait_isr("epochs", 0, first["replicas"], within=60.0)
         now = cluster.partition_state("epochs")
@@ -269,3 +277,26 @@ def test_a_single_node_shows_replication_as_1_and_accepts_nothing_more(
         publish = http.post("/v1/topics/single/messages", json={"messages": [{"value": 1}]})
         assert publish.status_code == 200
         assert http.get("/v1/cluster").json()["name"] is None
+
+
+@pytest.mark.timeout(120)
+def test_an_auto_created_topic_is_marked_on_every_node(cluster: HeraldCluster) -> None:
+    # docs/protocol.md "Auto-created topics": the mark travels with the topic's config in
+    # etcd, so every node's console shows it, not only the node that made the topic.
+    def published() -> bool:
+        answer = cluster.post("n1", "/v1/topics/ordres/messages", {"messages": [{"value": 1}]})
+        return answer.status_code == 200  # a 503 while the new topic gets its leader
+
+    cluster.wait_for(published, 30.0, "a publish that auto-creates ordres")
+    cluster.create_topic("orders", via="n1")
+
+    def marks(node: str) -> dict[str, bool]:
+        listed = cluster.get(node, "/v1/topics").json()["topics"]
+        return {t["name"]: t["auto_created"] for t in listed if t["name"] in ("orders", "ordres")}
+
+    others = ("n2", "n3")
+    cluster.wait_for(lambda: all(len(marks(n)) == 2 for n in others), 30.0, "both topics")
+    for node in others:
+        assert marks(node) == {"orders": False, "ordres": True}, node
+        assert cluster.topic("ordres", node)["auto_created"] is True
+        assert cluster.topic("orders", node)["auto_created"] is False

@@ -21,6 +21,7 @@ WHO = list(TOKENS)
 HTTP_MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("GET", "/metrics", None, {"admin", "metrics"}),
     ("GET", "/v1/stats", None, {"admin", "metrics"}),
+    ("GET", "/v1/stats/history?topic=orders.a", None, {"admin", "metrics"}),
     ("GET", "/v1/cluster", None, {"admin", "metrics"}),
     ("GET", "/v1/topics", None, {"admin"}),
     ("GET", "/v1/topics/orders.a", None, {"admin", "publisher", "subscriber"}),

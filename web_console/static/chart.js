@@ -47,6 +47,7 @@ export class LineChart {
     // What is drawn, for a reader that cannot see the canvas (tests, assistive tools).
     canvas.dataset.points = this.points.length;
     canvas.dataset.peak = Math.max(0, ...this.points);
+    canvas.dataset.last = this.points.length ? this.points[this.points.length - 1] : "";
     if (this.points.length < 2) return;
     const step = (width - left) / (this.capacity - 1);
     const x0 = width - step * (this.points.length - 1);

@@ -4,6 +4,7 @@ import { compact } from "./chart.js";
 import { confirmDialog, duration, h, num, patchChildren, plural, reveal, toast } from "./dom.js";
 import { deadLetterGroups } from "./dead_letters.js";
 import { createForm, editPanel } from "./subscription_edit.js";
+import { chartCard, itemCharts } from "./series.js";
 
 const PAUSE = {
   none: ["delivering", "ok"],
@@ -45,6 +46,7 @@ export function subscriptionsPage(main) {
   let selected = null;
   let rendered = null;  // the name whose detail is on screen
   let ticks = 0;
+  let charts = null;  // the selected subscription's rate and backlog charts
   // The config the detail was drawn with; after a save, the one the snapshots should
   // catch up to (one taken before the PATCH may still arrive) and until when to wait.
   let drawnConfig = null;
@@ -98,6 +100,8 @@ export function subscriptionsPage(main) {
       if (name && name === selected && rendered === name) return;
       selected = name;
       rendered = null;
+      charts?.destroy();
+      charts = null;
       detail.replaceChildren(name ? "" : hint());
       for (const tr of table.querySelectorAll("tr.selectable")) {
         tr.classList.toggle("selected", tr.dataset.subscription === name);
@@ -133,6 +137,8 @@ export function subscriptionsPage(main) {
       const sub = s.subscriptions.find((x) => x.name === selected);
       if (selected && !sub) {
         rendered = null;
+        charts?.destroy();
+        charts = null;
         detail.replaceChildren(h("div.panel", { id: "sub-missing" },
           h("p.muted", {}, "No subscription named ", h("code", {}, selected), " on this server.")));
         return;
@@ -141,6 +147,8 @@ export function subscriptionsPage(main) {
       if (sub && changedElsewhere(sub)) { render(sub); return; }
       const stats = document.getElementById("sub-stats");
       if (sub && stats) patchChildren(stats, statRows(sub));
+      if (sub) charts?.push({ now_ms: s.server.now_ms, delivered_total: sub.stats.delivered_total,
+        acked_total: sub.stats.acked_total, backlog: sub.stats.backlog });
       const consumers = document.getElementById("sub-consumers");
       if (sub && consumers) patchChildren(consumers, consumerList(sub));
       const size = document.getElementById("dlq-size");
@@ -157,6 +165,7 @@ export function subscriptionsPage(main) {
         if (box && ++ticks % 3 === 0) loadAttempts(encodeURIComponent(sub.name), box);
       }
     },
+    leave() { charts?.destroy(); charts = null; },
   };
 
   function statRows(sub) {
@@ -308,6 +317,15 @@ export function subscriptionsPage(main) {
       push ? h("table", {}, h("tbody", { id: "push-stats" }, pushRows(sub))) : null,
       h("div", { id: "attempts" }, push ? "Loading attempt log…" : null));
     if (push) loadAttempts(n, webhook.querySelector("#attempts"));
+    const delivered = chartCard(h, "chart-sub-delivered", "Deliver rate (records/s)");
+    const acked = chartCard(h, "chart-sub-acked", "Ack rate (records/s)");
+    const backlog = chartCard(h, "chart-sub-backlog", "Backlog (records)");
+    charts?.destroy();
+    charts = itemCharts("subscription", sub.name, [
+      { canvas: delivered.canvas, color: "--accent-2", member: "delivered_total", rate: true },
+      { canvas: acked.canvas, color: "--accent", member: "acked_total", rate: true },
+      { canvas: backlog.canvas, color: "--warn", member: "backlog", rate: false },
+    ]);
     detail.replaceChildren(h("div.split", {},
       h("div.panel", {}, h("h2", {}, sub.name),
         h("p.muted", {}, "On topic ", h("a", { href: itemHash("topics", sub.topic) }, sub.topic)),
@@ -335,6 +353,7 @@ export function subscriptionsPage(main) {
           dlq ? deadLetterGroups(sub, dlqHeld(dlq)) : null,
           h("p.muted", { id: "redrive-result" })),
         webhook)),
+      h("div.charts", {}, delivered.box, acked.box, backlog.box),
       editPanel(sub, saved));
     if (dlq) showRedrivable(dlq);
   }

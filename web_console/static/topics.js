@@ -1,6 +1,7 @@
 import { adminAction, itemHash, selectItem, store } from "./app.js";
 import { api, herald } from "./api.js";
 import { publishForm } from "./publish_form.js";
+import { chartCard, itemCharts } from "./series.js";
 import { bytes, confirmDialog, duration, h, num, patchChildren, plural, reveal, toast } from "./dom.js";
 
 const PAGE = 20;
@@ -76,6 +77,7 @@ export function topicsPage(main) {
       if (topic && parts) patchChildren(parts, partitionRows(topic));
       const subs = document.getElementById("topic-subs");
       if (topic && subs) patchChildren(subs, subscriptionList(topic.name, s));
+      if (topic) detail.firstChild?.charts?.push({ now_ms: s.server.now_ms, published_records_total: topic.messages_total });
     },
     leave() { detail.firstChild?.stop?.(); },
   };
@@ -216,6 +218,10 @@ function topicDetail(topic) {
     if (done !== undefined) { toast(`Topic ${topic.name} deleted`); selectItem("topics", null); }
   };
 
+  const published = chartCard(h, "chart-topic-published", "Publish rate (records/s)");
+  const charts = itemCharts("topic", topic.name,
+    [{ canvas: published.canvas, color: "--accent", member: "published_records_total", rate: true }]);
+
   const root = h("div.split", {},
     h("div", {},
       h("div.panel", {}, h("div.row.spread", {}, h("h2", {}, `Partitions of ${topic.name}`), autoCreated(topic),
@@ -231,8 +237,9 @@ function topicDetail(topic) {
         h("div.row", {}, h("button", { id: "browse-prev", onclick: prev }, "← Back"),
           h("button", { id: "browse-next", onclick: fwd }, "Forward →"), info),
         list)),
-    h("div.panel", {}, h("h2", {}, "Live tail"),
-      h("div.row", {}, tailButton, h("button", { onclick: stop }, "Stop"), tailState), tailList));
-  root.stop = stop;
+    h("div", {}, published.box, h("div.panel", {}, h("h2", {}, "Live tail"),
+      h("div.row", {}, tailButton, h("button", { onclick: stop }, "Stop"), tailState), tailList)));
+  root.charts = charts;
+  root.stop = () => { stop(); charts.destroy(); };
   return root;
 }
