@@ -124,7 +124,7 @@ def test_out_of_descriptors_is_503_with_retry_after_and_healthz_answers(
     assert httpx.get(f"{server.url}/healthz", timeout=60).status_code == 200
 
 
-@pytest.mark.slow  # about 7 minutes: 10,000 topic creations, each fsynced
+@pytest.mark.soak  # 7-20 minutes: 10,000 topic creations, each fsynced (`make soak`)
 @pytest.mark.timeout(1800)
 def test_ten_thousand_topics_fit_under_a_limit_of_twenty_thousand(
     tmp_path: Path, limited: list[LimitedHerald]
