@@ -38,7 +38,7 @@ HISTORY_S = 1
 QUOTAS_WRITTEN = 4  # the writes go on until this many quotas' worth went to etcd...
 DRIVE_CAP_S = 200.0  # ... or this long (a loaded machine), and the test fails
 VALUE_BYTES = 256 << 10  # one filler revision
-BYTES_PER_S = 2 << 20  # at most: HISTORY_S of it is far under the quota
+BYTES_PER_S = 1 << 20  # at most: HISTORY_S of it is far under the quota
 
 
 class QuotaEtcd(EtcdProcess):
