@@ -132,7 +132,9 @@ class HeraldCluster:
         # --cluster-secret-file (by default with an auth file, which needs one).
         self._own_etcd = etcd is None
         if cluster_secret is None:
-            cluster_secret = "--auth-file" in extra_args
+            cluster_secret = any(
+                "--auth-file" in args for args in (extra_args, *self.node_args.values())
+            )
         self.secret_file = root / "cluster.key" if cluster_secret else None
         self.size = size
         self.node_ttl_ms = node_ttl_ms
