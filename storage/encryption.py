@@ -166,3 +166,47 @@ def unseal(buf: bytes | memoryview, pos: int, length: int, header_size: int) -> 
     out[_KEY_ID_AT : _KEY_ID_AT + 2] = b"\0\0"
     struct.pack_into("<I", out, 0, len(out))
     return bytes(out)
+
+
+# --- values sealed at rest (meta.db's subscription configs: their push secrets) -------
+
+SEALED_PREFIX = "herald-sealed:v1:"  # then the key id, ":", base64 of nonce + ciphertext
+
+
+def seal_value(plain: bytes, context: bytes) -> str:
+    """``plain`` sealed with the active key, bound to ``context`` (its row: a sealed value
+    moved to another row does not open)."""
+    assert _keyring is not None
+    key_id = _keyring.active_id
+    nonce = os.urandom(_NONCE)
+    sealed = _keyring.keys[key_id].encrypt(nonce, plain, context)
+    return f"{SEALED_PREFIX}{key_id}:{base64.b64encode(nonce + sealed).decode()}"
+
+
+def is_sealed(text: str) -> bool:
+    return text.startswith(SEALED_PREFIX)
+
+
+def sealed_key_id(text: str) -> int:
+    """The key id a sealed value names (0 when it names none readable)."""
+    ident = text[len(SEALED_PREFIX) :].partition(":")[0]
+    return int(ident) if ident.isdigit() else 0
+
+
+def unseal_value(text: str, context: bytes, what: str) -> bytes:
+    """The plaintext of a :func:`seal_value` result; EncryptionError when the key is
+    missing or wrong (``what`` names the value in the message)."""
+    ident, _, encoded = text[len(SEALED_PREFIX) :].partition(":")
+    key_id = int(ident) if ident.isdigit() else 0
+    if _keyring is None:
+        raise EncryptionError(f"{what} is encrypted (key id {key_id}) and no key is configured")
+    aead = _keyring.keys.get(key_id)
+    if aead is None:
+        raise EncryptionError(
+            f"{what} needs encryption key id {key_id}, which the configured keys do not include"
+        )
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+        return aead.decrypt(raw[:_NONCE], raw[_NONCE:], context)
+    except (InvalidTag, binascii.Error, ValueError):
+        raise EncryptionError(f"{what} does not decrypt with encryption key id {key_id}") from None

@@ -1,4 +1,4 @@
-"""Which encryption keys a data directory's log needs (storage/encryption.py).
+"""Which encryption keys a data directory's log and meta.db need (storage/encryption.py).
 
 An encrypted batch names its key id in its clear header. A server whose configured keys
 lack one of them would find out only when a read reaches such a batch (503); checked
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from storage.batch import ATTR_ENCRYPTED, read_header
 from storage.errors import CorruptLog
+from storage.metadata import sealed_key_ids
 
 SEGMENT_NAME = re.compile(r"\d{20}\.log")  # storage/segment.py segment_name(…, ".log")
 
@@ -26,6 +27,9 @@ def key_ids_needed(data_dir: Path) -> dict[int, Path]:
         if SEGMENT_NAME.fullmatch(path.name) and path.is_file():
             for key_id in sorted(segment_key_ids(path)):
                 needed.setdefault(key_id, path)
+    meta = Path(data_dir) / "meta.db"
+    for key_id in sorted(sealed_key_ids(meta)):  # sealed subscription configs
+        needed.setdefault(key_id, meta)
     return needed
 
 

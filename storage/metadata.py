@@ -3,6 +3,12 @@
 Admin operations are rare, so the API is synchronous; callers on the event loop may
 hand it to a thread, hence one connection shared across threads behind a lock.
 WAL + ``synchronous=FULL``: a put that returned survives power loss.
+
+With encryption at rest (storage/encryption.py), a subscription's config — its push
+secrets and a URL that may carry a receiver's credentials — is sealed with the active
+key, bound to the subscription's name; configs written in clear before a key was
+configured are sealed when the store opens, and the file vacuumed so that no page keeps
+the clear text.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from storage import encryption
 from storage.config import TopicConfig
 
 _SCHEMA = """
@@ -45,9 +52,29 @@ class MetadataStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            if encryption.active():
+                self._seal_clear_subscriptions()
         except BaseException:
             self._db.close()
             raise
+
+    def _seal_clear_subscriptions(self) -> None:
+        rows = self._db.execute("SELECT name, config FROM subscriptions").fetchall()
+        clear = [(name, config) for name, config in rows if not encryption.is_sealed(config)]
+        if not clear:
+            return
+        self._db.execute("BEGIN")
+        try:
+            for name, config in clear:
+                self._db.execute(
+                    "UPDATE subscriptions SET config = ? WHERE name = ?",
+                    (_seal(name, config.encode()), name),
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("VACUUM")  # the clear text's old pages go with it
 
     def close(self) -> None:
         with self._lock:
@@ -132,7 +159,7 @@ class MetadataStore:
             rows = self._db.execute(
                 "SELECT name, config FROM subscriptions ORDER BY name"
             ).fetchall()
-        return {name: orjson.loads(config) for name, config in rows}
+        return {name: orjson.loads(_open(name, config)) for name, config in rows}
 
     def put_subscription(self, name: str, config: dict[str, Any]) -> None:
         topic = config["topic"]
@@ -142,9 +169,37 @@ class MetadataStore:
             self._db.execute(
                 "INSERT INTO subscriptions (name, topic, config) VALUES (?, ?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET topic = excluded.topic, config = excluded.config",
-                (name, topic, orjson.dumps(config).decode()),
+                (name, topic, _seal(name, orjson.dumps(config))),
             )
 
     def delete_subscription(self, name: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM subscriptions WHERE name = ?", (name,))
+
+
+def _seal(name: str, config: bytes) -> str:
+    if not encryption.active():
+        return config.decode()
+    return encryption.seal_value(config, b"subscription:" + name.encode())
+
+
+def _open(name: str, stored: str) -> bytes:
+    if not encryption.is_sealed(stored):
+        return stored.encode()
+    return encryption.unseal_value(
+        stored, b"subscription:" + name.encode(), f"the config of subscription {name!r}"
+    )
+
+
+def sealed_key_ids(path: Path) -> set[int]:
+    """The encryption key ids meta.db's sealed subscription configs name (read only)."""
+    if not path.exists():
+        return set()
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT config FROM subscriptions").fetchall()
+    except sqlite3.OperationalError:  # no table yet
+        return set()
+    finally:
+        db.close()
+    return {encryption.sealed_key_id(c) for (c,) in rows if encryption.is_sealed(c)}
