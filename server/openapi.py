@@ -1116,7 +1116,14 @@ def _paths() -> dict[str, Any]:
                 "of the last 15 minutes, one a second, oldest first: a topic's "
                 "published_records_total, a subscription's delivered_total, acked_total "
                 "and backlog (an extension; this node's samples)",
-                "responses": {"200": _json({"type": "object"}, "the samples")},
+                "parameters": [
+                    {"name": "topic", "in": "query", "schema": _NAME},
+                    {"name": "subscription", "in": "query", "schema": _NAME},
+                ],
+                "responses": {
+                    "200": _json({"type": "object"}, "the samples"),
+                    "400": _problem("validation_error: neither or both of topic and subscription"),
+                },
             }
         },
         "/v1/cluster": {

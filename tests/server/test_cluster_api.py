@@ -41,7 +41,10 @@ def test_a_single_node_is_a_nameless_cluster_of_one_that_leads_every_partition(
     assert body == {
         "name": None,
         "node": "local",
-        "nodes": [{"id": "local", "url": herald_server.url, "live": True, "leads": 4}],
+        "nodes": [
+            # credentials: the digest of the node's credentials file (none here: null)
+            {"id": "local", "url": herald_server.url, "live": True, "leads": 4, "credentials": None}
+        ],
     }
     # PROTOCOL §7: replication settings shown as 1, each partition led by the node.
     assert topic["config"]["replication_factor"] == topic["config"]["min_insync_replicas"] == 1
