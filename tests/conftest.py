@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -56,6 +57,7 @@ class HeraldProcess:
     """``python -m server.cli serve`` on 127.0.0.1, a given data dir and a free port."""
 
     start_timeout = START_TIMEOUT_S  # to /healthz 200, from the spawn
+    verify: ssl.SSLContext | bool = True  # how /healthz checks a server that serves TLS
 
     def __init__(
         self,
@@ -122,7 +124,8 @@ class HeraldProcess:
             if self.proc.poll() is not None:
                 return False
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                healthz = httpx.get(f"{self.url}/healthz", verify=self.verify, timeout=1.0)
+                if healthz.status_code == 200:
                     return True
             except httpx.TransportError:
                 pass

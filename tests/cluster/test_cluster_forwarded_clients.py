@@ -93,12 +93,12 @@ def tokens(tmp_path: Path) -> dict[str, str]:
     )
 
 
-def test_a_client_parking_the_cap_through_a_node_leaves_other_clients_served(
-    tmp_path: Path, tokens: dict[str, str]
-) -> None:
+def capped_cluster(tmp_path: Path, tokens: dict[str, str], size: int) -> HeraldCluster:
+    """``size`` nodes with the credentials file, the per-address cap of CAP, and the
+    nodes' token for each other; the test client speaks as admin."""
     cluster = HeraldCluster(
         tmp_path / "cluster",
-        3,
+        size,
         extra_args=[
             *("--auth-file", str(tmp_path / "auth.toml")),
             *("--max-requests-per-client", str(CAP)),
@@ -106,6 +106,13 @@ def test_a_client_parking_the_cap_through_a_node_leaves_other_clients_served(
         env={"HERALD_CLUSTER_TOKEN": tokens["admin"]},
     )
     cluster.http.headers["Authorization"] = f"Bearer {tokens['admin']}"
+    return cluster
+
+
+def test_a_client_parking_the_cap_through_a_node_leaves_other_clients_served(
+    tmp_path: Path, tokens: dict[str, str]
+) -> None:
+    cluster = capped_cluster(tmp_path, tokens, 3)
     with cluster:
         cluster.create_topic("busy", partitions=3)
         made = cluster.put("n1", "/v1/subscriptions/parked", {"topic": "busy"})
@@ -160,16 +167,7 @@ def test_a_client_naming_another_client_is_not_believed(
 ) -> None:
     """Without the cluster token, `herald-client` changes nothing: a client that names a
     different address on each request is still counted under its own."""
-    cluster = HeraldCluster(
-        tmp_path / "cluster",
-        2,
-        extra_args=[
-            *("--auth-file", str(tmp_path / "auth.toml")),
-            *("--max-requests-per-client", str(CAP)),
-        ],
-        env={"HERALD_CLUSTER_TOKEN": tokens["admin"]},
-    )
-    cluster.http.headers["Authorization"] = f"Bearer {tokens['admin']}"
+    cluster = capped_cluster(tmp_path, tokens, 2)
     with cluster:
         cluster.create_topic("busy", partitions=1)
         made = cluster.put("n1", "/v1/subscriptions/parked", {"topic": "busy"})

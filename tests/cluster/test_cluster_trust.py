@@ -18,7 +18,6 @@ import asyncio
 import base64
 import ssl
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -226,7 +225,7 @@ class TlsClusterNode(ClusterNode):
 
     def __init__(self, *args: Any, ca: ssl.SSLContext, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.ca = ca
+        self.ca = self.verify = ca
 
     @property
     def url(self) -> str:
@@ -236,20 +235,6 @@ class TlsClusterNode(ClusterNode):
         command = super().command()
         at = command.index("--advertise-url")
         return command[:at] + command[at + 2 :]
-
-    def _wait_healthy(self) -> bool:
-        assert self.proc is not None
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                if httpx.get(f"{self.url}/healthz", verify=self.ca, timeout=2).status_code == 200:
-                    return True
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        return False
 
 
 def test_nodes_serving_tls_advertise_https_and_verify_each_other(

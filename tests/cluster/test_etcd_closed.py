@@ -12,8 +12,6 @@ gateway (Debian's etcd-server ships no etcdctl), as ``etcdctl user add root`` an
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import os
 import ssl
 import subprocess
@@ -25,14 +23,12 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from cluster.etcd import EtcdAccess, EtcdClient
 from tests.cluster.conftest import EtcdProcess
 from tests.cluster.nodes import HeraldCluster
 from tests.conftest import PROJECT_ROOT, free_port
+from tests.pki import SERVER_AND_CLIENT, TestCA, common_name
 
 PASSWORD = "correct-horse-battery-staple-7"
 
@@ -48,59 +44,7 @@ class Pki:
     client_key: Path
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
 def make_pki(directory: Path) -> Pki:
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "herald etcd test CA")])
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def leaf(subject: x509.Name, key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
-        return (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(
-                x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-                ),
-                critical=False,
-            )
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
-            )
-            .sign(ca_key, hashes.SHA256())
-        )
-
     pki = Pki(
         directory / "ca.pem",
         directory / "etcd.pem",
@@ -108,14 +52,9 @@ def make_pki(directory: Path) -> Pki:
         directory / "node.pem",
         directory / "node.key",
     )
-    pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    for cert_path, key_path, subject in (
-        (pki.cert, pki.key, x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])),
-        (pki.client_cert, pki.client_key, x509.Name([])),
-    ):
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert_path.write_bytes(leaf(subject, key).public_bytes(serialization.Encoding.PEM))
-        key_path.write_bytes(_pem_key(key))
+    ca = TestCA(pki.ca, "herald etcd test CA")
+    ca.issue(pki.cert, pki.key, common_name("127.0.0.1"), SERVER_AND_CLIENT)
+    ca.issue(pki.client_cert, pki.client_key, x509.Name([]), SERVER_AND_CLIENT)
     return pki
 
 
