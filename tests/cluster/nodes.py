@@ -324,6 +324,15 @@ class HeraldCluster:
         body: dict[str, Any] = answer.json()
         return body
 
+    def wait_known_everywhere(self, path: str, within: float = 30.0) -> None:
+        """Until every node answers ``GET path`` 200 (a subscription or topic created on
+        one node has reached every node's view of etcd)."""
+        self.wait_for(
+            lambda: all(self.get(node, path).status_code == 200 for node in self.nodes),
+            within,
+            f"{path} on every node",
+        )
+
     def wait_for(self, condition: Callable[[], bool], within: float, what: str) -> float:
         """Poll ``condition`` until true (a node that does not answer: not yet); returns
         how long it took."""

@@ -99,14 +99,7 @@ def test_a_subscribe_token_is_served_on_every_subscription_route_by_every_node(
             made = cluster.put("n1", f"/v1/subscriptions/{name}", body)
             assert made.status_code == 201, made.text
             wait_coordinated(cluster, name)
-        cluster.wait_for(
-            lambda: all(
-                cluster.get(node, "/v1/subscriptions/hook").status_code == 200
-                for node in cluster.nodes
-            ),
-            30.0,
-            "every node knows every subscription",
-        )
+        cluster.wait_known_everywhere("/v1/subscriptions/hook")
         # PROTOCOL §7: 503 leader_unavailable (a leader change on a loaded machine) appended
         # nothing and is retried; the ids make a retry of anything else a no-op.
         batch = {"messages": [{"id": f"m{i}", "value": i} for i in range(3)]}

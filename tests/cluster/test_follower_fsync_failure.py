@@ -95,13 +95,10 @@ def failing_disk(tmp_path: Path) -> Iterator[FailingDisk]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, failing_disk: FailingDisk) -> Iterator[HeraldCluster]:
-    cluster = HeraldCluster(tmp_path / "cluster", 3)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+def cluster(failing_disk: FailingDisk, herald_cluster: HeraldCluster) -> HeraldCluster:
+    """The three nodes, n3's data directory on the failing disk (mounted first, so
+    unmounted after the nodes stop)."""
+    return herald_cluster
 
 
 def publish(

@@ -104,12 +104,5 @@ def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure
         cluster.create_topic("orders.a", partitions=1)
         made = cluster.put("n1", "/v1/subscriptions/s-orders", {"topic": "orders.a"})
         assert made.status_code == 201, made.text
-        cluster.wait_for(
-            lambda: all(
-                cluster.get(node, "/v1/subscriptions/s-orders").status_code == 200
-                for node in cluster.nodes
-            ),
-            30.0,
-            "s-orders on every node",
-        )
+        cluster.wait_known_everywhere("/v1/subscriptions/s-orders")
         yield SecuredCluster(cluster, tokens)
