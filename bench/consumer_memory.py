@@ -32,7 +32,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import tracemalloc
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import herald_bench  # bench/herald_bench.py, beside this script
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,13 +49,6 @@ WARMUP = 200
 CREDIT = 100
 HANDSHAKES_AT_ONCE = 32  # per client process
 FRAMES = int(os.environ.get("HERALD_BENCH_TRACE_FRAMES", "12"))  # tracemalloc frames kept
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def vm_rss_kib(pid: int) -> int:
@@ -67,35 +60,14 @@ def vm_rss_kib(pid: int) -> int:
 
 @contextlib.contextmanager
 def herald_server(serve: Sequence[str], trace_dir: str | None) -> Iterator[tuple[str, int]]:
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="herald-mem-bench-") as data:
-        cmd = [*serve, "--host", "127.0.0.1", "--port", str(port), "--data-dir", data]
-        # Every consumer comes from 127.0.0.1: the per-address cap (256) out of the way
-        # (a big number, not 0: older trees read 0 as "none at all").
-        env = {**os.environ, "HERALD_MAX_REQUESTS_PER_CLIENT": "1000000"}
-        if trace_dir is not None:
-            env["HERALD_BENCH_TRACE_DIR"] = trace_dir
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 180  # tracemalloc makes the start slow
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"herald serve exited at start: {shlex.join(cmd)}")
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("herald serve did not become healthy in 180 s")
-                time.sleep(0.05)
-            yield url, proc.pid
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    # Every consumer comes from 127.0.0.1: the per-address cap (256) out of the way
+    # (a big number, not 0: older trees read 0 as "none at all").
+    env = {**os.environ, "HERALD_MAX_REQUESTS_PER_CLIENT": "1000000"}
+    if trace_dir is not None:
+        env["HERALD_BENCH_TRACE_DIR"] = trace_dir
+    # tracemalloc makes the start slow
+    with herald_bench.embedded_server(serve=serve, env=env, within_s=180) as server:
+        yield server
 
 
 def setup(url: str, subscriptions: int) -> list[str]:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -98,19 +98,29 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def embedded_server(
-    cpus: str | None = None, serve: Sequence[str] = (sys.executable, "-m", "server.cli", "serve")
+    cpus: str | None = None,
+    serve: Sequence[str] = (sys.executable, "-m", "server.cli", "serve"),
+    *,
+    env: Mapping[str, str] | None = None,
+    within_s: float = 30.0,
 ) -> Iterator[tuple[str, int]]:
     """Start `herald serve` (or ``serve``, a command taking its flags) on a free port and
-    a temp dir; yield (url, pid). On exit: SIGTERM, and wait for a graceful stop."""
+    a temp dir, in ``env`` if given; yield (url, pid) once healthy (``within_s``). On
+    exit: SIGTERM, and wait for a graceful stop."""
     data_dir = tempfile.mkdtemp(prefix="herald-bench-")
     port = _free_port()
     cmd = [*serve, "--port", str(port), "--data-dir", data_dir]
     if cpus:
         cmd += ["--cpus", cpus]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd,
+        env=None if env is None else dict(env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + within_s
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited with {proc.returncode}")
@@ -120,7 +130,7 @@ def embedded_server(
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("server did not become healthy in 30 s")
+                raise RuntimeError(f"server did not become healthy in {within_s:.0f} s")
             time.sleep(0.05)
         yield url, proc.pid
     finally:
