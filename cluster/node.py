@@ -59,6 +59,7 @@ from cluster.etcd import (
     EtcdClient,
     EtcdUnavailable,
     Get,
+    KeyValue,
     Put,
     WatchCompacted,
 )
@@ -66,6 +67,7 @@ from cluster.etcd_watch import EventType
 from cluster.fence import AskRenewals, Fence
 from cluster.follower import EpochAnswer, FetchRequest, FetchResponse
 from cluster.following import FetchSession, FollowerRole
+from cluster.fresh_reads import FreshReads
 from cluster.leading import Counters, LeaderRole
 from cluster.log_ends import LogEnds, log_ends_prefix, most_up_to_date, snapshot
 from cluster.membership import Member, Membership, node_key, nodes_prefix
@@ -175,6 +177,11 @@ class ClusterNode:
         self._peer_verify = peer_verify
         self._keys = settings.keys
         self.etcd = EtcdClient(settings.endpoints, access=settings.etcd_access)
+        # Reads and tails check their topic's id in etcd; those arriving together share
+        # one read started after they arrived (cluster/fresh_reads.py).
+        self._topic_reads: FreshReads[str, KeyValue | None] = FreshReads(
+            lambda topic: self.etcd.get(topic_key(self.name, topic), within_s=_TOPIC_CHECK_S)
+        )
         self.membership = Membership(
             self.etcd,
             cluster=settings.name,
@@ -320,8 +327,6 @@ class ClusterNode:
         states: dict[Ref, VersionedState],
         deleted: bool = False,
     ) -> None:
-        from cluster.etcd_model import KeyValue
-
         assert isinstance(kv, KeyValue)
         if key.startswith(log_ends_prefix(self.name)):
             node = key[len(log_ends_prefix(self.name)) :]
@@ -679,7 +684,7 @@ class ClusterNode:
         if failed_at is None:
             sent = lease_clock_ms() / 1000
             try:
-                kv = await self.etcd.get(topic_key(self.name, topic), within_s=_TOPIC_CHECK_S)
+                kv = await self._topic_reads.get(topic)
             except EtcdUnavailable:
                 self._etcd_failed_at = failed_at = sent
             else:
