@@ -363,6 +363,8 @@ class AccessGuard:
         """Reload on SIGHUP and when the file's mtime changes (checked every second)."""
         loop = asyncio.get_running_loop()
         hup = asyncio.Event()
+        # No SIGHUP where the loop cannot take signals (Windows: NotImplementedError; a
+        # loop outside the main thread: RuntimeError): the mtime check still reloads.
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, hup.set)
         try:
