@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-PYTEST_ARGS ?= -m "not soak"
+PYTEST_ARGS ?= -m "not soak" --durations=30
 
 .PHONY: run test lint bench compare clean chromium etcd nemesis soak
 
