@@ -77,23 +77,24 @@ class Backoff:
 
 
 class _RestartDelay(wait_base):
-    """tenacity's wait for :func:`supervised`: exponential over *consecutive* failures,
-    measured from when each run began (tenacity's own count never starts over)."""
+    """tenacity's wait for :func:`supervised`: exponential over *consecutive* failures
+    (tenacity's own attempt count never starts over); a run that lasted ``healthy_s``,
+    from its start (:meth:`run_starts`, tenacity's ``before``) to its failure, resets it."""
 
     def __init__(self, backoff: Backoff) -> None:
         self.backoff = backoff
         self._streak = 0
-        self._run_started: float | None = None
+        self._run_started = time.monotonic()
+
+    def run_starts(self, retry_state: RetryCallState) -> None:
+        self._run_started = time.monotonic()
 
     def __call__(self, retry_state: RetryCallState) -> float:
         backoff = self.backoff
-        ended = retry_state.outcome_timestamp or time.monotonic()
-        started = self._run_started if self._run_started is not None else retry_state.start_time
-        if ended - started >= backoff.healthy_s:
+        if time.monotonic() - self._run_started >= backoff.healthy_s:
             self._streak = 0
         delay = min(backoff.max_s, backoff.first_s * 2**self._streak)
         self._streak = min(self._streak + 1, 62)  # 2**62 * first_s is past any max_s
-        self._run_started = ended + delay
         return delay
 
 
@@ -122,12 +123,15 @@ async def supervised(
     def log_restart(retry_state: RetryCallState) -> None:
         outcome = retry_state.outcome
         error = outcome.exception() if outcome is not None else None
-        delay = retry_state.upcoming_sleep
-        logger.error("%s failed; restarting in %.3g s", what, delay, exc_info=error)
+        logger.error(
+            "%s failed; restarting in %.3g s", what, retry_state.upcoming_sleep, exc_info=error
+        )
 
+    restart_delay = _RestartDelay(backoff)
     retrying = AsyncRetrying(
         retry=retry_if_exception(_unexpected(final)),
-        wait=_RestartDelay(backoff),
+        before=restart_delay.run_starts,
+        wait=restart_delay,
         stop=stop_never,
         before_sleep=log_restart,
         reraise=True,

@@ -90,14 +90,14 @@ async def test_restart_delays_double_up_to_the_cap_and_start_over_after_a_health
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.ERROR)
-    backoff = Backoff(first_s=0.001, max_s=0.004, healthy_s=0.05)
+    backoff = Backoff(first_s=0.001, max_s=0.004, healthy_s=0.2)
     calls = 0
 
     async def job() -> None:
         nonlocal calls
         calls += 1
         if calls == 6:
-            await asyncio.sleep(0.06)  # stays up longer than healthy_s, then fails
+            await asyncio.sleep(0.25)  # stays up longer than healthy_s, then fails
         if calls < 8:
             raise RuntimeError("again")
 
