@@ -24,8 +24,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 from delivery.config import SubscriptionConfig  # noqa: E402
-from delivery.core import MAX_DELAYED, SubscriptionCore  # noqa: E402
+from delivery.core import SubscriptionCore  # noqa: E402
 from delivery.events import ReadRequest, RefetchRequest  # noqa: E402
+from delivery.subscription_state import MAX_DELAYED  # noqa: E402
 from storage.cursors import CursorSnapshot, PartitionCursor  # noqa: E402
 from storage.record import Record  # noqa: E402
 

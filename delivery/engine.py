@@ -26,6 +26,7 @@ from delivery.events import Delivery
 from delivery.pull import SETTLE_S, PullSink, first_of
 from delivery.runtime import ConsumerSink, SubscriptionRuntime
 from delivery.start import StartAt
+from herald.lifecycle import periodic
 from storage.cursors import CursorSnapshot, PartitionCursor
 from storage.engine import Storage
 from storage.errors import (
@@ -97,7 +98,10 @@ class DeliveryEngine:
                 cursor = await self._initial_cursor(topic, config.start)
             cursor = _fit_cursor(cursor, topic)
             self._open_runtime(name, config, topic, cursor)
-        self._flusher = asyncio.create_task(self._flush_loop(), name="herald-cursor-flusher")
+        self._flusher = asyncio.create_task(
+            periodic(self._flush_interval, self._flush_dirty, what="cursor flush", logger=log),
+            name="herald-cursor-flusher",
+        )
 
     async def stop(self) -> None:
         """SIGTERM (PROTOCOL §3): close consumers with 1001 — after which their frames are
@@ -485,18 +489,16 @@ class DeliveryEngine:
                     snapshot = runtime.core.snapshot(with_attempts=True)
                 self._cursor_saved(runtime.name, snapshot)
 
-    async def _flush_loop(self) -> None:
-        """Persist dirty cursors at most every flush interval (PROTOCOL §3: acks are
-        persisted with the cursor; ≤ 1 s may be lost to a crash)."""
-        while True:
-            await asyncio.sleep(self._flush_interval)
-            dirty = [r for r in self._runtimes.values() if r.core.dirty]
-            if not dirty:
-                continue
-            results = await asyncio.gather(*(self._save(r) for r in dirty), return_exceptions=True)
-            for runtime, result in zip(dirty, results, strict=True):
-                if isinstance(result, Exception):
-                    log.error("persisting the cursor of %s failed", runtime.name, exc_info=result)
+    async def _flush_dirty(self) -> None:
+        """Persist the cursors changed since the last flush; run every flush interval
+        (PROTOCOL §3: acks are persisted with the cursor; ≤ 1 s may be lost to a crash)."""
+        dirty = [r for r in self._runtimes.values() if r.core.dirty]
+        if not dirty:
+            return
+        results = await asyncio.gather(*(self._save(r) for r in dirty), return_exceptions=True)
+        for runtime, result in zip(dirty, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("persisting the cursor of %s failed", runtime.name, exc_info=result)
 
 
 def config_matches(

@@ -17,6 +17,7 @@ from delivery.config import SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.dead_letter import dead_letter_record
 from delivery.events import DeadLetter, Delivery, ReadRequest, RefetchRequest
+from herald.lifecycle import Backoff, supervised
 from storage.config import TopicConfig
 from storage.partition import Partition
 from storage.record import Acks, Record
@@ -28,7 +29,8 @@ READ_MAX_BYTES = 4 << 20  # per log read; a read still returns ≥ 1 record
 REFETCH_RUN = 1000  # redelivery offsets this close together are re-read in one read
 MAX_ROUNDS = 64  # pump/read rounds per wake-up before other subscriptions get a turn
 TIMER_SLACK_S = 0.001  # loop timers may fire a hair early against our clock
-RETRY_AFTER_ERROR_S = 0.1
+# A failed step is retried after 0.1 s, then less often while it keeps failing.
+RESTART_BACKOFF = Backoff(first_s=0.1, max_s=1.0, healthy_s=10.0)
 
 
 class ConsumerSink(Protocol):
@@ -96,7 +98,15 @@ class SubscriptionRuntime:
     def start(self) -> None:
         """Listen for appends and run the supervised worker as an app-wide task."""
         self.listen()
-        self._task = asyncio.create_task(self._supervised(), name=f"herald-delivery-{self.name}")
+        self._task = asyncio.create_task(
+            supervised(
+                self._run_woken,
+                what=f"delivery of subscription {self.name}",
+                logger=log,
+                backoff=RESTART_BACKOFF,
+            ),
+            name=f"herald-delivery-{self.name}",
+        )
 
     def listen(self) -> None:
         """Follow the log's end through the partitions' append listeners (no polling)."""
@@ -164,17 +174,12 @@ class SubscriptionRuntime:
             await self._next_wake()
             await self._step()
 
-    async def _supervised(self) -> None:
-        while True:
-            await self._next_wake()
-            try:
-                await self._step()
-            except Exception:
-                # Supervised: one failed step (a storage error...) must not end delivery
-                # for this subscription; retry shortly.
-                log.exception("delivery step of subscription %s failed", self.name)
-                await asyncio.sleep(RETRY_AFTER_ERROR_S)
-                self.wake()
+    async def _run_woken(self) -> None:
+        """The worker as :meth:`start` supervises it: one failed step (a storage
+        error...) must not end delivery for this subscription; it is restarted after a
+        short backoff and steps again at once."""
+        self.wake()
+        await self.run()
 
     async def _next_wake(self) -> None:
         if not self._wake.is_set():

@@ -10,9 +10,10 @@ cursors are persisted and consumers closed with 1001, then Storage closes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.redrive import Redrives
+from herald.lifecycle import periodic, start_service
 from server.cluster_trust import cluster_keys, etcd_access, peer_verify
 from server.config import ServerConfig
 from server.errors import ServiceStopping
@@ -32,7 +34,6 @@ from server.file_limit import open_files_limit, segment_file_budget
 from server.metrics import Histogram
 from server.peers import Peers
 from server.stats_history import SAMPLE_INTERVAL_S, StatsHistory
-from server.tasks import cancel_and_wait
 from storage.cursors import decode_snapshot, encode_snapshot
 from storage.engine import Storage
 from storage.lock import DataDirLock
@@ -119,15 +120,26 @@ def app_services(app: Any) -> Services:
     return runtime.services
 
 
-async def _every(seconds: float, work: Callable[[], Awaitable[None]], what: str) -> None:
-    """Run ``work`` every ``seconds`` until cancelled; one failed run (a retention pass, an
-    fsync) is logged and tried again at the next tick, never the end of the loop."""
-    while True:
-        await asyncio.sleep(seconds)
+def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+
+
+class ClusterService:
+    """The cluster node and its peers' HTTP client as one service: stopped together,
+    the node first (it may still forward to peers while it hands roles over)."""
+
+    def __init__(self, node: ClusterNode, peers: Peers) -> None:
+        self.node, self.peers = node, peers
+
+    async def start(self) -> None:
+        await self.node.start()
+
+    async def stop(self) -> None:
         try:
-            await work()
-        except Exception:
-            log.exception("%s failed", what)
+            await self.node.close()
+        finally:
+            await self.peers.aclose()
 
 
 class EngineHost:
@@ -178,86 +190,107 @@ class Runtime:
         self._cluster: ClusterNode | None = None
         self._peers: Peers | None = None
         self._services: Services | None = None
-        self._retention: asyncio.Task[None] | None = None
-        self._flusher: asyncio.Task[None] | None = None
-        self._sampler: asyncio.Task[None] | None = None
+        self._stack: contextlib.AsyncExitStack | None = None  # what start() started
         self._drained = False
         self._closed = False
 
     async def start(self) -> None:
+        """Start storage → cluster → delivery → webhooks, then the periodic work, on one
+        exit stack: a failed start stops what had started, :meth:`close` the rest, in
+        reverse (STYLE principle 14)."""
+        async with contextlib.AsyncExitStack() as stack:
+            storage = self._storage = await self._open_storage()
+            stack.push_async_callback(storage.close)
+            cluster: ClusterNode | None = None
+            if self.config.clustered:
+                # Before the engine: every partition has its role (and its visible end,
+                # the high watermark) before anything reads it.
+                service = self._cluster_service(storage)
+                # Stopped also when its start fails: the node may have begun (etcd
+                # sessions, the peers' client) before it raised.
+                stack.push_async_callback(service.stop)
+                await service.start()
+                cluster = service.node
+            engine = await start_service(stack, self._delivery_engine(storage, cluster))
+            webhooks = await start_service(stack, await self._webhook_dispatchers(engine))
+            if cluster is not None:
+                self.tails.on_first, self.tails.on_last = cluster.tail_opened, cluster.tail_closed
+                cluster.bind_subscriptions(EngineHost(engine, webhooks, cluster.cursor_saved))
+            self._services = self._build_services(storage, engine, webhooks)
+            await self._start_periodic(stack, self._services)
+            self._stack = stack.pop_all()
+
+    async def _open_storage(self) -> Storage:
         lock = self._data_lock if self._data_lock is not None and self._data_lock.held else None
-        storage = self._storage = await Storage.open(
+        return await Storage.open(
             self.config.data_dir,
             segment_bytes=self.config.segment_bytes,
             lock=lock,
             # PROTOCOL §6: the rest of the open-files limit is for sockets.
             max_open_files=segment_file_budget(open_files_limit(), self.config.max_open_files),
         )
-        try:
-            if self.config.clustered:
-                # Before the engine: every partition has its role (and its visible end,
-                # the high watermark) before anything reads it.
-                keys = cluster_keys(self.config)
-                peers_ca = peer_verify(self.config)
-                self._peers = peers = Peers(
-                    self.config.cluster_token,
-                    # Credentials go only to URLs that prove they are nodes (cluster/trust.py).
-                    verifier=PeerVerifier(keys, peers_ca) if keys is not None else None,
-                    verify=peers_ca,
-                )
-                self._cluster = ClusterNode(
-                    storage,
-                    ClusterSettings(
-                        endpoints=self.config.etcd_endpoints,
-                        name=self.config.cluster_name,
-                        node_id=self.config.node_id,
-                        advertise_url=self.config.node_url,
-                        node_ttl_ms=self.config.node_ttl_ms,
-                        replica_lag_ms=self.config.replica_lag_ms,
-                        etcd_history_s=self.config.etcd_history_s,
-                        etcd_access=etcd_access(self.config),
-                        keys=keys,
-                    ),
-                    on_topic_deleted=self._topic_deleted,
-                    ask_renewals=peers.renewals,
-                    # PROTOCOL §7 (stale reads): a tail reconnects to a node that serves.
-                    on_fenced=lambda: self.tails.close_all(
-                        CloseCode.SERVICE_RESTART, "this node cannot reach etcd; reconnect"
-                    ),
-                    peer_headers=self._peers.own_headers,
-                    peer_trusted=self._peers.trusted,
-                    peer_verify=peers_ca,
-                )
-                await self._cluster.start()
-            cluster = self._cluster
-            engine = DeliveryEngine(
-                storage,
-                # PROTOCOL §7: a node runs the subscriptions it coordinates, not meta.db's,
-                # and every cursor it persists goes to etcd too.
-                load_local=cluster is None,
-                cursor_saved=(
-                    None
-                    if cluster is None
-                    else lambda name, cursor: cluster.cursor_saved(name, encode_snapshot(cursor))
-                ),
-            )
-            await engine.start()
-            verify = await asyncio.to_thread(webhook_verify, self.config.webhook_ca_file)
-            # PROTOCOL §6: with credentials, webhooks reach public addresses only.
-            destinations = DestinationGuard(
-                enforced=self.config.auth_file is not None,
-                allowed=self.config.webhook_allowed_networks,
-            )
-            webhooks = WebhookDispatchers(engine, verify=verify, destinations=destinations)
-            await webhooks.start()
-            if cluster is not None:
-                self.tails.on_first, self.tails.on_last = cluster.tail_opened, cluster.tail_closed
-                cluster.bind_subscriptions(EngineHost(engine, webhooks, cluster.cursor_saved))
-        except BaseException:
-            await self._close_cluster()
-            await storage.close()
-            raise
-        self._services = Services(
+
+    def _cluster_service(self, storage: Storage) -> ClusterService:
+        keys = cluster_keys(self.config)
+        peers_ca = peer_verify(self.config)
+        self._peers = peers = Peers(
+            self.config.cluster_token,
+            # Credentials go only to URLs that prove they are nodes (cluster/trust.py).
+            verifier=PeerVerifier(keys, peers_ca) if keys is not None else None,
+            verify=peers_ca,
+        )
+        self._cluster = ClusterNode(
+            storage,
+            ClusterSettings(
+                endpoints=self.config.etcd_endpoints,
+                name=self.config.cluster_name,
+                node_id=self.config.node_id,
+                advertise_url=self.config.node_url,
+                node_ttl_ms=self.config.node_ttl_ms,
+                replica_lag_ms=self.config.replica_lag_ms,
+                etcd_history_s=self.config.etcd_history_s,
+                etcd_access=etcd_access(self.config),
+                keys=keys,
+            ),
+            on_topic_deleted=self._topic_deleted,
+            ask_renewals=peers.renewals,
+            # PROTOCOL §7 (stale reads): a tail reconnects to a node that serves.
+            on_fenced=lambda: self.tails.close_all(
+                CloseCode.SERVICE_RESTART, "this node cannot reach etcd; reconnect"
+            ),
+            peer_headers=peers.own_headers,
+            peer_trusted=peers.trusted,
+            peer_verify=peers_ca,
+        )
+        return ClusterService(self._cluster, peers)
+
+    def _delivery_engine(self, storage: Storage, cluster: ClusterNode | None) -> DeliveryEngine:
+        return DeliveryEngine(
+            storage,
+            # PROTOCOL §7: a node runs the subscriptions it coordinates, not meta.db's,
+            # and every cursor it persists goes to etcd too.
+            load_local=cluster is None,
+            cursor_saved=(
+                None
+                if cluster is None
+                else lambda name, cursor: cluster.cursor_saved(name, encode_snapshot(cursor))
+            ),
+        )
+
+    async def _webhook_dispatchers(self, engine: DeliveryEngine) -> WebhookDispatchers:
+        verify = await asyncio.to_thread(webhook_verify, self.config.webhook_ca_file)
+        # PROTOCOL §6: with credentials, webhooks reach public addresses only.
+        destinations = DestinationGuard(
+            enforced=self.config.auth_file is not None,
+            allowed=self.config.webhook_allowed_networks,
+        )
+        return WebhookDispatchers(engine, verify=verify, destinations=destinations)
+
+    def _build_services(
+        self, storage: Storage, engine: DeliveryEngine, webhooks: WebhookDispatchers
+    ) -> Services:
+        cluster = self._cluster
+        return Services(
             config=self.config,
             storage=storage,
             engine=engine,
@@ -275,27 +308,36 @@ class Runtime:
             publish_duration=Histogram(),
             started_ms=time.time_ns() // 1_000_000,
             history=StatsHistory(),
-            cluster=self._cluster,
+            cluster=cluster,
             peers=self._peers,
         )
-        self._retention = asyncio.create_task(
-            _every(self.config.retention_interval_s, storage.run_retention, "retention pass"),
-            name="herald-retention",
-        )
-        history, services = self._services.history, self._services
+
+    async def _start_periodic(self, stack: contextlib.AsyncExitStack, services: Services) -> None:
+        """The app-wide loops, in one task group on the stack: unwound first, before the
+        webhooks, the engine, the cluster and storage they use."""
+        group = await stack.enter_async_context(asyncio.TaskGroup())
+        tasks: list[asyncio.Task[None]] = []
+        stack.callback(_cancel_all, tasks)  # then the group waits for them to end
+        storage, history = services.storage, services.history
 
         async def sample() -> None:
             history.record(services.storage, services.engine)
 
-        self._sampler = asyncio.create_task(
-            _every(SAMPLE_INTERVAL_S, sample, "stats sample"), name="herald-stats-history"
-        )
+        loops = [  # (task name, what failed in the log, every, work)
+            (
+                "retention",
+                "retention pass",
+                self.config.retention_interval_s,
+                storage.run_retention,
+            ),
+            ("stats-history", "stats sample", SAMPLE_INTERVAL_S, sample),
+        ]
         if self.config.flush_interval_s > 0:
             # Bounds what power loss can take from acks=1 appends to about one interval.
-            self._flusher = asyncio.create_task(
-                _every(self.config.flush_interval_s, storage.flush, "periodic flush"),
-                name="herald-flush",
-            )
+            loops.append(("flush", "periodic flush", self.config.flush_interval_s, storage.flush))
+        for name, what, seconds, work in loops:
+            loop = periodic(seconds, work, what=what, logger=log)
+            tasks.append(group.create_task(loop, name=f"herald-{name}"))
 
     async def _topic_deleted(self, name: str) -> None:
         """etcd no longer has the topic (PROTOCOL §7: deleted from any node): its
@@ -305,14 +347,6 @@ class Runtime:
             self._services.sockets.tails.topic_deleted(name)
         if self._storage is not None and self._storage.topic(name) is not None:
             await self._storage.delete_topic(name)
-
-    async def _close_cluster(self) -> None:
-        try:
-            if self._cluster is not None:
-                await self._cluster.close()
-        finally:
-            if self._peers is not None:
-                await self._peers.aclose()
 
     @property
     def services(self) -> Services:
@@ -335,15 +369,13 @@ class Runtime:
         self.tails.close_all()
 
     async def close(self) -> None:
+        """Drain, then unwind what :meth:`start` started, in reverse: the periodic work,
+        the webhooks, the engine, the cluster, storage (pending appends finish, fsync)."""
         if self._closed:
             return
         self._closed = True
         try:
             await self.drain()
         finally:
-            try:
-                await cancel_and_wait(self._retention, self._flusher, self._sampler)
-                await self._close_cluster()
-            finally:
-                if self._storage is not None:
-                    await self._storage.close()
+            if self._stack is not None:
+                await self._stack.aclose()

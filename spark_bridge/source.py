@@ -31,6 +31,7 @@ from herald.admin import Admin
 from herald.consumer import Consumer, Message
 from herald.errors import HeraldClientError
 from herald.filter import FilterSyntaxError, Matcher, compile_filter, parse
+from herald.lifecycle import periodic
 
 from .arrow import Encoded, encode, schema_batch, shipped_batch
 from .nodes import node_urls
@@ -315,7 +316,15 @@ class Receiver:
         )
         self._consumer = consumer
         self._started.set()
-        extender = asyncio.ensure_future(self._extend_loop(consumer))
+        extender = asyncio.create_task(
+            periodic(
+                EXTEND_EVERY_S,
+                lambda: self._extend_held(consumer),
+                what="extending held records",
+                logger=log,
+            ),
+            name="herald-spark-extend",
+        )
         try:
             async with consumer:
                 while not self._stopping:
@@ -364,15 +373,14 @@ class Receiver:
             for message_id in acks:
                 self._consumer.queue_ack(message_id)
 
-    async def _extend_loop(self, consumer: Consumer) -> None:
-        while True:
-            await asyncio.sleep(EXTEND_EVERY_S)
-            with self._cond:
-                ids = [i for held in self._held.values() for i in held.values()]
-            for chunk in range(0, len(ids), 10_000):
-                consumer.queue_frame(
-                    {"type": "extend", "ids": ids[chunk : chunk + 10_000], "ms": ACK_DEADLINE_MS}
-                )
+    async def _extend_held(self, consumer: Consumer) -> None:
+        """PROTOCOL §3 extend: what Spark holds but has not committed keeps its deadline."""
+        with self._cond:
+            ids = [i for held in self._held.values() for i in held.values()]
+        for chunk in range(0, len(ids), 10_000):
+            consumer.queue_frame(
+                {"type": "extend", "ids": ids[chunk : chunk + 10_000], "ms": ACK_DEADLINE_MS}
+            )
 
     def wait_for_records(self, timeout: float) -> None:
         with self._cond:

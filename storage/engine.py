@@ -32,8 +32,9 @@ from storage.errors import LimitExceeded, TopicConflict, TopicNotFound
 from storage.lock import DataDirLock
 from storage.metadata import MetadataStore
 from storage.open_files import OpenFiles
-from storage.partition import DEFAULT_CACHE_BYTES, Partition
+from storage.partition import Partition
 from storage.partition_log import LogConfig
+from storage.tail_cache import DEFAULT_CACHE_BYTES
 from storage.topic import Topic, wall_clock_ms
 from storage.writer import WriterPool
 

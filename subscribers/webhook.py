@@ -15,6 +15,7 @@ endpoint delays nobody else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import ssl
@@ -31,6 +32,7 @@ from delivery.config import PushConfig, SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.events import Delivery
 from delivery.push import Ack, Action, Answer, Extend, Grant, Nack, Post, PushPolicy
+from herald.lifecycle import Backoff, periodic, supervised
 from storage.errors import SubscriptionNotFound
 from storage.writer import wall_clock_ms
 from subscribers.attempt_log import FLUSH_INTERVAL_S, Attempt, AttemptLog
@@ -40,7 +42,8 @@ from subscribers.webhook_request import build_request
 
 log = logging.getLogger("herald.webhook")
 
-RESTART_AFTER_FAILURE_S = 1.0
+# A failed dispatcher is restarted after 1 s, then less often while it keeps failing.
+RESTART_BACKOFF = Backoff(first_s=1.0, max_s=10.0, healthy_s=60.0)
 MAX_RESPONSE_BYTES = 64 * 1024  # of a receiver's answer body we read (and drop)
 
 
@@ -150,7 +153,15 @@ class WebhookDispatcher:
     async def run(self) -> None:
         await self.attempts.load()
         self._restore_last_answer()
-        history = asyncio.create_task(self._keep_history(), name=f"herald-attempts-{self.name}")
+        history = asyncio.create_task(
+            periodic(
+                FLUSH_INTERVAL_S,
+                self.attempts.flush,
+                what=f"attempt log of {self.name}",
+                logger=log,
+            ),
+            name=f"herald-attempts-{self.name}",
+        )
         try:
             await self._deliver()
         finally:
@@ -168,11 +179,6 @@ class WebhookDispatcher:
         last = self.attempts.last
         if last is not None and self.policy.requests_total == 0:
             self.policy.last_status, self.policy.last_error = last.status, last.error
-
-    async def _keep_history(self) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_INTERVAL_S)
-            await self.attempts.flush()
 
     async def _deliver(self) -> None:
         push = self.push
@@ -410,9 +416,7 @@ class WebhookDispatchers:
         # A fresh context: the dispatcher outlives the request that created it (its log
         # lines must not carry that request's id).
         # Registered at once, so the PUT that created it already shows its stats.
-        dispatcher = WebhookDispatcher(
-            self.engine, name, config, verify=self.verify, destinations=self.destinations
-        )
+        dispatcher = self._dispatcher(name, config)
         self._dispatchers[name] = dispatcher
         task = asyncio.create_task(
             self._supervise(dispatcher),
@@ -486,25 +490,33 @@ class WebhookDispatchers:
             del self._tasks[name]
             del self._dispatchers[name]
 
+    def _dispatcher(self, name: str, config: SubscriptionConfig) -> WebhookDispatcher:
+        return WebhookDispatcher(
+            self.engine, name, config, verify=self.verify, destinations=self.destinations
+        )
+
     async def _supervise(self, dispatcher: WebhookDispatcher) -> None:
         """Run the dispatcher until its subscription is deleted or the server stops; an
-        unexpected failure restarts it (its records were given back on detach)."""
+        unexpected failure restarts it (its records were given back on detach) as a new
+        dispatcher with its current config (the secret may have rotated)."""
         name = dispatcher.name
-        while True:
-            try:
-                await dispatcher.run()
-            except SubscriptionNotFound:
-                return  # deleted before it attached
-            except Exception:
-                log.exception("webhook dispatcher of %s failed; restarting", name)
-                await asyncio.sleep(RESTART_AFTER_FAILURE_S)
+        runs = 0
+
+        async def run() -> None:
+            nonlocal dispatcher, runs
+            runs += 1
+            if runs > 1:
                 if self._dispatchers.get(name) is not dispatcher:
                     return  # replaced meanwhile
-                # Its config, not the one it started with: the secret may have rotated.
-                dispatcher = WebhookDispatcher(
-                    self.engine, name, dispatcher.config, verify=self.verify
-                )
+                dispatcher = self._dispatcher(name, dispatcher.config)
                 self._dispatchers[name] = dispatcher
-                continue
-            if dispatcher.closed:
-                return
+            await dispatcher.run()  # returns once closed
+
+        with contextlib.suppress(SubscriptionNotFound):  # deleted before it attached
+            await supervised(
+                run,
+                what=f"webhook dispatcher of {name}",
+                logger=log,
+                backoff=RESTART_BACKOFF,
+                final=(SubscriptionNotFound,),
+            )

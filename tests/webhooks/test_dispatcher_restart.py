@@ -1,0 +1,73 @@
+"""WebhookDispatchers supervises each dispatcher (herald.lifecycle.supervised): one that
+fails is restarted as a new dispatcher with everything the first one was given — the
+destination guard of PROTOCOL §6 included. A real Storage on a temp dir; the failure is
+a real one (the subscription's attempt log cannot be read)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import subscribers.webhook
+from delivery.config import PushConfig, SubscriptionConfig
+from delivery.engine import DeliveryEngine
+from delivery.start import StartAt
+from herald.lifecycle import Backoff
+from storage.config import TopicConfig
+from storage.engine import Storage
+from storage.record import Acks, NewRecord
+from storage.topic import PublishItem
+from subscribers.destination import DestinationGuard
+from subscribers.webhook import WebhookDispatchers
+from tests.helpers import wait_until
+from tests.webhooks.receiver import Answer, Receiver
+
+pytestmark = pytest.mark.timeout(60)
+
+SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[DeliveryEngine]:
+    storage = await Storage.open(tmp_path / "data")
+    await storage.ensure_topic("t", TopicConfig(partitions=1))
+    engine = DeliveryEngine(storage)
+    await engine.start()
+    yield engine
+    await engine.stop()
+    await storage.close()
+
+
+async def test_a_failed_dispatcher_restarts_with_the_same_destination_guard(
+    engine: DeliveryEngine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(subscribers.webhook, "RESTART_BACKOFF", Backoff(first_s=0.2, max_s=0.2))
+    # The attempt log's file is a directory: the dispatcher's first start fails.
+    blocker = engine.storage.data_dir / "attempts" / "s.jsonl"
+    blocker.mkdir(parents=True)
+    topic = engine.storage.topic("t")
+    assert topic is not None
+    await topic.publish([PublishItem(NewRecord(b"1"), 0)], Acks.LEADER)
+    with Receiver([SECRET], lambda _: Answer(200)) as receiver:
+        config = SubscriptionConfig(
+            topic="t",
+            start=StartAt.earliest(),
+            push=PushConfig(url=receiver.url, secret=SECRET),
+        )
+        await engine.create_subscription("s", config)
+        # PROTOCOL §6: with credentials, loopback is not a destination webhooks may reach.
+        dispatchers = WebhookDispatchers(engine, destinations=DestinationGuard(enforced=True))
+        await dispatchers.start()
+        try:
+            await wait_until(lambda: "webhook dispatcher of s failed; restarting" in caplog.text)
+            blocker.rmdir()  # the restarted dispatcher starts
+            await wait_until(
+                lambda: (
+                    (dispatchers.stats("s") or {}).get("last_error") == "destination not allowed"
+                )
+            )
+            assert receiver.snapshot() == []
+        finally:
+            await dispatchers.stop()
