@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from delivery.start import StartAt
-from storage.errors import BadRequest, SubscriptionConflict, ValidationError
+from herald.protocol.errors import BadRequest, SubscriptionConflict, ValidationError
+from herald.protocol.limits import MAX_PREVIOUS_SECRETS
 
 
 class DeliveryMode(enum.Enum):
@@ -27,9 +28,6 @@ class Breaker:
     failures: int = 5
     open_ms: int = 1_000
     max_open_ms: int = 60_000
-
-
-MAX_PREVIOUS_SECRETS = 5  # docs/protocol.md `push.previous_secrets`
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +121,7 @@ class SubscriptionConfig:
     dead_letter_topic: str | None = None
     ordered_by_key: bool = False
     push: PushConfig | None = None
-    filter: str | None = None  # PROTOCOL §8: checked by delivery/filter.py check_filter
+    filter: str | None = None  # PROTOCOL §8: checked by herald.protocol.filter's check_filter
 
     def public_dict(self) -> dict[str, Any]:
         """The config as GET shows it (PROTOCOL §2): all fields, defaults filled, no secret."""

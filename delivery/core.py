@@ -37,10 +37,10 @@ from delivery.events import (
     RefetchRequest,
     SubscriptionStats,
 )
-from delivery.filter import Matcher, compile_filter, parse
 from delivery.inflight import InFlight, InFlightTable
 from delivery.ordering import KeyGate, Ref
 from delivery.redelivery import RedeliveryQueue, RedeliveryRef
+from herald.protocol.filter import Matcher, compile_filter, parse
 from storage.cursors import CursorSnapshot
 from storage.record import Record, slot_constructor
 

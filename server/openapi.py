@@ -21,16 +21,13 @@ from typing import Any
 
 import orjson
 
-from delivery import redrive
 from delivery.config import (
-    MAX_PREVIOUS_SECRETS,
     DeliveryMode,
     PushConfig,
     PushPayload,
     SubscriptionConfig,
 )
-from delivery.dead_letter import MAX_NACK_REASON
-from delivery.filter import MAX_FILTER_CHARS
+from herald.protocol import limits, names
 from server import validation as v
 from server.auth import MAX_TTL_MS, MIN_TTL_MS
 from storage.config import TopicConfig
@@ -51,6 +48,7 @@ _CREDENTIALS_DIGEST = {
     "(parsed, canonical form); null without one, or when the node did not answer",
 }
 
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF + name}
 
@@ -66,7 +64,7 @@ def _problem(description: str) -> dict[str, Any]:
     }
 
 
-def _int(allowed: v.IntRange | None = None, **extra: Any) -> dict[str, Any]:
+def _int(allowed: limits.IntRange | None = None, **extra: Any) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "integer", **extra}
     if allowed is not None:
         schema["minimum"] = allowed.low
@@ -74,7 +72,7 @@ def _int(allowed: v.IntRange | None = None, **extra: Any) -> dict[str, Any]:
     return schema
 
 
-_COUNT = _int(v.IntRange(0))
+_COUNT = _int(limits.IntRange(0))
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +103,7 @@ def _pattern(regex: str) -> str:
     return regex if regex.startswith("^") else f"^{regex}$"
 
 
-_NAME = {"type": "string", "pattern": _pattern(v.NAME_RE.pattern)}
+_NAME = {"type": "string", "pattern": _pattern(names.NAME_PATTERN)}
 _SECRET = {
     "type": "string",
     "pattern": v.SECRET_PATTERN,
@@ -115,7 +113,7 @@ _SECRET = {
 _FILTER = _nullable(
     {
         "type": "string",
-        "maxLength": MAX_FILTER_CHARS,
+        "maxLength": limits.MAX_FILTER_CHARS,
         "default": None,
         "description": 'PROTOCOL §8: key = "v", key != "v", hasPrefix(key, "p"), '
         'headers.NAME = / != "v", hasPrefix(headers.NAME, "p"), headers:NAME, joined '
@@ -149,18 +147,24 @@ _SUBSCRIPTION = _param("name", "path", _NAME, "subscription name (else 400 inval
 
 def _topic_config(cluster: bool) -> dict[str, Any]:
     d = _TOPIC_DEFAULTS
-    replication = v.REPLICATION_FACTOR if cluster else v.IntRange(1, 1)
+    replication = limits.REPLICATION_FACTOR if cluster else limits.IntRange(1, 1)
     return _object(
         {
-            "partitions": _nullable(_int(v.PARTITIONS, default=d["partitions"])),
+            "partitions": _nullable(_int(limits.PARTITIONS, default=d["partitions"])),
             # PROTOCOL §2: for these two, null means unlimited rather than "absent".
             "retention_ms": _nullable(
-                _int(v.RETENTION_MS, default=d["retention_ms"], description="null: unlimited")
+                _int(limits.RETENTION_MS, default=d["retention_ms"], description="null: unlimited")
             ),
             "retention_bytes": _nullable(
-                _int(v.RETENTION_BYTES, default=d["retention_bytes"], description="null: unlimited")
+                _int(
+                    limits.RETENTION_BYTES,
+                    default=d["retention_bytes"],
+                    description="null: unlimited",
+                )
             ),
-            "dedup_window_ms": _nullable(_int(v.DEDUP_WINDOW_MS, default=d["dedup_window_ms"])),
+            "dedup_window_ms": _nullable(
+                _int(limits.DEDUP_WINDOW_MS, default=d["dedup_window_ms"])
+            ),
             # PROTOCOL §7: a single node accepts only 1; a cluster up to its live nodes.
             "replication_factor": _nullable(
                 _int(
@@ -183,10 +187,10 @@ def _topic_config(cluster: bool) -> dict[str, Any]:
 # most MAX_VALUE_DEPTH levels deep, which JSON Schema cannot say short of unrolling it.
 _JSON_VALUE = {
     "description": "any JSON value; integers within "
-    f"{v.MIN_VALUE_INT}..{v.MAX_VALUE_INT}, arrays and objects nested at most "
-    f"{v.MAX_VALUE_DEPTH} levels (else 400 validation_error)",
+    f"{limits.MIN_VALUE_INT}..{limits.MAX_VALUE_INT}, arrays and objects nested at most "
+    f"{limits.MAX_VALUE_DEPTH} levels (else 400 validation_error)",
     "if": {"type": "integer"},
-    "then": {"minimum": v.MIN_VALUE_INT, "maximum": v.MAX_VALUE_INT},
+    "then": {"minimum": limits.MIN_VALUE_INT, "maximum": limits.MAX_VALUE_INT},
     "items": {"$ref": _REF + "JsonValue"},
     "additionalProperties": {"$ref": _REF + "JsonValue"},
 }
@@ -201,13 +205,14 @@ def _message() -> dict[str, Any]:
             "headers": _nullable(_STRINGS),
             "partition": _nullable(
                 _int(
-                    v.PARTITION, description="a partition the topic has (else 400 validation_error)"
+                    limits.PARTITION,
+                    description="a partition the topic has (else 400 validation_error)",
                 )
             ),
-            "id": _nullable({"type": "string", "minLength": 1, "maxLength": v.MAX_ID_CHARS}),
+            "id": _nullable({"type": "string", "minLength": 1, "maxLength": limits.MAX_ID_CHARS}),
             "delay_ms": _nullable(
                 _int(
-                    v.DELAY_MS,
+                    limits.DELAY_MS,
                     description="PROTOCOL §8 delayed delivery: appended at once, first sent to "
                     "subscriptions no earlier than the record's timestamp + delay_ms "
                     "(its deliver_at); 0 or absent: no delay",
@@ -227,8 +232,8 @@ def _start() -> dict[str, Any]:
     return _nullable(
         {
             "oneOf": [
-                {"enum": list(v.POSITIONS)},
-                _object({"timestamp": _int(v.TIMESTAMP)}, ("timestamp",)),
+                {"enum": list(names.POSITIONS)},
+                _object({"timestamp": _int(limits.TIMESTAMP)}, ("timestamp",)),
             ],
             "default": _SUB_DEFAULTS["start"],
         }
@@ -240,8 +245,8 @@ def _retry_backoff() -> dict[str, Any]:
     return _nullable(
         _object(
             {
-                "min_ms": _nullable(_int(v.BACKOFF_MS, default=d["min_ms"])),
-                "max_ms": _nullable(_int(v.BACKOFF_MS, default=d["max_ms"])),
+                "min_ms": _nullable(_int(limits.BACKOFF_MS, default=d["min_ms"])),
+                "max_ms": _nullable(_int(limits.BACKOFF_MS, default=d["max_ms"])),
             },
             description="min_ms <= max_ms (else 400 validation_error)",
         )
@@ -253,9 +258,9 @@ def _breaker() -> dict[str, Any]:
     return _nullable(
         _object(
             {
-                "failures": _nullable(_int(v.BREAKER_FAILURES, default=d["failures"])),
-                "open_ms": _nullable(_int(v.BREAKER_OPEN_MS, default=d["open_ms"])),
-                "max_open_ms": _nullable(_int(v.BREAKER_OPEN_MS, default=d["max_open_ms"])),
+                "failures": _nullable(_int(limits.BREAKER_FAILURES, default=d["failures"])),
+                "open_ms": _nullable(_int(limits.BREAKER_OPEN_MS, default=d["open_ms"])),
+                "max_open_ms": _nullable(_int(limits.BREAKER_OPEN_MS, default=d["max_open_ms"])),
             },
             description="open_ms <= max_open_ms (else 400 validation_error)",
         )
@@ -267,8 +272,8 @@ def _batch() -> dict[str, Any]:
     return _nullable(
         _object(
             {
-                "max_records": _nullable(_int(v.BATCH_MAX_RECORDS, default=d["max_records"])),
-                "max_wait_ms": _nullable(_int(v.BATCH_MAX_WAIT_MS, default=d["max_wait_ms"])),
+                "max_records": _nullable(_int(limits.BATCH_MAX_RECORDS, default=d["max_records"])),
+                "max_wait_ms": _nullable(_int(limits.BATCH_MAX_WAIT_MS, default=d["max_wait_ms"])),
             },
             description="PROTOCOL §8: with max_records > 1 a request carries up to that many "
             'records as {"messages":[M, …]}, sent once max_records are ready or max_wait_ms '
@@ -288,10 +293,14 @@ def _push_config() -> dict[str, Any]:
     d = _PUSH_DEFAULTS
     return _object(
         {
-            "url": {"type": "string", "pattern": v.PUSH_URL_PATTERN, "maxLength": v.MAX_URL_CHARS},
+            "url": {
+                "type": "string",
+                "pattern": v.PUSH_URL_PATTERN,
+                "maxLength": limits.MAX_URL_CHARS,
+            },
             "secret": _SECRET,
-            "max_in_flight": _nullable(_int(v.PUSH_MAX_IN_FLIGHT, default=d["max_in_flight"])),
-            "timeout_ms": _nullable(_int(v.PUSH_TIMEOUT_MS, default=d["timeout_ms"])),
+            "max_in_flight": _nullable(_int(limits.PUSH_MAX_IN_FLIGHT, default=d["max_in_flight"])),
+            "timeout_ms": _nullable(_int(limits.PUSH_TIMEOUT_MS, default=d["timeout_ms"])),
             "breaker": _breaker(),
             "batch": _batch(),
             "payload": _nullable(
@@ -304,11 +313,11 @@ def _push_config() -> dict[str, Any]:
             "previous_secrets": _nullable(
                 {
                     "type": "array",
-                    "maxItems": MAX_PREVIOUS_SECRETS,
+                    "maxItems": limits.MAX_PREVIOUS_SECRETS,
                     "description": "docs/protocol.md: secrets still signed with until "
                     "expires_at (rotation); GET shows only expires_at",
                     "items": _object(
-                        {"secret": _SECRET, "expires_at": _int(v.TIMESTAMP)},
+                        {"secret": _SECRET, "expires_at": _int(limits.TIMESTAMP)},
                         ("secret", "expires_at"),
                     ),
                 }
@@ -327,9 +336,11 @@ def _subscription_config() -> dict[str, Any]:
             "delivery": _nullable(
                 {"enum": [m.value for m in DeliveryMode], "default": d["delivery"]}
             ),
-            "ack_deadline_ms": _nullable(_int(v.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])),
-            "max_in_flight": _nullable(_int(v.MAX_IN_FLIGHT, default=d["max_in_flight"])),
-            "max_deliveries": _nullable(_int(v.MAX_DELIVERIES, default=d["max_deliveries"])),
+            "ack_deadline_ms": _nullable(
+                _int(limits.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])
+            ),
+            "max_in_flight": _nullable(_int(limits.MAX_IN_FLIGHT, default=d["max_in_flight"])),
+            "max_deliveries": _nullable(_int(limits.MAX_DELIVERIES, default=d["max_deliveries"])),
             "retry_backoff": _retry_backoff(),
             "dead_letter_topic": _nullable({**_NAME, "default": None}),
             "ordered_by_key": _nullable({"type": "boolean", "default": d["ordered_by_key"]}),
@@ -358,9 +369,11 @@ def _subscription_patch() -> dict[str, Any]:
             "start": {**_start(), "description": fixed},
             "delivery": _nullable({"enum": [m.value for m in DeliveryMode], "description": fixed}),
             "ordered_by_key": _nullable({"type": "boolean", "description": fixed}),
-            "ack_deadline_ms": _nullable(_int(v.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])),
-            "max_in_flight": _nullable(_int(v.MAX_IN_FLIGHT, default=d["max_in_flight"])),
-            "max_deliveries": _nullable(_int(v.MAX_DELIVERIES, default=d["max_deliveries"])),
+            "ack_deadline_ms": _nullable(
+                _int(limits.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])
+            ),
+            "max_in_flight": _nullable(_int(limits.MAX_IN_FLIGHT, default=d["max_in_flight"])),
+            "max_deliveries": _nullable(_int(limits.MAX_DELIVERIES, default=d["max_deliveries"])),
             "retry_backoff": {
                 **_retry_backoff(),
                 "description": "merged into the current one (a null member: its default)",
@@ -385,7 +398,7 @@ def _pull_schemas() -> dict[str, Any]:
         "allOf": [
             _ref("Record"),
             _object(
-                {"subscription": _NAME, "attempt": _int(v.IntRange(1))},
+                {"subscription": _NAME, "attempt": _int(limits.IntRange(1))},
                 ("subscription", "attempt"),
                 closed=False,
             ),
@@ -398,7 +411,7 @@ def _pull_schemas() -> dict[str, Any]:
                     _int(v.PULL_MAX_MESSAGES, default=v.DEFAULT_PULL_MAX_MESSAGES)
                 ),
                 "wait_ms": _nullable(
-                    _int(v.WAIT_MS, default=0, description="long-poll while nothing is there")
+                    _int(limits.WAIT_MS, default=0, description="long-poll while nothing is there")
                 ),
             },
             description="optional: no body is all defaults",
@@ -412,12 +425,12 @@ def _pull_schemas() -> dict[str, Any]:
             {
                 "ids": ids,
                 "delay_ms": _nullable(
-                    _int(v.NACK_DELAY_MS, description="else the subscription's backoff")
+                    _int(limits.NACK_DELAY_MS, description="else the subscription's backoff")
                 ),
                 "reason": _nullable(
                     {
                         "type": "string",
-                        "maxLength": MAX_NACK_REASON,
+                        "maxLength": limits.MAX_NACK_REASON,
                         "description": "the dead letter's herald-source-last-error",
                     }
                 ),
@@ -430,14 +443,14 @@ def _pull_schemas() -> dict[str, Any]:
 def _seek() -> dict[str, Any]:
     """Exactly one form; the other two may be given as null (absent)."""
     forms = {
-        "to": {"enum": list(v.POSITIONS)},
-        "timestamp": _int(v.TIMESTAMP),
+        "to": {"enum": list(names.POSITIONS)},
+        "timestamp": _int(limits.TIMESTAMP),
         "offsets": {
             "type": "object",
             "description": "partition number -> offset; a partition the topic does not "
             "have -> 404 partition_not_found; past the end means the end",
             "propertyNames": {"pattern": _pattern(v.INT_TEXT_RE.pattern)},
-            "additionalProperties": _int(v.OFFSET),
+            "additionalProperties": _int(limits.OFFSET),
         },
     }
     branches = []
@@ -451,15 +464,19 @@ def _redrive_request() -> dict[str, Any]:
     return _object(
         {
             "rate": _nullable(
-                _int(v.REDRIVE_RATE, default=redrive.DEFAULT_RATE, description="records/s")
+                _int(
+                    limits.REDRIVE_RATE,
+                    default=limits.REDRIVE_DEFAULT_RATE,
+                    description="records/s",
+                )
             ),
             "max_records": _nullable(
-                _int(v.REDRIVE_MAX_RECORDS, default=redrive.DEFAULT_MAX_RECORDS)
+                _int(limits.REDRIVE_MAX_RECORDS, default=limits.REDRIVE_DEFAULT_MAX_RECORDS)
             ),
             "reason": _nullable(
                 {
                     "type": "string",
-                    "maxLength": redrive.MAX_REASON,
+                    "maxLength": limits.REDRIVE_MAX_REASON,
                     "description": "only the dead letters whose herald-source-last-error "
                     'is exactly this ("" also matches records without it)',
                 }
@@ -475,7 +492,7 @@ def _rotation_request() -> dict[str, Any]:
             "secret": _SECRET,
             "previous_ttl_ms": _nullable(
                 _int(
-                    v.PREVIOUS_TTL_MS,
+                    limits.PREVIOUS_TTL_MS,
                     default=v.DEFAULT_PREVIOUS_TTL_MS,
                     description="how long the replaced secret is still signed with; "
                     "0 drops it at once",
@@ -492,12 +509,12 @@ def _rotation_request() -> dict[str, Any]:
 def _topic_view() -> dict[str, Any]:
     config = _object(
         {
-            "partitions": _int(v.PARTITIONS),
+            "partitions": _int(limits.PARTITIONS),
             "retention_ms": {"type": ["integer", "null"]},
             "retention_bytes": {"type": ["integer", "null"]},
-            "dedup_window_ms": _int(v.DEDUP_WINDOW_MS),
-            "replication_factor": _int(v.REPLICATION_FACTOR),
-            "min_insync_replicas": _int(v.MIN_INSYNC_REPLICAS),
+            "dedup_window_ms": _int(limits.DEDUP_WINDOW_MS),
+            "replication_factor": _int(limits.REPLICATION_FACTOR),
+            "min_insync_replicas": _int(limits.MIN_INSYNC_REPLICAS),
         },
         tuple(_TOPIC_DEFAULTS),
         closed=False,
@@ -552,9 +569,11 @@ def _record() -> dict[str, Any]:
             "id": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"},
             "partition": _COUNT,
             "offset": _COUNT,
-            "timestamp": _int(v.TIMESTAMP, description="broker append time, ms since the epoch"),
+            "timestamp": _int(
+                limits.TIMESTAMP, description="broker append time, ms since the epoch"
+            ),
             "deliver_at": _int(
-                v.TIMESTAMP,
+                limits.TIMESTAMP,
                 description="PROTOCOL §8: timestamp + delay_ms of a record published with a "
                 "delay_ms > 0 (absent otherwise); not sent to subscriptions before it",
             ),
@@ -574,25 +593,25 @@ def _subscription_view() -> dict[str, Any]:
     push = _object(
         {
             "url": {"type": "string"},
-            "max_in_flight": _int(v.PUSH_MAX_IN_FLIGHT),
-            "timeout_ms": _int(v.PUSH_TIMEOUT_MS),
+            "max_in_flight": _int(limits.PUSH_MAX_IN_FLIGHT),
+            "timeout_ms": _int(limits.PUSH_TIMEOUT_MS),
             "breaker": _object(
                 {
-                    "failures": _int(v.BREAKER_FAILURES),
-                    "open_ms": _int(v.BREAKER_OPEN_MS),
-                    "max_open_ms": _int(v.BREAKER_OPEN_MS),
+                    "failures": _int(limits.BREAKER_FAILURES),
+                    "open_ms": _int(limits.BREAKER_OPEN_MS),
+                    "max_open_ms": _int(limits.BREAKER_OPEN_MS),
                 },
                 ("failures", "open_ms", "max_open_ms"),
                 closed=False,
             ),
             "previous_secrets": {
                 "type": "array",
-                "items": _object({"expires_at": _int(v.TIMESTAMP)}, ("expires_at",)),
+                "items": _object({"expires_at": _int(limits.TIMESTAMP)}, ("expires_at",)),
             },
             "batch": _object(
                 {
-                    "max_records": _int(v.BATCH_MAX_RECORDS),
-                    "max_wait_ms": _int(v.BATCH_MAX_WAIT_MS),
+                    "max_records": _int(limits.BATCH_MAX_RECORDS),
+                    "max_wait_ms": _int(limits.BATCH_MAX_WAIT_MS),
                 },
                 ("max_records", "max_wait_ms"),
                 closed=False,
@@ -608,16 +627,16 @@ def _subscription_view() -> dict[str, Any]:
             "topic": _NAME,
             "start": {
                 "oneOf": [
-                    {"enum": list(v.POSITIONS)},
-                    _object({"timestamp": _int(v.TIMESTAMP)}, ("timestamp",)),
+                    {"enum": list(names.POSITIONS)},
+                    _object({"timestamp": _int(limits.TIMESTAMP)}, ("timestamp",)),
                 ]
             },
             "delivery": {"enum": [m.value for m in DeliveryMode]},
-            "ack_deadline_ms": _int(v.ACK_DEADLINE_MS),
-            "max_in_flight": _int(v.MAX_IN_FLIGHT),
-            "max_deliveries": _int(v.MAX_DELIVERIES),
+            "ack_deadline_ms": _int(limits.ACK_DEADLINE_MS),
+            "max_in_flight": _int(limits.MAX_IN_FLIGHT),
+            "max_deliveries": _int(limits.MAX_DELIVERIES),
             "retry_backoff": _object(
-                {"min_ms": _int(v.BACKOFF_MS), "max_ms": _int(v.BACKOFF_MS)},
+                {"min_ms": _int(limits.BACKOFF_MS), "max_ms": _int(limits.BACKOFF_MS)},
                 ("min_ms", "max_ms"),
                 closed=False,
             ),
@@ -712,7 +731,7 @@ def _schemas(cluster: bool) -> dict[str, Any]:
                 "messages": {
                     "type": "array",
                     "minItems": 1,
-                    "maxItems": v.MAX_BATCH,
+                    "maxItems": limits.MAX_BATCH,
                     "items": _ref("Message"),
                 }
             },
@@ -782,12 +801,13 @@ def _body(schema: str, required: bool = True) -> dict[str, Any]:
 def _attempts() -> dict[str, Any]:
     attempt = _object(
         {
-            "time": _int(v.TIMESTAMP),
+            "time": _int(limits.TIMESTAMP),
             "id": {"type": "string", "description": "the (first) record's id"},
             "count": _int(
-                v.BATCH_MAX_RECORDS, description="records in the request (a batch: PROTOCOL §8)"
+                limits.BATCH_MAX_RECORDS,
+                description="records in the request (a batch: PROTOCOL §8)",
             ),
-            "attempt": _int(v.IntRange(1), description="the highest attempt of its records"),
+            "attempt": _int(limits.IntRange(1), description="the highest attempt of its records"),
             "status": {"type": ["integer", "null"]},
             "latency_ms": {"type": "number"},
             "error": {"type": ["string", "null"]},
@@ -813,13 +833,19 @@ def _redrive_response() -> dict[str, Any]:
 
 def _paths() -> dict[str, Any]:
     read_params = [
-        _param("offset", "query", _int(v.OFFSET), "first offset; not with timestamp"),
+        _param("offset", "query", _int(limits.OFFSET), "first offset; not with timestamp"),
         _param(
-            "timestamp", "query", _int(v.TIMESTAMP), "from the first record with timestamp >= T"
+            "timestamp",
+            "query",
+            _int(limits.TIMESTAMP),
+            "from the first record with timestamp >= T",
         ),
-        _param("limit", "query", _int(v.READ_LIMIT, default=v.DEFAULT_READ_LIMIT)),
+        _param("limit", "query", _int(limits.READ_LIMIT, default=limits.DEFAULT_READ_LIMIT)),
         _param(
-            "wait_ms", "query", _int(v.WAIT_MS, default=0), "long-poll when nothing is there yet"
+            "wait_ms",
+            "query",
+            _int(limits.WAIT_MS, default=0),
+            "long-poll when nothing is there yet",
         ),
     ]
     return {
@@ -1047,7 +1073,7 @@ def _paths() -> dict[str, Any]:
                 "summary": "Rotate a push subscription's secret (admin): the new secret signs "
                 "from the next request on; the replaced one is still signed with for "
                 f"previous_ttl_ms; expired previous secrets are dropped and at most "
-                f"{MAX_PREVIOUS_SECRETS} kept. The cursor, in-flight records, attempts and "
+                f"{limits.MAX_PREVIOUS_SECRETS} kept. The cursor, in-flight records, attempts and "
                 "stats are untouched",
                 "requestBody": _body("SecretRotation"),
                 "responses": {

@@ -26,10 +26,8 @@ from typing import Any
 import httpx
 import orjson
 
-from delivery import redrive
 from delivery.config import (
     FIXED_FIELDS,
-    MAX_PREVIOUS_SECRETS,
     PATCHABLE_FIELDS,
     Backoff,
     Breaker,
@@ -41,18 +39,54 @@ from delivery.config import (
     SubscriptionConfig,
     SubscriptionPatch,
 )
-from delivery.dead_letter import MAX_NACK_REASON
-from delivery.filter import check_filter
 from delivery.start import StartAt
-from storage.config import TopicConfig
-from storage.errors import (
-    BadRequest,
-    InvalidName,
-    MessageTooLarge,
-    ValidationError,
+from herald.protocol.errors import BadRequest, MessageTooLarge, ValidationError
+from herald.protocol.filter import check_filter
+from herald.protocol.limits import (
+    ACK_DEADLINE_MS,
+    BACKOFF_MS,
+    BATCH_MAX_RECORDS,
+    BATCH_MAX_WAIT_MS,
+    BREAKER_FAILURES,
+    BREAKER_OPEN_MS,
+    DEDUP_WINDOW_MS,
+    DEFAULT_READ_LIMIT,
+    DELAY_MS,
+    MAX_BATCH,
+    MAX_DELIVERIES,
+    MAX_ID_CHARS,
+    MAX_IN_FLIGHT,
+    MAX_NACK_REASON,
+    MAX_PARTITIONS,
+    MAX_PREVIOUS_SECRETS,
+    MAX_URL_CHARS,
+    MAX_VALUE_DEPTH,
+    MAX_VALUE_INT,
+    MIN_INSYNC_REPLICAS,
+    MIN_VALUE_INT,
+    NACK_DELAY_MS,
+    OFFSET,
+    PARTITION,
+    PARTITIONS,
+    PREVIOUS_TTL_MS,
+    PUSH_MAX_IN_FLIGHT,
+    PUSH_TIMEOUT_MS,
+    READ_LIMIT,
+    REDRIVE_DEFAULT_MAX_RECORDS,
+    REDRIVE_DEFAULT_RATE,
+    REDRIVE_MAX_REASON,
+    REDRIVE_MAX_RECORDS,
+    REDRIVE_RATE,
+    REPLICATION_FACTOR,
+    RETENTION_BYTES,
+    RETENTION_MS,
+    TIMESTAMP,
+    WAIT_MS,
+    IntRange,
 )
+from herald.protocol.names import POSITIONS, check_name
+from storage.config import TopicConfig
 from storage.record import (
-    MAX_DELAY_MS,
     Acks,
     NewRecord,
     ValueKind,
@@ -61,29 +95,7 @@ from storage.record import (
 )
 from storage.topic import PublishItem
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
 INT_TEXT_RE = re.compile(r"-?[0-9]+")  # an integer in a path, query or offsets key
-POSITIONS = ("earliest", "latest")  # `start` and seek `to` (PROTOCOL §2)
-MAX_INT64 = 2**63 - 1
-
-MAX_PARTITIONS = 1024
-MAX_BATCH = 10_000
-MAX_ID_CHARS = 128
-DEFAULT_READ_LIMIT = 100
-# PROTOCOL §1: `value` is any JSON value, stored as the compact JSON text the server
-# writes of it. orjson, which writes it, goes no deeper than 254 levels of arrays and
-# objects and holds integers within 64 bits (signed or unsigned).
-MAX_VALUE_DEPTH = 254
-MIN_VALUE_INT = -(2**63)
-MAX_VALUE_INT = 2**64 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class IntRange:
-    """The integers a field accepts (inclusive); server/openapi.py publishes the same."""
-
-    low: int
-    high: int = MAX_INT64
 
 
 def base64_pattern(min_bytes: int = 0, max_bytes: int | None = None) -> str:
@@ -117,45 +129,10 @@ PUSH_URL_PATTERN = (
 )
 
 
-# Every integer range of PROTOCOL §2-§4 and docs/protocol.md, in one place.
-PARTITIONS = IntRange(1, MAX_PARTITIONS)
-PARTITION = IntRange(0, MAX_PARTITIONS - 1)  # one named in a published message
-DELAY_MS = IntRange(0, MAX_DELAY_MS)  # PROTOCOL §8 delayed delivery, 30 days
-DEDUP_WINDOW_MS = IntRange(1000, 604_800_000)
-REPLICATION_FACTOR = IntRange(1, 16)  # PROTOCOL §7; also at most the live nodes
-MIN_INSYNC_REPLICAS = IntRange(1, 16)  # at most replication_factor
-RETENTION_MS = IntRange(1000)
-RETENTION_BYTES = IntRange(1_048_576)
-TIMESTAMP = IntRange(0)  # ms since the epoch
-OFFSET = IntRange(0)
-READ_LIMIT = IntRange(1, 10_000)
-WAIT_MS = IntRange(0, 30_000)
-ACK_DEADLINE_MS = IntRange(100, 600_000)
-MAX_IN_FLIGHT = IntRange(1, 100_000)
-MAX_DELIVERIES = IntRange(0, 1000)
-BACKOFF_MS = IntRange(1, 3_600_000)  # retry_backoff.min_ms / max_ms
-PUSH_MAX_IN_FLIGHT = IntRange(1, 1000)
-PUSH_TIMEOUT_MS = IntRange(100, 60_000)
-BATCH_MAX_RECORDS = IntRange(1, 1000)  # PROTOCOL §8 push.batch
-BATCH_MAX_WAIT_MS = IntRange(0, 10_000)
-BREAKER_FAILURES = IntRange(1, 1000)
-BREAKER_OPEN_MS = IntRange(100, 3_600_000)  # breaker.open_ms / max_open_ms
-PREVIOUS_TTL_MS = IntRange(0, 30 * 86_400_000)  # rotate-secret, 30 days
-REDRIVE_RATE = IntRange(1, redrive.MAX_RATE)
-REDRIVE_MAX_RECORDS = IntRange(1, redrive.MAX_RECORDS)
-
 _MISSING: Any = object()
 
 
 # ---------------------------------------------------------------- primitives
-
-
-def check_name(name: str, what: str = "topic") -> str:
-    if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
-        raise InvalidName(
-            f"{what} name {name!r} does not match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,248}}$"
-        )
-    return name
 
 
 def _as_int(value: Any, field: str) -> int:
@@ -553,7 +530,6 @@ _PREVIOUS_SECRET_FIELDS = frozenset({"secret", "expires_at"})
 SECRET_BYTES = (16, 64)
 SECRET_PREFIX = "whsec_"
 SECRET_PATTERN = f"^{SECRET_PREFIX}{base64_pattern(*SECRET_BYTES)}$"
-MAX_URL_CHARS = 2048
 _BREAKER_FIELDS = frozenset({"failures", "open_ms", "max_open_ms"})
 _BACKOFF_FIELDS = frozenset({"min_ms", "max_ms"})
 
@@ -852,8 +828,8 @@ def _parse_breaker(value: Any) -> Breaker:
 
 @dataclass(frozen=True, slots=True)
 class RedriveRequest:
-    rate: int = redrive.DEFAULT_RATE
-    max_records: int = redrive.DEFAULT_MAX_RECORDS
+    rate: int = REDRIVE_DEFAULT_RATE
+    max_records: int = REDRIVE_DEFAULT_MAX_RECORDS
     reason: str | None = None  # only the dead letters whose last error is this one
 
 
@@ -862,7 +838,7 @@ def parse_redrive(body: Any) -> RedriveRequest:
     `{"rate": 1..10000, "max_records": 1..1000000, "reason": "…"}`."""
     obj = _as_object(body, "the request body")
     _check_fields(obj, frozenset({"rate", "max_records", "reason"}), "the redrive request")
-    rate, max_records = redrive.DEFAULT_RATE, redrive.DEFAULT_MAX_RECORDS
+    rate, max_records = REDRIVE_DEFAULT_RATE, REDRIVE_DEFAULT_MAX_RECORDS
     if (v := _given(obj, "rate")) is not _MISSING:
         rate = _int_in(v, "rate", REDRIVE_RATE)
     if (v := _given(obj, "max_records")) is not _MISSING:
@@ -870,8 +846,8 @@ def parse_redrive(body: Any) -> RedriveRequest:
     reason = None
     if (v := _given(obj, "reason")) is not _MISSING:
         reason = _as_str(v, "reason")
-        if len(reason) > redrive.MAX_REASON:
-            raise ValidationError(f"reason is over {redrive.MAX_REASON} characters")
+        if len(reason) > REDRIVE_MAX_REASON:
+            raise ValidationError(f"reason is over {REDRIVE_MAX_REASON} characters")
     return RedriveRequest(rate, max_records, reason)
 
 
@@ -879,7 +855,6 @@ def parse_redrive(body: Any) -> RedriveRequest:
 
 PULL_MAX_MESSAGES = IntRange(1, 1000)
 DEFAULT_PULL_MAX_MESSAGES = 100
-NACK_DELAY_MS = IntRange(0, 600_000)  # as a WebSocket nack's delay_ms (PROTOCOL §3)
 
 
 @dataclass(frozen=True, slots=True)

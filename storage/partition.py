@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from herald.protocol.errors import StorageUnavailable
 from storage.batch import make_records
-from storage.errors import StorageUnavailable
 from storage.open_files import OpenFiles
 from storage.partition_log import LogConfig, PartitionLog
 from storage.record import Acks, NewRecord, Record

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from herald.protocol import limits
+from herald.protocol.errors import HeraldError
 from server import validation as v
 from server.openapi import document
-from storage.errors import HeraldError
 
 SCHEMAS: dict[str, Any] = document()["components"]["schemas"]
 
@@ -30,25 +31,25 @@ def _bounds(schema: dict[str, Any]) -> tuple[int, int]:
 @pytest.mark.parametrize(
     ("path", "allowed"),
     [
-        (("TopicConfig", "partitions"), v.PARTITIONS),
-        (("TopicConfig", "retention_ms"), v.RETENTION_MS),
-        (("TopicConfig", "retention_bytes"), v.RETENTION_BYTES),
-        (("TopicConfig", "dedup_window_ms"), v.DEDUP_WINDOW_MS),
-        (("Message", "partition"), v.PARTITION),
-        (("SubscriptionConfig", "ack_deadline_ms"), v.ACK_DEADLINE_MS),
-        (("SubscriptionConfig", "max_in_flight"), v.MAX_IN_FLIGHT),
-        (("SubscriptionConfig", "max_deliveries"), v.MAX_DELIVERIES),
-        (("PushConfig", "max_in_flight"), v.PUSH_MAX_IN_FLIGHT),
-        (("PushConfig", "timeout_ms"), v.PUSH_TIMEOUT_MS),
-        (("RedriveRequest", "rate"), v.REDRIVE_RATE),
-        (("RedriveRequest", "max_records"), v.REDRIVE_MAX_RECORDS),
-        (("SecretRotation", "previous_ttl_ms"), v.PREVIOUS_TTL_MS),
+        (("TopicConfig", "partitions"), limits.PARTITIONS),
+        (("TopicConfig", "retention_ms"), limits.RETENTION_MS),
+        (("TopicConfig", "retention_bytes"), limits.RETENTION_BYTES),
+        (("TopicConfig", "dedup_window_ms"), limits.DEDUP_WINDOW_MS),
+        (("Message", "partition"), limits.PARTITION),
+        (("SubscriptionConfig", "ack_deadline_ms"), limits.ACK_DEADLINE_MS),
+        (("SubscriptionConfig", "max_in_flight"), limits.MAX_IN_FLIGHT),
+        (("SubscriptionConfig", "max_deliveries"), limits.MAX_DELIVERIES),
+        (("PushConfig", "max_in_flight"), limits.PUSH_MAX_IN_FLIGHT),
+        (("PushConfig", "timeout_ms"), limits.PUSH_TIMEOUT_MS),
+        (("RedriveRequest", "rate"), limits.REDRIVE_RATE),
+        (("RedriveRequest", "max_records"), limits.REDRIVE_MAX_RECORDS),
+        (("SecretRotation", "previous_ttl_ms"), limits.PREVIOUS_TTL_MS),
     ],
 )
-def test_each_range_is_the_validators(path: tuple[str, str], allowed: v.IntRange) -> None:
+def test_each_range_is_the_validators(path: tuple[str, str], allowed: limits.IntRange) -> None:
     schema, field = path
     assert _bounds(SCHEMAS[schema]["properties"][field]) == (allowed.low, allowed.high)
-    assert allowed.high <= v.MAX_INT64  # every bound fits int64 (issue 20 §4)
+    assert allowed.high <= limits.MAX_INT64  # every bound fits int64 (issue 20 §4)
 
 
 def test_the_document_is_valid_json_schema_2020_12() -> None:
@@ -72,7 +73,7 @@ def test_the_secret_pattern_accepts_exactly_what_the_validator_does(size: int) -
 @settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
 @given(st.from_regex(re.compile(v.PUSH_URL_PATTERN), fullmatch=True))
 def test_every_url_the_pattern_allows_is_accepted(url: str) -> None:
-    if len(url) <= v.MAX_URL_CHARS:
+    if len(url) <= limits.MAX_URL_CHARS:
         v.parse_subscription_config(
             {"topic": "t", "push": {"url": url, "secret": "whsec_" + "A" * 24}}
         )
