@@ -28,19 +28,12 @@ from delivery.credit import Consumers
 from delivery.cursor import PartitionState
 from delivery.dead_letter import ACK_DEADLINE, BEFORE_RESTART, DISCONNECT, NACKED
 from delivery.delay import DelayQueue
-from delivery.events import (
-    DeadLetter,
-    Delivery,
-    PartitionStats,
-    PauseReason,
-    ReadRequest,
-    RefetchRequest,
-    SubscriptionStats,
-)
+from delivery.events import DeadLetter, Delivery, PauseReason, ReadRequest, RefetchRequest
 from delivery.inflight import InFlight, InFlightTable
 from delivery.ordering import KeyGate, Ref
 from delivery.redelivery import RedeliveryQueue, RedeliveryRef
 from herald.protocol.filter import Matcher, compile_filter, parse
+from herald.protocol.stats import PartitionStats, SubscriptionStats
 from storage.cursors import CursorSnapshot
 from storage.record import Record, slot_constructor
 

@@ -30,6 +30,7 @@ from delivery.config import (
 from herald.protocol import limits, names
 from server import validation as v
 from server.auth import MAX_TTL_MS, MIN_TTL_MS
+from server.schemas import model_components
 from storage.config import TopicConfig
 from storage.record import Acks
 
@@ -590,95 +591,7 @@ def _record() -> dict[str, Any]:
 
 
 def _subscription_view() -> dict[str, Any]:
-    push = _object(
-        {
-            "url": {"type": "string"},
-            "max_in_flight": _int(limits.PUSH_MAX_IN_FLIGHT),
-            "timeout_ms": _int(limits.PUSH_TIMEOUT_MS),
-            "breaker": _object(
-                {
-                    "failures": _int(limits.BREAKER_FAILURES),
-                    "open_ms": _int(limits.BREAKER_OPEN_MS),
-                    "max_open_ms": _int(limits.BREAKER_OPEN_MS),
-                },
-                ("failures", "open_ms", "max_open_ms"),
-                closed=False,
-            ),
-            "previous_secrets": {
-                "type": "array",
-                "items": _object({"expires_at": _int(limits.TIMESTAMP)}, ("expires_at",)),
-            },
-            "batch": _object(
-                {
-                    "max_records": _int(limits.BATCH_MAX_RECORDS),
-                    "max_wait_ms": _int(limits.BATCH_MAX_WAIT_MS),
-                },
-                ("max_records", "max_wait_ms"),
-                closed=False,
-            ),
-            "payload": {"enum": [p.value for p in PushPayload]},
-        },
-        ("url", "max_in_flight", "timeout_ms", "breaker", "batch", "payload"),
-        closed=False,
-        description="the push config without its secrets",
-    )
-    config = _object(
-        {
-            "topic": _NAME,
-            "start": {
-                "oneOf": [
-                    {"enum": list(names.POSITIONS)},
-                    _object({"timestamp": _int(limits.TIMESTAMP)}, ("timestamp",)),
-                ]
-            },
-            "delivery": {"enum": [m.value for m in DeliveryMode]},
-            "ack_deadline_ms": _int(limits.ACK_DEADLINE_MS),
-            "max_in_flight": _int(limits.MAX_IN_FLIGHT),
-            "max_deliveries": _int(limits.MAX_DELIVERIES),
-            "retry_backoff": _object(
-                {"min_ms": _int(limits.BACKOFF_MS), "max_ms": _int(limits.BACKOFF_MS)},
-                ("min_ms", "max_ms"),
-                closed=False,
-            ),
-            "dead_letter_topic": {"anyOf": [_NAME, {"type": "null"}]},
-            "ordered_by_key": {"type": "boolean"},
-            "push": {"anyOf": [push, {"type": "null"}]},
-        },
-        tuple(_SUB_DEFAULTS),
-        closed=False,
-        description="every field, defaults filled (PROTOCOL §2)",
-    )
-    counters = (
-        "backlog",
-        "in_flight",
-        "consumers",
-        "delivered_total",
-        "redelivered_total",
-        "acked_total",
-        "dead_lettered_total",
-        "expired_total",
-        "filtered_total",
-    )
-    stats = _object(
-        {
-            **{name: _COUNT for name in counters},
-            "partitions": {
-                "type": "array",
-                "items": _object(
-                    {"partition": _COUNT, "ack_floor": _COUNT},
-                    ("partition", "ack_floor"),
-                    closed=False,
-                ),
-            },
-        },
-        (*counters, "partitions"),
-        closed=False,
-        description="PROTOCOL §5; a push subscription adds the endpoint_* members of "
-        "docs/protocol.md",
-    )
     return {
-        "SubscriptionConfigView": config,
-        "SubscriptionStats": stats,
         "Subscription": _object(
             {
                 "name": _NAME,
@@ -770,6 +683,7 @@ def _schemas(cluster: bool) -> dict[str, Any]:
         "RedriveRequest": _redrive_request(),
         "SecretRotation": _rotation_request(),
         "TokenRequest": _token_request(),
+        **model_components(),
     }
 
 

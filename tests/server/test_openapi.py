@@ -8,6 +8,7 @@ import base64
 import re
 from typing import Any
 
+import httpx
 import jsonschema_rs
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from herald.protocol import limits
 from herald.protocol.errors import HeraldError
+from herald.protocol.stats import SubscriptionStats
 from server import validation as v
 from server.openapi import document
 
@@ -124,3 +126,25 @@ def test_the_websocket_routes_are_described() -> None:
     for route in described.values():
         assert "herald.token." in route["authentication"]
         assert {"4401", "4403"} <= set(route["close_codes"])
+
+
+def test_a_subscription_is_published_from_its_models(herald_url: str) -> None:
+    """Issue 29: the published SubscriptionStats and SubscriptionConfigView are generated
+    from the models the server fills in, so every member a server answers is described
+    (`delayed` and `filter` once were not), and a real answer validates against them."""
+    published = SCHEMAS["SubscriptionStats"]
+    assert set(published["properties"]) == set(SubscriptionStats.__struct_fields__)
+    assert set(published["required"]) == set(SubscriptionStats.__struct_fields__)
+    validator = jsonschema_rs.Draft202012Validator(
+        {"$ref": "#/components/schemas/Subscription", "components": {"schemas": SCHEMAS}}
+    )
+    with httpx.Client(base_url=herald_url) as http:
+        body = {"messages": [{"value": 1}, {"value": 2, "delay_ms": 60_000}]}
+        assert http.post("/v1/topics/t/messages", json=body).status_code == 200
+        config = {"topic": "t", "start": "earliest", "filter": 'key = "a"'}
+        created = http.put("/v1/subscriptions/s", json=config)
+        assert created.status_code == 201, created.text
+        answer = http.get("/v1/subscriptions/s").json()
+    assert "delayed" in answer["stats"] and answer["config"]["filter"] == 'key = "a"'
+    validator.validate(answer)
+    assert set(SCHEMAS["SubscriptionConfigView"]["properties"]) == set(answer["config"])

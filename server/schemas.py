@@ -1,0 +1,24 @@
+"""The components of /openapi.json that are generated from the protocol's models
+(herald/protocol/): the very types the server fills in and validates with, so their
+published schema cannot drift from them (issue 29: `delayed` was once missing from the
+hand-written SubscriptionStats, and `filter` from SubscriptionConfigView)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from herald.protocol.stats import SubscriptionStats
+from herald.protocol.subscriptions import SubscriptionConfigView
+
+REF_TEMPLATE = "#/components/schemas/{name}"
+
+MODELS: tuple[Any, ...] = (SubscriptionConfigView, SubscriptionStats)
+
+
+def model_components() -> dict[str, dict[str, Any]]:
+    """Each model's JSON Schema (and those of the models it refers to) under its class
+    name, which is the component name the paths refer to."""
+    _, components = msgspec.json.schema_components(MODELS, ref_template=REF_TEMPLATE)
+    return components
