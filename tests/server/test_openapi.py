@@ -5,6 +5,7 @@ comparison is tests/security/test_fuzz_api.py (schemathesis)."""
 from __future__ import annotations
 
 import base64
+import datetime
 import re
 from typing import Any
 
@@ -19,6 +20,7 @@ from herald.protocol.errors import HeraldError
 from herald.protocol.stats import SubscriptionStats
 from server import validation as v
 from server.openapi import document
+from tests.server import conformance
 
 SCHEMAS: dict[str, Any] = document()["components"]["schemas"]
 
@@ -148,3 +150,18 @@ def test_a_subscription_is_published_from_its_models(herald_url: str) -> None:
     assert "delayed" in answer["stats"] and answer["config"]["filter"] == 'key = "a"'
     validator.validate(answer)
     assert set(SCHEMAS["SubscriptionConfigView"]["properties"]) == set(answer["config"])
+
+
+def test_an_answer_the_document_does_not_describe_is_caught() -> None:
+    """The check tests/server/conftest.py runs on every answer of this folder's tests."""
+    request = httpx.Request("GET", "http://127.0.0.1:1/v1/subscriptions/s")
+    for body, caught in (({"name": "s"}, True), ({"subscriptions": []}, True)):
+        response = httpx.Response(200, json=body, request=request)
+        response.read()
+        response.elapsed = datetime.timedelta(0)
+        assert (conformance(response) is not None) == caught
+    listing = httpx.Request("GET", "http://127.0.0.1:1/v1/subscriptions")
+    response = httpx.Response(200, json={"subscriptions": []}, request=listing)
+    response.read()
+    response.elapsed = datetime.timedelta(0)
+    assert conformance(response) is None
