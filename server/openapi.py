@@ -1,8 +1,10 @@
 """The OpenAPI 3.1 description of the HTTP API (PROTOCOL §2, §5), served at /openapi.json.
 
-Built from what the server itself uses, so it cannot drift from it: every range,
-pattern and enum comes from server/validation.py (``IntRange`` constants, the name
-and base64 patterns, the push URL pattern), every default from the config
+Built from what the server itself uses, so it cannot drift from it: the schemas of
+the subscription config (as sent and as shown) and of its stats are generated from the
+protocol's models the server validates with and answers from (server/schemas.py);
+every other range, pattern and enum comes from herald.protocol (``IntRange``
+constants, the name, base64 and push URL patterns), every default from the config
 dataclasses. Requests and responses have separate schemas (a push secret is
 required in a request and never shown in a response). PROTOCOL §2's "an optional
 field given as null is the same as the field left out" is written out: each
@@ -21,13 +23,8 @@ from typing import Any
 
 import orjson
 
-from delivery.config import (
-    DeliveryMode,
-    PushConfig,
-    PushPayload,
-    SubscriptionConfig,
-)
 from herald.protocol import limits, names
+from herald.protocol.patterns import SECRET_BYTES, SECRET_PATTERN, SECRET_PREFIX, base64_pattern
 from server import validation as v
 from server.auth import MAX_TTL_MS, MIN_TTL_MS
 from server.schemas import model_components
@@ -37,8 +34,6 @@ from storage.record import Acks
 _REF = "#/components/schemas/"
 
 _TOPIC_DEFAULTS = TopicConfig().to_dict()
-_SUB_DEFAULTS = SubscriptionConfig(topic="t").public_dict()
-_PUSH_DEFAULTS = PushConfig(url="", secret="").public_dict()
 
 
 # docs/security.md (a cluster): a node's credentials file as loaded, so a mismatch shows.
@@ -107,21 +102,10 @@ def _pattern(regex: str) -> str:
 _NAME = {"type": "string", "pattern": _pattern(names.NAME_PATTERN)}
 _SECRET = {
     "type": "string",
-    "pattern": v.SECRET_PATTERN,
-    "description": f"{v.SECRET_PREFIX} + strict base64 of "
-    f"{v.SECRET_BYTES[0]}..{v.SECRET_BYTES[1]} bytes",
+    "pattern": SECRET_PATTERN,
+    "description": f"{SECRET_PREFIX} + strict base64 of {SECRET_BYTES[0]}..{SECRET_BYTES[1]} bytes",
 }
-_FILTER = _nullable(
-    {
-        "type": "string",
-        "maxLength": limits.MAX_FILTER_CHARS,
-        "default": None,
-        "description": 'PROTOCOL §8: key = "v", key != "v", hasPrefix(key, "p"), '
-        'headers.NAME = / != "v", hasPrefix(headers.NAME, "p"), headers:NAME, joined '
-        "with AND, OR, NOT and parentheses (malformed -> bad_request with the position)",
-    }
-)
-_BASE64 = {"type": "string", "pattern": _pattern(v.base64_pattern()), "contentEncoding": "base64"}
+_BASE64 = {"type": "string", "pattern": _pattern(base64_pattern()), "contentEncoding": "base64"}
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _BAD = _problem("bad_request, validation_error or invalid_name")
 _TOO_LARGE = _problem("payload_too_large: the body is over the server's cap")
@@ -226,165 +210,6 @@ def _message() -> dict[str, Any]:
             {"required": ["value"]},
             {"required": ["value_b64"], "properties": {"value_b64": {"type": "string"}}},
         ],
-    )
-
-
-def _start() -> dict[str, Any]:
-    return _nullable(
-        {
-            "oneOf": [
-                {"enum": list(names.POSITIONS)},
-                _object({"timestamp": _int(limits.TIMESTAMP)}, ("timestamp",)),
-            ],
-            "default": _SUB_DEFAULTS["start"],
-        }
-    )
-
-
-def _retry_backoff() -> dict[str, Any]:
-    d = _SUB_DEFAULTS["retry_backoff"]
-    return _nullable(
-        _object(
-            {
-                "min_ms": _nullable(_int(limits.BACKOFF_MS, default=d["min_ms"])),
-                "max_ms": _nullable(_int(limits.BACKOFF_MS, default=d["max_ms"])),
-            },
-            description="min_ms <= max_ms (else 400 validation_error)",
-        )
-    )
-
-
-def _breaker() -> dict[str, Any]:
-    d = _PUSH_DEFAULTS["breaker"]
-    return _nullable(
-        _object(
-            {
-                "failures": _nullable(_int(limits.BREAKER_FAILURES, default=d["failures"])),
-                "open_ms": _nullable(_int(limits.BREAKER_OPEN_MS, default=d["open_ms"])),
-                "max_open_ms": _nullable(_int(limits.BREAKER_OPEN_MS, default=d["max_open_ms"])),
-            },
-            description="open_ms <= max_open_ms (else 400 validation_error)",
-        )
-    )
-
-
-def _batch() -> dict[str, Any]:
-    d = _PUSH_DEFAULTS["batch"]
-    return _nullable(
-        _object(
-            {
-                "max_records": _nullable(_int(limits.BATCH_MAX_RECORDS, default=d["max_records"])),
-                "max_wait_ms": _nullable(_int(limits.BATCH_MAX_WAIT_MS, default=d["max_wait_ms"])),
-            },
-            description="PROTOCOL §8: with max_records > 1 a request carries up to that many "
-            'records as {"messages":[M, …]}, sent once max_records are ready or max_wait_ms '
-            "after the first of them was",
-        )
-    )
-
-
-_PAYLOAD_DESCRIPTION = (
-    'PROTOCOL §8: "envelope" (the JSON of M) or "raw" (the record\'s value as the body, '
-    "the rest of M in herald-* headers); raw needs batch.max_records 1 (else 400 "
-    "validation_error)"
-)
-
-
-def _push_config() -> dict[str, Any]:
-    d = _PUSH_DEFAULTS
-    return _object(
-        {
-            "url": {
-                "type": "string",
-                "pattern": v.PUSH_URL_PATTERN,
-                "maxLength": limits.MAX_URL_CHARS,
-            },
-            "secret": _SECRET,
-            "max_in_flight": _nullable(_int(limits.PUSH_MAX_IN_FLIGHT, default=d["max_in_flight"])),
-            "timeout_ms": _nullable(_int(limits.PUSH_TIMEOUT_MS, default=d["timeout_ms"])),
-            "breaker": _breaker(),
-            "batch": _batch(),
-            "payload": _nullable(
-                {
-                    "enum": [p.value for p in PushPayload],
-                    "default": d["payload"],
-                    "description": _PAYLOAD_DESCRIPTION,
-                }
-            ),
-            "previous_secrets": _nullable(
-                {
-                    "type": "array",
-                    "maxItems": limits.MAX_PREVIOUS_SECRETS,
-                    "description": "docs/protocol.md: secrets still signed with until "
-                    "expires_at (rotation); GET shows only expires_at",
-                    "items": _object(
-                        {"secret": _SECRET, "expires_at": _int(limits.TIMESTAMP)},
-                        ("secret", "expires_at"),
-                    ),
-                }
-            ),
-        },
-        ("url", "secret"),
-    )
-
-
-def _subscription_config() -> dict[str, Any]:
-    d = _SUB_DEFAULTS
-    return _object(
-        {
-            "topic": _NAME,
-            "start": _start(),
-            "delivery": _nullable(
-                {"enum": [m.value for m in DeliveryMode], "default": d["delivery"]}
-            ),
-            "ack_deadline_ms": _nullable(
-                _int(limits.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])
-            ),
-            "max_in_flight": _nullable(_int(limits.MAX_IN_FLIGHT, default=d["max_in_flight"])),
-            "max_deliveries": _nullable(_int(limits.MAX_DELIVERIES, default=d["max_deliveries"])),
-            "retry_backoff": _retry_backoff(),
-            "dead_letter_topic": _nullable({**_NAME, "default": None}),
-            "ordered_by_key": _nullable({"type": "boolean", "default": d["ordered_by_key"]}),
-            "push": _nullable({**_ref("PushConfig"), "default": None}),
-            "filter": _FILTER,
-        },
-        ("topic",),
-    )
-
-
-def _subscription_patch() -> dict[str, Any]:
-    """PROTOCOL §8 change in place: JSON Merge Patch; null -> back to the default."""
-    d = _SUB_DEFAULTS
-    fixed = "only with its current value (else 409 subscription_conflict)"
-    push = _push_config()
-    push = {
-        **push,
-        # Optional here: left out (or null, PROTOCOL §2) it keeps the current secret.
-        "properties": {**push["properties"], "secret": _nullable(_SECRET)},
-        "required": ["url"],
-        "description": "replaces the push config whole; without secret the old one is kept",
-    }
-    return _object(
-        {
-            "topic": _nullable({**_NAME, "description": fixed}),
-            "start": {**_start(), "description": fixed},
-            "delivery": _nullable({"enum": [m.value for m in DeliveryMode], "description": fixed}),
-            "ordered_by_key": _nullable({"type": "boolean", "description": fixed}),
-            "ack_deadline_ms": _nullable(
-                _int(limits.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])
-            ),
-            "max_in_flight": _nullable(_int(limits.MAX_IN_FLIGHT, default=d["max_in_flight"])),
-            "max_deliveries": _nullable(_int(limits.MAX_DELIVERIES, default=d["max_deliveries"])),
-            "retry_backoff": {
-                **_retry_backoff(),
-                "description": "merged into the current one (a null member: its default)",
-            },
-            "dead_letter_topic": _nullable({**_NAME, "default": None}),
-            "push": _nullable({**push, "default": None}),
-            "filter": _FILTER,
-        },
-        description="a field left out is unchanged; null sets it back to its default "
-        "(push: null stops pushing); records in flight keep their deadline",
     )
 
 
@@ -674,9 +499,6 @@ def _schemas(cluster: bool) -> dict[str, Any]:
             ("messages", "next_offset"),
             closed=False,
         ),
-        "SubscriptionConfig": _subscription_config(),
-        "SubscriptionPatch": _subscription_patch(),
-        "PushConfig": _push_config(),
         **_subscription_view(),
         "Seek": _seek(),
         **_pull_schemas(),

@@ -9,12 +9,17 @@ from typing import Any
 
 import msgspec
 
+from herald.protocol import subscriptions as wire
 from herald.protocol.stats import SubscriptionStats
-from herald.protocol.subscriptions import SubscriptionConfigView
 
 REF_TEMPLATE = "#/components/schemas/{name}"
 
-MODELS: tuple[Any, ...] = (SubscriptionConfigView, SubscriptionStats)
+MODELS: tuple[Any, ...] = (
+    wire.SubscriptionConfig,
+    wire.SubscriptionPatch,
+    wire.SubscriptionConfigView,
+    SubscriptionStats,
+)
 
 
 def model_components() -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from herald.protocol import limits
 from herald.protocol.errors import HeraldError
+from herald.protocol.patterns import PUSH_URL_PATTERN, SECRET_PATTERN, SECRET_PREFIX, base64_pattern
 from herald.protocol.stats import SubscriptionStats
 from server import validation as v
 from server.openapi import document
@@ -65,17 +66,17 @@ def test_the_document_is_valid_json_schema_2020_12() -> None:
 
 @pytest.mark.parametrize("size", range(80))
 def test_the_secret_pattern_accepts_exactly_what_the_validator_does(size: int) -> None:
-    secret = v.SECRET_PREFIX + base64.b64encode(b"k" * size).decode()
+    secret = SECRET_PREFIX + base64.b64encode(b"k" * size).decode()
     try:
         v.parse_secret_rotation({"secret": secret})
         accepted = True
     except HeraldError:
         accepted = False
-    assert (re.fullmatch(v.SECRET_PATTERN.strip("^$"), secret) is not None) == accepted
+    assert (re.fullmatch(SECRET_PATTERN.strip("^$"), secret) is not None) == accepted
 
 
 @settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
-@given(st.from_regex(re.compile(v.PUSH_URL_PATTERN), fullmatch=True))
+@given(st.from_regex(re.compile(PUSH_URL_PATTERN), fullmatch=True))
 def test_every_url_the_pattern_allows_is_accepted(url: str) -> None:
     if len(url) <= limits.MAX_URL_CHARS:
         v.parse_subscription_config(
@@ -87,7 +88,7 @@ def test_every_url_the_pattern_allows_is_accepted(url: str) -> None:
 @given(st.binary(max_size=64), st.text("AQgw=+/", max_size=3))
 def test_value_b64_pattern_matches_strict_base64(data: bytes, noise: str) -> None:
     text = base64.b64encode(data).decode()
-    assert re.fullmatch(v.base64_pattern(), text)
+    assert re.fullmatch(base64_pattern(), text)
     assert v.b64decode_strict(text, "value_b64") == data
     for other in (text + noise, text[:-1] + noise, noise + text):
         try:
@@ -95,7 +96,7 @@ def test_value_b64_pattern_matches_strict_base64(data: bytes, noise: str) -> Non
             accepted = True
         except HeraldError:
             accepted = False
-        assert (re.fullmatch(v.base64_pattern(), other) is not None) == accepted, other
+        assert (re.fullmatch(base64_pattern(), other) is not None) == accepted, other
 
 
 def test_a_message_is_exactly_one_of_value_and_value_b64() -> None:
