@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from herald.protocol import limits, names
-from herald.protocol.patterns import SECRET_BYTES, SECRET_PATTERN, SECRET_PREFIX, base64_pattern
+from herald.protocol.patterns import base64_pattern
 from server import validation as v
 from server.auth import MAX_TTL_MS, MIN_TTL_MS
 from server.schemas import model_components
@@ -100,11 +100,6 @@ def _pattern(regex: str) -> str:
 
 
 _NAME = {"type": "string", "pattern": _pattern(names.NAME_PATTERN)}
-_SECRET = {
-    "type": "string",
-    "pattern": SECRET_PATTERN,
-    "description": f"{SECRET_PREFIX} + strict base64 of {SECRET_BYTES[0]}..{SECRET_BYTES[1]} bytes",
-}
 _BASE64 = {"type": "string", "pattern": _pattern(base64_pattern()), "contentEncoding": "base64"}
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _BAD = _problem("bad_request, validation_error or invalid_name")
@@ -286,49 +281,6 @@ def _seek() -> dict[str, Any]:
     return {"description": "exactly one form", "oneOf": branches}
 
 
-def _redrive_request() -> dict[str, Any]:
-    return _object(
-        {
-            "rate": _nullable(
-                _int(
-                    limits.REDRIVE_RATE,
-                    default=limits.REDRIVE_DEFAULT_RATE,
-                    description="records/s",
-                )
-            ),
-            "max_records": _nullable(
-                _int(limits.REDRIVE_MAX_RECORDS, default=limits.REDRIVE_DEFAULT_MAX_RECORDS)
-            ),
-            "reason": _nullable(
-                {
-                    "type": "string",
-                    "maxLength": limits.REDRIVE_MAX_REASON,
-                    "description": "only the dead letters whose herald-source-last-error "
-                    'is exactly this ("" also matches records without it)',
-                }
-            ),
-        },
-        description="optional: no body is all defaults",
-    )
-
-
-def _rotation_request() -> dict[str, Any]:
-    return _object(
-        {
-            "secret": _SECRET,
-            "previous_ttl_ms": _nullable(
-                _int(
-                    limits.PREVIOUS_TTL_MS,
-                    default=v.DEFAULT_PREVIOUS_TTL_MS,
-                    description="how long the replaced secret is still signed with; "
-                    "0 drops it at once",
-                )
-            ),
-        },
-        ("secret",),
-    )
-
-
 # ------------------------------------------------------------------ responses
 
 
@@ -502,8 +454,6 @@ def _schemas(cluster: bool) -> dict[str, Any]:
         **_subscription_view(),
         "Seek": _seek(),
         **_pull_schemas(),
-        "RedriveRequest": _redrive_request(),
-        "SecretRotation": _rotation_request(),
         "TokenRequest": _token_request(),
         **model_components(),
     }

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from herald.protocol import actions
 from herald.protocol import subscriptions as wire
 from herald.protocol.stats import SubscriptionStats
 
@@ -19,6 +20,8 @@ MODELS: tuple[Any, ...] = (
     wire.SubscriptionPatch,
     wire.SubscriptionConfigView,
     SubscriptionStats,
+    actions.RedriveRequest,
+    actions.SecretRotation,
 )
 
 

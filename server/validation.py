@@ -44,6 +44,7 @@ from delivery.config import (
     SubscriptionPatch,
 )
 from delivery.start import StartAt
+from herald.protocol import actions
 from herald.protocol import subscriptions as wire
 from herald.protocol.errors import BadRequest, MessageTooLarge, ValidationError
 from herald.protocol.filter import check_filter
@@ -64,13 +65,9 @@ from herald.protocol.limits import (
     OFFSET,
     PARTITION,
     PARTITIONS,
-    PREVIOUS_TTL_MS,
     READ_LIMIT,
     REDRIVE_DEFAULT_MAX_RECORDS,
     REDRIVE_DEFAULT_RATE,
-    REDRIVE_MAX_REASON,
-    REDRIVE_MAX_RECORDS,
-    REDRIVE_RATE,
     REPLICATION_FACTOR,
     RETENTION_BYTES,
     RETENTION_MS,
@@ -653,10 +650,6 @@ def _parse_secret(value: Any, field: str) -> str:
     return secret
 
 
-# docs/protocol.md "Rotating the secret": how long the replaced secret is still signed with.
-DEFAULT_PREVIOUS_TTL_MS = 86_400_000  # 24 h
-
-
 @dataclass(frozen=True, slots=True)
 class SecretRotation:
     secret: str
@@ -666,17 +659,11 @@ class SecretRotation:
 def parse_secret_rotation(body: Any) -> SecretRotation:
     """`POST /v1/subscriptions/{name}/push/rotate-secret`:
     `{"secret": "whsec_…", "previous_ttl_ms": PREVIOUS_TTL_MS}`."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"secret", "previous_ttl_ms"}), "the rotation request")
-    secret = _given(obj, "secret")
-    if secret is _MISSING:
-        raise BadRequest("secret is required")
-    ttl = _given(obj, "previous_ttl_ms")
+    request = from_model(body, actions.SecretRotation, "the rotation request")
+    ttl = request.previous_ttl_ms
     return SecretRotation(
-        _parse_secret(secret, "secret"),
-        DEFAULT_PREVIOUS_TTL_MS
-        if ttl is _MISSING
-        else _int_in(ttl, "previous_ttl_ms", PREVIOUS_TTL_MS),
+        _parse_secret(request.secret, "secret"),
+        actions.DEFAULT_PREVIOUS_TTL_MS if ttl is None else ttl,
     )
 
 
@@ -693,19 +680,12 @@ class RedriveRequest:
 def parse_redrive(body: Any) -> RedriveRequest:
     """`POST /v1/subscriptions/{name}/redrive` (docs/protocol.md): an optional body
     `{"rate": 1..10000, "max_records": 1..1000000, "reason": "…"}`."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"rate", "max_records", "reason"}), "the redrive request")
-    rate, max_records = REDRIVE_DEFAULT_RATE, REDRIVE_DEFAULT_MAX_RECORDS
-    if (v := _given(obj, "rate")) is not _MISSING:
-        rate = _int_in(v, "rate", REDRIVE_RATE)
-    if (v := _given(obj, "max_records")) is not _MISSING:
-        max_records = _int_in(v, "max_records", REDRIVE_MAX_RECORDS)
-    reason = None
-    if (v := _given(obj, "reason")) is not _MISSING:
-        reason = _as_str(v, "reason")
-        if len(reason) > REDRIVE_MAX_REASON:
-            raise ValidationError(f"reason is over {REDRIVE_MAX_REASON} characters")
-    return RedriveRequest(rate, max_records, reason)
+    request = from_model(body, actions.RedriveRequest, "the redrive request")
+    return RedriveRequest(
+        REDRIVE_DEFAULT_RATE if request.rate is None else request.rate,
+        REDRIVE_DEFAULT_MAX_RECORDS if request.max_records is None else request.max_records,
+        request.reason,
+    )
 
 
 # ---------------------------------------------------------------- pull (PROTOCOL §8)
