@@ -226,38 +226,10 @@ def _pull_schemas() -> dict[str, Any]:
         ]
     }
     return {
-        "PullRequest": _object(
-            {
-                "max_messages": _nullable(
-                    _int(v.PULL_MAX_MESSAGES, default=v.DEFAULT_PULL_MAX_MESSAGES)
-                ),
-                "wait_ms": _nullable(
-                    _int(limits.WAIT_MS, default=0, description="long-poll while nothing is there")
-                ),
-            },
-            description="optional: no body is all defaults",
-        ),
         "PullResponse": _object(
             {"messages": {"type": "array", "items": delivered}}, ("messages",), closed=False
         ),
-        "AckRequest": _object({"ids": ids}, ("ids",)),
         "AckResponse": _object({"ok": ids, "unknown": ids}, ("ok", "unknown"), closed=False),
-        "NackRequest": _object(
-            {
-                "ids": ids,
-                "delay_ms": _nullable(
-                    _int(limits.NACK_DELAY_MS, description="else the subscription's backoff")
-                ),
-                "reason": _nullable(
-                    {
-                        "type": "string",
-                        "maxLength": limits.MAX_NACK_REASON,
-                        "description": "the dead letter's herald-source-last-error",
-                    }
-                ),
-            },
-            ("ids",),
-        ),
     }
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from herald.protocol import actions
+from herald.protocol import actions, pull
 from herald.protocol import subscriptions as wire
 from herald.protocol.stats import SubscriptionStats
 
@@ -22,6 +22,9 @@ MODELS: tuple[Any, ...] = (
     SubscriptionStats,
     actions.RedriveRequest,
     actions.SecretRotation,
+    pull.PullRequest,
+    pull.AckRequest,
+    pull.NackRequest,
 )
 
 

@@ -44,7 +44,7 @@ from delivery.config import (
     SubscriptionPatch,
 )
 from delivery.start import StartAt
-from herald.protocol import actions
+from herald.protocol import actions, pull
 from herald.protocol import subscriptions as wire
 from herald.protocol.errors import BadRequest, MessageTooLarge, ValidationError
 from herald.protocol.filter import check_filter
@@ -54,14 +54,12 @@ from herald.protocol.limits import (
     DELAY_MS,
     MAX_BATCH,
     MAX_ID_CHARS,
-    MAX_NACK_REASON,
     MAX_PARTITIONS,
     MAX_URL_CHARS,
     MAX_VALUE_DEPTH,
     MAX_VALUE_INT,
     MIN_INSYNC_REPLICAS,
     MIN_VALUE_INT,
-    NACK_DELAY_MS,
     OFFSET,
     PARTITION,
     PARTITIONS,
@@ -690,13 +688,10 @@ def parse_redrive(body: Any) -> RedriveRequest:
 
 # ---------------------------------------------------------------- pull (PROTOCOL §8)
 
-PULL_MAX_MESSAGES = IntRange(1, 1000)
-DEFAULT_PULL_MAX_MESSAGES = 100
-
 
 @dataclass(frozen=True, slots=True)
 class PullRequest:
-    max_messages: int = DEFAULT_PULL_MAX_MESSAGES
+    max_messages: int = pull.DEFAULT_PULL_MAX_MESSAGES
     wait_ms: int = 0
 
 
@@ -710,48 +705,22 @@ class NackRequest:
 def parse_pull(body: Any) -> PullRequest:
     """`POST /v1/subscriptions/{name}/pull` `{"max_messages": 1..1000, "wait_ms": 0..30000}`;
     no body is all defaults."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"max_messages", "wait_ms"}), "the pull request")
-    values: dict[str, int] = {}
-    if (v := _given(obj, "max_messages")) is not _MISSING:
-        values["max_messages"] = _int_in(v, "max_messages", PULL_MAX_MESSAGES)
-    if (v := _given(obj, "wait_ms")) is not _MISSING:
-        values["wait_ms"] = _int_in(v, "wait_ms", WAIT_MS)
-    return PullRequest(**values)
+    request = from_model(body, pull.PullRequest, "the pull request")
+    return PullRequest(
+        pull.DEFAULT_PULL_MAX_MESSAGES if request.max_messages is None else request.max_messages,
+        0 if request.wait_ms is None else request.wait_ms,
+    )
 
 
 def parse_ack(body: Any) -> tuple[str, ...]:
     """`POST /v1/subscriptions/{name}/ack` `{"ids": [...]}`."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"ids"}), "the ack request")
-    return _message_ids(obj)
+    return tuple(from_model(body, pull.AckRequest, "the ack request").ids)
 
 
 def parse_nack(body: Any) -> NackRequest:
     """`POST /v1/subscriptions/{name}/nack` `{"ids": [...], "delay_ms"?, "reason"?}`."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"ids", "delay_ms", "reason"}), "the nack request")
-    ids = _message_ids(obj)
-    delay = _given(obj, "delay_ms")
-    reason = _given(obj, "reason")
-    if reason is not _MISSING:
-        reason = _as_str(reason, "reason")
-        if len(reason) > MAX_NACK_REASON:
-            raise ValidationError(f"reason is over {MAX_NACK_REASON} characters")
-    return NackRequest(
-        ids,
-        None if delay is _MISSING else _int_in(delay, "delay_ms", NACK_DELAY_MS),
-        None if reason is _MISSING else reason,
-    )
-
-
-def _message_ids(obj: Mapping[str, Any]) -> tuple[str, ...]:
-    ids = obj.get("ids")
-    if ids is None:
-        raise BadRequest("ids is required")
-    if not isinstance(ids, list) or not all(isinstance(item, str) for item in ids):
-        raise BadRequest("ids must be an array of message id strings")
-    return tuple(ids)
+    request = from_model(body, pull.NackRequest, "the nack request")
+    return NackRequest(tuple(request.ids), request.delay_ms, request.reason)
 
 
 # ---------------------------------------------------------------- seek

@@ -55,6 +55,7 @@ TIMESTAMP = IntRange(0)  # ms since the epoch
 OFFSET = IntRange(0)
 READ_LIMIT = IntRange(1, 10_000)
 WAIT_MS = IntRange(0, 30_000)
+PULL_MAX_MESSAGES = IntRange(1, 1000)  # PROTOCOL §8 pull
 ACK_DEADLINE_MS = IntRange(100, 600_000)
 MAX_IN_FLIGHT = IntRange(1, 100_000)
 MAX_DELIVERIES = IntRange(0, 1000)
