@@ -27,7 +27,7 @@ from herald.protocol import limits, names
 from herald.protocol.patterns import base64_pattern
 from server import validation as v
 from server.auth import MAX_TTL_MS, MIN_TTL_MS
-from server.schemas import model_components
+from server.schemas import with_models
 from storage.config import TopicConfig
 from storage.record import Acks
 
@@ -368,67 +368,68 @@ def _subscription_view() -> dict[str, Any]:
 
 
 def _schemas(cluster: bool) -> dict[str, Any]:
-    return {
-        "Problem": _object(
-            {
-                "status": {"type": "integer"},
-                "title": {"type": "string"},
-                "detail": {"type": "string"},
-                "code": {"type": "string"},
-                "index": {
-                    "type": "integer",
-                    "description": "position of the first bad message of a batch",
+    return with_models(
+        {
+            "Problem": _object(
+                {
+                    "status": {"type": "integer"},
+                    "title": {"type": "string"},
+                    "detail": {"type": "string"},
+                    "code": {"type": "string"},
+                    "index": {
+                        "type": "integer",
+                        "description": "position of the first bad message of a batch",
+                    },
                 },
-            },
-            ("status", "title", "detail", "code"),
-            closed=False,
-            description="RFC 9457 problem details",
-        ),
-        "JsonValue": _JSON_VALUE,
-        "TopicConfig": _topic_config(cluster),
-        **_topic_view(),
-        "Message": _message(),
-        "PublishRequest": _object(
-            {
-                "messages": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": limits.MAX_BATCH,
-                    "items": _ref("Message"),
-                }
-            },
-            ("messages",),
-        ),
-        "PublishResponse": _object(
-            {
-                "results": {
-                    "type": "array",
-                    "items": _object(
-                        {
-                            "partition": _COUNT,
-                            "offset": _COUNT,
-                            "duplicate": {"type": "boolean"},
-                        },
-                        ("partition", "offset", "duplicate"),
-                        closed=False,
-                    ),
-                }
-            },
-            ("results",),
-            closed=False,
-        ),
-        "Record": _record(),
-        "ReadResponse": _object(
-            {"messages": {"type": "array", "items": _ref("Record")}, "next_offset": _COUNT},
-            ("messages", "next_offset"),
-            closed=False,
-        ),
-        **_subscription_view(),
-        "Seek": _seek(),
-        **_pull_schemas(),
-        "TokenRequest": _token_request(),
-        **model_components(),
-    }
+                ("status", "title", "detail", "code"),
+                closed=False,
+                description="RFC 9457 problem details",
+            ),
+            "JsonValue": _JSON_VALUE,
+            "TopicConfig": _topic_config(cluster),
+            **_topic_view(),
+            "Message": _message(),
+            "PublishRequest": _object(
+                {
+                    "messages": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": limits.MAX_BATCH,
+                        "items": _ref("Message"),
+                    }
+                },
+                ("messages",),
+            ),
+            "PublishResponse": _object(
+                {
+                    "results": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "partition": _COUNT,
+                                "offset": _COUNT,
+                                "duplicate": {"type": "boolean"},
+                            },
+                            ("partition", "offset", "duplicate"),
+                            closed=False,
+                        ),
+                    }
+                },
+                ("results",),
+                closed=False,
+            ),
+            "Record": _record(),
+            "ReadResponse": _object(
+                {"messages": {"type": "array", "items": _ref("Record")}, "next_offset": _COUNT},
+                ("messages", "next_offset"),
+                closed=False,
+            ),
+            **_subscription_view(),
+            "Seek": _seek(),
+            **_pull_schemas(),
+            "TokenRequest": _token_request(),
+        }
+    )
 
 
 def _token_request() -> dict[str, Any]:

@@ -33,3 +33,13 @@ def model_components() -> dict[str, dict[str, Any]]:
     name, which is the component name the paths refer to."""
     _, components = msgspec.json.schema_components(MODELS, ref_template=REF_TEMPLATE)
     return components
+
+
+def with_models(written: dict[str, Any]) -> dict[str, Any]:
+    """The components written by hand in server/openapi.py plus the generated ones; a
+    model may not take the name of a component written by hand (one would hide the
+    other)."""
+    generated = model_components()
+    if taken := generated.keys() & written.keys():
+        raise ValueError(f"components both generated and written by hand: {sorted(taken)}")
+    return {**written, **generated}
