@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.errors import HeraldError
+from herald.protocol.errors import HeraldError
 
 
 class _Unavailable(HeraldError):

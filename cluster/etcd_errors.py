@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.errors import HeraldError
+from herald.protocol.errors import HeraldError
 
 # gRPC status codes etcd answers with (google.golang.org/grpc/codes).
 GRPC_NOT_FOUND = 5

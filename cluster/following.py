@@ -30,7 +30,7 @@ from cluster.follower import (
 )
 from cluster.trust import peer_ssl
 from cluster.wire import MAX_WAIT_MS, BadMessage, FetchEntry, Request, decode_answer, encode_request
-from storage.errors import StorageUnavailable
+from herald.protocol.errors import StorageUnavailable
 from storage.partition import Partition
 from storage.record import Acks
 from storage.topic import Topic

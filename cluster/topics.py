@@ -21,8 +21,8 @@ import orjson
 
 from cluster.etcd import Compare, Delete, EtcdClient, Get, Put, RangeResult
 from cluster.state import MAX_TXN_OPS, PartitionState, partition_key
+from herald.protocol.errors import LimitExceeded
 from storage.config import TopicConfig
-from storage.errors import LimitExceeded
 
 
 def cluster_prefix(cluster: str) -> str:
@@ -143,7 +143,9 @@ async def create_topic(
         result = await etcd.txn([absent], states[first : first + chunk], [Get.of(key)])
         if not result.succeeded:
             return _existing(result.results[0], config)
-    result = await etcd.txn([absent], [Put.of(key, config_to_json(config, auto_created=auto_created))], [Get.of(key)])
+    result = await etcd.txn(
+        [absent], [Put.of(key, config_to_json(config, auto_created=auto_created))], [Get.of(key)]
+    )
     if result.succeeded:
         return Created(True, config)
     return _existing(result.results[0], config)

@@ -7,8 +7,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import msgspec
+from msgspec import UNSET
+
 from delivery.start import StartAt
-from storage.errors import BadRequest, SubscriptionConflict, ValidationError
+from herald.protocol.errors import BadRequest, SubscriptionConflict, ValidationError
+from herald.protocol.limits import MAX_PREVIOUS_SECRETS
+from herald.protocol.subscriptions import (
+    BackoffView,
+    BatchView,
+    BreakerView,
+    PushConfigView,
+    RetiredSecretView,
+    Start,
+    StartTimestamp,
+    SubscriptionConfigView,
+)
 
 
 class DeliveryMode(enum.Enum):
@@ -27,9 +41,6 @@ class Breaker:
     failures: int = 5
     open_ms: int = 1_000
     max_open_ms: int = 60_000
-
-
-MAX_PREVIOUS_SECRETS = 5  # docs/protocol.md `push.previous_secrets`
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,27 +84,25 @@ class PushConfig:
     batch: PushBatch = field(default_factory=PushBatch)
     payload: PushPayload = PushPayload.ENVELOPE
 
+    def view(self) -> PushConfigView:
+        """The push config as GET shows it: without the secrets."""
+        return PushConfigView(
+            url=self.url,
+            max_in_flight=self.max_in_flight,
+            timeout_ms=self.timeout_ms,
+            breaker=BreakerView(
+                self.breaker.failures, self.breaker.open_ms, self.breaker.max_open_ms
+            ),
+            batch=BatchView(self.batch.max_records, self.batch.max_wait_ms),
+            payload=self.payload.value,
+            # docs/protocol.md: shown only when given, without their secrets
+            previous_secrets=[RetiredSecretView(p.expires_at) for p in self.previous_secrets]
+            if self.previous_secrets
+            else UNSET,
+        )
+
     def public_dict(self) -> dict[str, Any]:
-        """The push config as GET shows it: without the secret."""
-        shown: dict[str, Any] = {
-            "url": self.url,
-            "max_in_flight": self.max_in_flight,
-            "timeout_ms": self.timeout_ms,
-            "breaker": {
-                "failures": self.breaker.failures,
-                "open_ms": self.breaker.open_ms,
-                "max_open_ms": self.breaker.max_open_ms,
-            },
-            "batch": {
-                "max_records": self.batch.max_records,
-                "max_wait_ms": self.batch.max_wait_ms,
-            },
-            "payload": self.payload.value,
-        }
-        if self.previous_secrets:  # docs/protocol.md: shown only when given, without secrets
-            shown["previous_secrets"] = [
-                {"expires_at": p.expires_at} for p in self.previous_secrets
-            ]
+        shown: dict[str, Any] = msgspec.to_builtins(self.view())
         return shown
 
     def rotated(self, secret: str, previous_expires_at: int, now_ms: int) -> PushConfig:
@@ -123,26 +132,29 @@ class SubscriptionConfig:
     dead_letter_topic: str | None = None
     ordered_by_key: bool = False
     push: PushConfig | None = None
-    filter: str | None = None  # PROTOCOL §8: checked by delivery/filter.py check_filter
+    filter: str | None = None  # PROTOCOL §8: checked by herald.protocol.filter's check_filter
+
+    def view(self) -> SubscriptionConfigView:
+        """The config as GET shows it (PROTOCOL §2): all fields, defaults filled, no secret."""
+        shown = self.start.to_json()
+        start: Start = StartTimestamp(shown["timestamp"]) if isinstance(shown, dict) else shown
+        return SubscriptionConfigView(
+            topic=self.topic,
+            start=start,
+            delivery=self.delivery.value,
+            ack_deadline_ms=self.ack_deadline_ms,
+            max_in_flight=self.max_in_flight,
+            max_deliveries=self.max_deliveries,
+            retry_backoff=BackoffView(self.retry_backoff.min_ms, self.retry_backoff.max_ms),
+            dead_letter_topic=self.dead_letter_topic,
+            ordered_by_key=self.ordered_by_key,
+            push=self.push.view() if self.push else None,
+            filter=self.filter,
+        )
 
     def public_dict(self) -> dict[str, Any]:
-        """The config as GET shows it (PROTOCOL §2): all fields, defaults filled, no secret."""
-        return {
-            "topic": self.topic,
-            "start": self.start.to_json(),
-            "delivery": self.delivery.value,
-            "ack_deadline_ms": self.ack_deadline_ms,
-            "max_in_flight": self.max_in_flight,
-            "max_deliveries": self.max_deliveries,
-            "retry_backoff": {
-                "min_ms": self.retry_backoff.min_ms,
-                "max_ms": self.retry_backoff.max_ms,
-            },
-            "dead_letter_topic": self.dead_letter_topic,
-            "ordered_by_key": self.ordered_by_key,
-            "push": self.push.public_dict() if self.push else None,
-            "filter": self.filter,
-        }
+        shown: dict[str, Any] = msgspec.to_builtins(self.view())
+        return shown
 
     def to_storage(self) -> dict[str, Any]:
         """What meta.db keeps: the public view plus the push secret."""

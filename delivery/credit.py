@@ -6,7 +6,7 @@ never give credit back.
 
 from __future__ import annotations
 
-MAX_CREDIT = 1_000_000  # PROTOCOL §3: a `credit` frame's n is 1..1000000, and the cap
+from herald.protocol.limits import MAX_CREDIT  # PROTOCOL §3: a `credit` frame's n, and the cap
 
 
 class Consumer:

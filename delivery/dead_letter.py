@@ -19,7 +19,6 @@ SOURCE_LAST_ERROR = "herald-source-last-error"
 
 # The last thing that went wrong with a record (SOURCE_LAST_ERROR), besides a webhook's
 # failure ("http 500", "timeout", "connection refused", …) and a nack's own `reason`.
-MAX_NACK_REASON = 256  # characters of a nack `reason` (PROTOCOL §8)
 NACKED = "nack"  # a nack without a reason
 ACK_DEADLINE = "ack deadline"  # unacked until its deadline
 DISCONNECT = "disconnect"  # the consumer holding it went away

@@ -19,7 +19,6 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
-from delivery.close_codes import CloseCode
 from delivery.config import PushConfig, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.events import Delivery
@@ -27,14 +26,15 @@ from delivery.pull import SETTLE_S, PullSink, first_of
 from delivery.runtime import ConsumerSink, SubscriptionRuntime
 from delivery.start import StartAt
 from herald.lifecycle import periodic
-from storage.cursors import CursorSnapshot, PartitionCursor
-from storage.engine import Storage
-from storage.errors import (
+from herald.protocol.close_codes import CloseCode
+from herald.protocol.errors import (
     BadRequest,
     SubscriptionConflict,
     SubscriptionNotFound,
     TopicNotFound,
 )
+from storage.cursors import CursorSnapshot, PartitionCursor
+from storage.engine import Storage
 from storage.topic import Topic
 from storage.writer import wall_clock_ms
 

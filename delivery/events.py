@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
 
 from delivery.redelivery import RedeliveryRef
 from storage.record import Record
@@ -71,43 +70,3 @@ class PauseReason(enum.Enum):
     MAX_IN_FLIGHT = "max_in_flight"
     BACKOFF = "backoff"
     DELAYED = "delayed"  # PROTOCOL §8: what is left waits for its deliver_at
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionStats:
-    partition: int
-    ack_floor: int
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionStats:
-    """PROTOCOL §5 `stats` of one subscription."""
-
-    backlog: int
-    in_flight: int
-    consumers: int
-    delivered_total: int
-    redelivered_total: int
-    acked_total: int
-    dead_lettered_total: int
-    expired_total: int
-    partitions: tuple[PartitionStats, ...]
-    filtered_total: int = 0  # PROTOCOL §8: acked unsent, not matching the filter
-    delayed: int = 0  # PROTOCOL §8: read, waiting for their deliver_at
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "backlog": self.backlog,
-            "in_flight": self.in_flight,
-            "consumers": self.consumers,
-            "delivered_total": self.delivered_total,
-            "redelivered_total": self.redelivered_total,
-            "acked_total": self.acked_total,
-            "dead_lettered_total": self.dead_lettered_total,
-            "expired_total": self.expired_total,
-            "filtered_total": self.filtered_total,
-            "delayed": self.delayed,
-            "partitions": [
-                {"partition": p.partition, "ack_floor": p.ack_floor} for p in self.partitions
-            ],
-        }

@@ -23,23 +23,15 @@ from dataclasses import dataclass
 
 from delivery.dead_letter import SOURCE_HEADER_PREFIX, SOURCE_LAST_ERROR, SOURCE_TOPIC
 from delivery.engine import DeliveryEngine
-from storage.errors import HeraldError, TopicNotFound
+from herald.protocol.errors import RedriveConflict, TopicNotFound
+from herald.protocol.limits import REDRIVE_DEFAULT_MAX_RECORDS, REDRIVE_DEFAULT_RATE
 from storage.record import Acks, NewRecord, Record
 from storage.topic import PublishItem, Topic
 
 REDRIVE_HEADER = "herald-redriven-from"
 
-DEFAULT_RATE = 500  # records/s
-MAX_RATE = 10_000
-DEFAULT_MAX_RECORDS = 10_000
-MAX_RECORDS = 1_000_000
 BATCH = 100  # records read and republished at once
 READ_BYTES = 1 << 22
-MAX_REASON = 4096  # characters of a `reason` to redrive (longer than any a dead letter says)
-
-
-class RedriveConflict(HeraldError):
-    code, status, title = "redrive_conflict", 409, "Conflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +73,8 @@ class Redrives:
     async def run(
         self,
         subscription: str,
-        rate: int = DEFAULT_RATE,
-        max_records: int = DEFAULT_MAX_RECORDS,
+        rate: int = REDRIVE_DEFAULT_RATE,
+        max_records: int = REDRIVE_DEFAULT_MAX_RECORDS,
         stopping: Callable[[], bool] = lambda: False,
         reason: str | None = None,
     ) -> RedriveResult:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from storage.errors import PartitionNotFound
+from herald.protocol.errors import PartitionNotFound
 
 
 class Position(enum.Enum):

@@ -20,16 +20,12 @@ from delivery.config import DeliveryMode, SubscriptionConfig
 from delivery.credit import Consumers
 from delivery.cursor import PartitionState
 from delivery.delay import DelayQueue
-from delivery.events import (
-    DeadLetter,
-    PartitionStats,
-    PauseReason,
-    SubscriptionStats,
-)
-from delivery.filter import Matcher, compile_filter, parse
+from delivery.events import DeadLetter, PauseReason
 from delivery.inflight import InFlightTable
 from delivery.ordering import KeyGate, Ref
 from delivery.redelivery import RedeliveryQueue, RedeliveryRef
+from herald.protocol.filter import Matcher, compile_filter, parse
+from herald.protocol.stats import PartitionStats, SubscriptionStats
 from storage.cursors import CursorSnapshot
 from storage.record import Record
 

@@ -4,7 +4,7 @@
 a rule (``RULES``) and checks the caller's token against it before any route
 runs. A path no rule names needs ``admin``: routes added later are closed by
 default until someone classifies them here. Refusals are the Unauthorized /
-Forbidden errors of storage/errors.py, rendered by the same function as every
+Forbidden errors of herald/protocol/errors.py, rendered by the same function as every
 other error (STYLE principle 5): problem JSON for HTTP, and for WebSockets an
 accept followed by close 4401 / 4403 (PROTOCOL §3: refusals are close codes).
 """
@@ -25,7 +25,8 @@ from urllib.parse import parse_qsl, unquote
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from delivery.close_codes import CloseCode
+from herald.protocol.close_codes import CloseCode
+from herald.protocol.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
 from server import audit
 from server.auth import BROWSER_PREFIX, Credentials, Principal
 from server.errors import herald_error_response
@@ -33,7 +34,6 @@ from server.limits import PublishLimiter
 from server.peers import CLIENT, PEER_AUTHORIZATION
 from server.runtime import app_services
 from server.tasks import cancel_and_wait
-from storage.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
 from storage.writer import wall_clock_ms
 
 log = logging.getLogger("herald.auth")
@@ -322,7 +322,10 @@ class AccessGuard:
                 if current is None:
                     raise Unauthorized("the token was revoked")
                 self.authorize(
-                    current, socket.rule, socket.params, functools.partial(_subscription_of, socket.scope)
+                    current,
+                    socket.rule,
+                    socket.params,
+                    functools.partial(_subscription_of, socket.scope),
                 )
             except HeraldError as exc:
                 audit.auth_failure(socket.scope, exc)

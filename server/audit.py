@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from starlette.types import Scope
 
-from storage.errors import HeraldError
+from herald.protocol.errors import HeraldError
 
 audit_log = logging.getLogger("herald.audit")
 

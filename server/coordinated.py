@@ -33,13 +33,13 @@ from websockets.asyncio.client import connect
 
 from cluster.errors import LeaderUnavailable
 from cluster.trust import peer_ssl
-from delivery.close_codes import CloseCode
+from herald.protocol.close_codes import CloseCode
+from herald.protocol.errors import HeraldError
 from server.access import bearer_token
 from server.errors import herald_error_response
 from server.limits import client_address
 from server.peers import FORWARDED
 from server.runtime import Services, app_services
-from storage.errors import HeraldError
 
 log = logging.getLogger("herald.server")
 

@@ -1,6 +1,6 @@
 """The one place where errors become RFC 9457 problem JSON (STYLE principle 5).
 
-``HeraldError`` (storage/errors.py) carries its wire code and status; Starlette's
+``HeraldError`` (herald/protocol/errors.py) carries its wire code and status; Starlette's
 routing errors (unknown path, wrong method) are mapped to the ``not_found`` /
 ``method_not_allowed`` codes of PROTOCOL §2; anything else is a 500 whose body
 says nothing about the server's internals (the traceback goes to the log).
@@ -17,7 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from storage.errors import RETRY_AFTER_S, HeraldError, resource_exhausted
+from herald.protocol.errors import RETRY_AFTER_S, HeraldError
+from storage.errors import resource_exhausted
 
 PROBLEM_TYPE = "application/problem+json"
 

@@ -24,7 +24,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from storage.errors import BadRequest, PayloadTooLarge
+from herald.protocol.errors import BadRequest, PayloadTooLarge
 from storage.topic import Topic
 
 if TYPE_CHECKING:

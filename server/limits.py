@@ -30,19 +30,13 @@ from dataclasses import dataclass, field
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from herald.protocol.errors import RateLimited, RequestTimeout
 from server.auth import Principal
 from server.errors import herald_error_response
-from storage.errors import HeraldError, RateLimited
 
 MAX_REQUESTS_PER_CLIENT = 256
 BODY_TIMEOUT_S = 10.0
 BODY_DEADLINE_S = 60.0
-
-
-class RequestTimeout(HeraldError):
-    """The request body stalled (docs/protocol.md: ``request_timeout``)."""
-
-    code, status, title = "request_timeout", 408, "Request Timeout"
 
 
 @dataclass(slots=True)

@@ -1,8 +1,10 @@
 """The OpenAPI 3.1 description of the HTTP API (PROTOCOL §2, §5), served at /openapi.json.
 
-Built from what the server itself uses, so it cannot drift from it: every range,
-pattern and enum comes from server/validation.py (``IntRange`` constants, the name
-and base64 patterns, the push URL pattern), every default from the config
+Built from what the server itself uses, so it cannot drift from it: the schemas of
+the subscription config (as sent and as shown) and of its stats are generated from the
+protocol's models the server validates with and answers from (server/schemas.py);
+every other range, pattern and enum comes from herald.protocol (``IntRange``
+constants, the name, base64 and push URL patterns), every default from the config
 dataclasses. Requests and responses have separate schemas (a push secret is
 required in a request and never shown in a response). PROTOCOL §2's "an optional
 field given as null is the same as the field left out" is written out: each
@@ -21,26 +23,17 @@ from typing import Any
 
 import orjson
 
-from delivery import redrive
-from delivery.config import (
-    MAX_PREVIOUS_SECRETS,
-    DeliveryMode,
-    PushConfig,
-    PushPayload,
-    SubscriptionConfig,
-)
-from delivery.dead_letter import MAX_NACK_REASON
-from delivery.filter import MAX_FILTER_CHARS
+from herald.protocol import limits, names
+from herald.protocol.patterns import base64_pattern
 from server import validation as v
 from server.auth import MAX_TTL_MS, MIN_TTL_MS
+from server.schemas import with_models
 from storage.config import TopicConfig
 from storage.record import Acks
 
 _REF = "#/components/schemas/"
 
 _TOPIC_DEFAULTS = TopicConfig().to_dict()
-_SUB_DEFAULTS = SubscriptionConfig(topic="t").public_dict()
-_PUSH_DEFAULTS = PushConfig(url="", secret="").public_dict()
 
 
 # docs/security.md (a cluster): a node's credentials file as loaded, so a mismatch shows.
@@ -50,6 +43,7 @@ _CREDENTIALS_DIGEST = {
     "description": "the first 16 hex digits of the SHA-256 of the node's credentials file "
     "(parsed, canonical form); null without one, or when the node did not answer",
 }
+
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF + name}
@@ -66,7 +60,7 @@ def _problem(description: str) -> dict[str, Any]:
     }
 
 
-def _int(allowed: v.IntRange | None = None, **extra: Any) -> dict[str, Any]:
+def _int(allowed: limits.IntRange | None = None, **extra: Any) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "integer", **extra}
     if allowed is not None:
         schema["minimum"] = allowed.low
@@ -74,7 +68,7 @@ def _int(allowed: v.IntRange | None = None, **extra: Any) -> dict[str, Any]:
     return schema
 
 
-_COUNT = _int(v.IntRange(0))
+_COUNT = _int(limits.IntRange(0))
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -105,24 +99,8 @@ def _pattern(regex: str) -> str:
     return regex if regex.startswith("^") else f"^{regex}$"
 
 
-_NAME = {"type": "string", "pattern": _pattern(v.NAME_RE.pattern)}
-_SECRET = {
-    "type": "string",
-    "pattern": v.SECRET_PATTERN,
-    "description": f"{v.SECRET_PREFIX} + strict base64 of "
-    f"{v.SECRET_BYTES[0]}..{v.SECRET_BYTES[1]} bytes",
-}
-_FILTER = _nullable(
-    {
-        "type": "string",
-        "maxLength": MAX_FILTER_CHARS,
-        "default": None,
-        "description": 'PROTOCOL §8: key = "v", key != "v", hasPrefix(key, "p"), '
-        'headers.NAME = / != "v", hasPrefix(headers.NAME, "p"), headers:NAME, joined '
-        "with AND, OR, NOT and parentheses (malformed -> bad_request with the position)",
-    }
-)
-_BASE64 = {"type": "string", "pattern": _pattern(v.base64_pattern()), "contentEncoding": "base64"}
+_NAME = {"type": "string", "pattern": _pattern(names.NAME_PATTERN)}
+_BASE64 = {"type": "string", "pattern": _pattern(base64_pattern()), "contentEncoding": "base64"}
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _BAD = _problem("bad_request, validation_error or invalid_name")
 _TOO_LARGE = _problem("payload_too_large: the body is over the server's cap")
@@ -149,18 +127,24 @@ _SUBSCRIPTION = _param("name", "path", _NAME, "subscription name (else 400 inval
 
 def _topic_config(cluster: bool) -> dict[str, Any]:
     d = _TOPIC_DEFAULTS
-    replication = v.REPLICATION_FACTOR if cluster else v.IntRange(1, 1)
+    replication = limits.REPLICATION_FACTOR if cluster else limits.IntRange(1, 1)
     return _object(
         {
-            "partitions": _nullable(_int(v.PARTITIONS, default=d["partitions"])),
+            "partitions": _nullable(_int(limits.PARTITIONS, default=d["partitions"])),
             # PROTOCOL §2: for these two, null means unlimited rather than "absent".
             "retention_ms": _nullable(
-                _int(v.RETENTION_MS, default=d["retention_ms"], description="null: unlimited")
+                _int(limits.RETENTION_MS, default=d["retention_ms"], description="null: unlimited")
             ),
             "retention_bytes": _nullable(
-                _int(v.RETENTION_BYTES, default=d["retention_bytes"], description="null: unlimited")
+                _int(
+                    limits.RETENTION_BYTES,
+                    default=d["retention_bytes"],
+                    description="null: unlimited",
+                )
             ),
-            "dedup_window_ms": _nullable(_int(v.DEDUP_WINDOW_MS, default=d["dedup_window_ms"])),
+            "dedup_window_ms": _nullable(
+                _int(limits.DEDUP_WINDOW_MS, default=d["dedup_window_ms"])
+            ),
             # PROTOCOL §7: a single node accepts only 1; a cluster up to its live nodes.
             "replication_factor": _nullable(
                 _int(
@@ -183,10 +167,10 @@ def _topic_config(cluster: bool) -> dict[str, Any]:
 # most MAX_VALUE_DEPTH levels deep, which JSON Schema cannot say short of unrolling it.
 _JSON_VALUE = {
     "description": "any JSON value; integers within "
-    f"{v.MIN_VALUE_INT}..{v.MAX_VALUE_INT}, arrays and objects nested at most "
-    f"{v.MAX_VALUE_DEPTH} levels (else 400 validation_error)",
+    f"{limits.MIN_VALUE_INT}..{limits.MAX_VALUE_INT}, arrays and objects nested at most "
+    f"{limits.MAX_VALUE_DEPTH} levels (else 400 validation_error)",
     "if": {"type": "integer"},
-    "then": {"minimum": v.MIN_VALUE_INT, "maximum": v.MAX_VALUE_INT},
+    "then": {"minimum": limits.MIN_VALUE_INT, "maximum": limits.MAX_VALUE_INT},
     "items": {"$ref": _REF + "JsonValue"},
     "additionalProperties": {"$ref": _REF + "JsonValue"},
 }
@@ -201,13 +185,14 @@ def _message() -> dict[str, Any]:
             "headers": _nullable(_STRINGS),
             "partition": _nullable(
                 _int(
-                    v.PARTITION, description="a partition the topic has (else 400 validation_error)"
+                    limits.PARTITION,
+                    description="a partition the topic has (else 400 validation_error)",
                 )
             ),
-            "id": _nullable({"type": "string", "minLength": 1, "maxLength": v.MAX_ID_CHARS}),
+            "id": _nullable({"type": "string", "minLength": 1, "maxLength": limits.MAX_ID_CHARS}),
             "delay_ms": _nullable(
                 _int(
-                    v.DELAY_MS,
+                    limits.DELAY_MS,
                     description="PROTOCOL §8 delayed delivery: appended at once, first sent to "
                     "subscriptions no earlier than the record's timestamp + delay_ms "
                     "(its deliver_at); 0 or absent: no delay",
@@ -223,157 +208,6 @@ def _message() -> dict[str, Any]:
     )
 
 
-def _start() -> dict[str, Any]:
-    return _nullable(
-        {
-            "oneOf": [
-                {"enum": list(v.POSITIONS)},
-                _object({"timestamp": _int(v.TIMESTAMP)}, ("timestamp",)),
-            ],
-            "default": _SUB_DEFAULTS["start"],
-        }
-    )
-
-
-def _retry_backoff() -> dict[str, Any]:
-    d = _SUB_DEFAULTS["retry_backoff"]
-    return _nullable(
-        _object(
-            {
-                "min_ms": _nullable(_int(v.BACKOFF_MS, default=d["min_ms"])),
-                "max_ms": _nullable(_int(v.BACKOFF_MS, default=d["max_ms"])),
-            },
-            description="min_ms <= max_ms (else 400 validation_error)",
-        )
-    )
-
-
-def _breaker() -> dict[str, Any]:
-    d = _PUSH_DEFAULTS["breaker"]
-    return _nullable(
-        _object(
-            {
-                "failures": _nullable(_int(v.BREAKER_FAILURES, default=d["failures"])),
-                "open_ms": _nullable(_int(v.BREAKER_OPEN_MS, default=d["open_ms"])),
-                "max_open_ms": _nullable(_int(v.BREAKER_OPEN_MS, default=d["max_open_ms"])),
-            },
-            description="open_ms <= max_open_ms (else 400 validation_error)",
-        )
-    )
-
-
-def _batch() -> dict[str, Any]:
-    d = _PUSH_DEFAULTS["batch"]
-    return _nullable(
-        _object(
-            {
-                "max_records": _nullable(_int(v.BATCH_MAX_RECORDS, default=d["max_records"])),
-                "max_wait_ms": _nullable(_int(v.BATCH_MAX_WAIT_MS, default=d["max_wait_ms"])),
-            },
-            description="PROTOCOL §8: with max_records > 1 a request carries up to that many "
-            'records as {"messages":[M, …]}, sent once max_records are ready or max_wait_ms '
-            "after the first of them was",
-        )
-    )
-
-
-_PAYLOAD_DESCRIPTION = (
-    'PROTOCOL §8: "envelope" (the JSON of M) or "raw" (the record\'s value as the body, '
-    "the rest of M in herald-* headers); raw needs batch.max_records 1 (else 400 "
-    "validation_error)"
-)
-
-
-def _push_config() -> dict[str, Any]:
-    d = _PUSH_DEFAULTS
-    return _object(
-        {
-            "url": {"type": "string", "pattern": v.PUSH_URL_PATTERN, "maxLength": v.MAX_URL_CHARS},
-            "secret": _SECRET,
-            "max_in_flight": _nullable(_int(v.PUSH_MAX_IN_FLIGHT, default=d["max_in_flight"])),
-            "timeout_ms": _nullable(_int(v.PUSH_TIMEOUT_MS, default=d["timeout_ms"])),
-            "breaker": _breaker(),
-            "batch": _batch(),
-            "payload": _nullable(
-                {
-                    "enum": [p.value for p in PushPayload],
-                    "default": d["payload"],
-                    "description": _PAYLOAD_DESCRIPTION,
-                }
-            ),
-            "previous_secrets": _nullable(
-                {
-                    "type": "array",
-                    "maxItems": MAX_PREVIOUS_SECRETS,
-                    "description": "docs/protocol.md: secrets still signed with until "
-                    "expires_at (rotation); GET shows only expires_at",
-                    "items": _object(
-                        {"secret": _SECRET, "expires_at": _int(v.TIMESTAMP)},
-                        ("secret", "expires_at"),
-                    ),
-                }
-            ),
-        },
-        ("url", "secret"),
-    )
-
-
-def _subscription_config() -> dict[str, Any]:
-    d = _SUB_DEFAULTS
-    return _object(
-        {
-            "topic": _NAME,
-            "start": _start(),
-            "delivery": _nullable(
-                {"enum": [m.value for m in DeliveryMode], "default": d["delivery"]}
-            ),
-            "ack_deadline_ms": _nullable(_int(v.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])),
-            "max_in_flight": _nullable(_int(v.MAX_IN_FLIGHT, default=d["max_in_flight"])),
-            "max_deliveries": _nullable(_int(v.MAX_DELIVERIES, default=d["max_deliveries"])),
-            "retry_backoff": _retry_backoff(),
-            "dead_letter_topic": _nullable({**_NAME, "default": None}),
-            "ordered_by_key": _nullable({"type": "boolean", "default": d["ordered_by_key"]}),
-            "push": _nullable({**_ref("PushConfig"), "default": None}),
-            "filter": _FILTER,
-        },
-        ("topic",),
-    )
-
-
-def _subscription_patch() -> dict[str, Any]:
-    """PROTOCOL §8 change in place: JSON Merge Patch; null -> back to the default."""
-    d = _SUB_DEFAULTS
-    fixed = "only with its current value (else 409 subscription_conflict)"
-    push = _push_config()
-    push = {
-        **push,
-        # Optional here: left out (or null, PROTOCOL §2) it keeps the current secret.
-        "properties": {**push["properties"], "secret": _nullable(_SECRET)},
-        "required": ["url"],
-        "description": "replaces the push config whole; without secret the old one is kept",
-    }
-    return _object(
-        {
-            "topic": _nullable({**_NAME, "description": fixed}),
-            "start": {**_start(), "description": fixed},
-            "delivery": _nullable({"enum": [m.value for m in DeliveryMode], "description": fixed}),
-            "ordered_by_key": _nullable({"type": "boolean", "description": fixed}),
-            "ack_deadline_ms": _nullable(_int(v.ACK_DEADLINE_MS, default=d["ack_deadline_ms"])),
-            "max_in_flight": _nullable(_int(v.MAX_IN_FLIGHT, default=d["max_in_flight"])),
-            "max_deliveries": _nullable(_int(v.MAX_DELIVERIES, default=d["max_deliveries"])),
-            "retry_backoff": {
-                **_retry_backoff(),
-                "description": "merged into the current one (a null member: its default)",
-            },
-            "dead_letter_topic": _nullable({**_NAME, "default": None}),
-            "push": _nullable({**push, "default": None}),
-            "filter": _FILTER,
-        },
-        description="a field left out is unchanged; null sets it back to its default "
-        "(push: null stops pushing); records in flight keep their deadline",
-    )
-
-
 def _pull_schemas() -> dict[str, Any]:
     """PROTOCOL §8 pull, ack and nack."""
     ids = {
@@ -385,59 +219,31 @@ def _pull_schemas() -> dict[str, Any]:
         "allOf": [
             _ref("Record"),
             _object(
-                {"subscription": _NAME, "attempt": _int(v.IntRange(1))},
+                {"subscription": _NAME, "attempt": _int(limits.IntRange(1))},
                 ("subscription", "attempt"),
                 closed=False,
             ),
         ]
     }
     return {
-        "PullRequest": _object(
-            {
-                "max_messages": _nullable(
-                    _int(v.PULL_MAX_MESSAGES, default=v.DEFAULT_PULL_MAX_MESSAGES)
-                ),
-                "wait_ms": _nullable(
-                    _int(v.WAIT_MS, default=0, description="long-poll while nothing is there")
-                ),
-            },
-            description="optional: no body is all defaults",
-        ),
         "PullResponse": _object(
             {"messages": {"type": "array", "items": delivered}}, ("messages",), closed=False
         ),
-        "AckRequest": _object({"ids": ids}, ("ids",)),
         "AckResponse": _object({"ok": ids, "unknown": ids}, ("ok", "unknown"), closed=False),
-        "NackRequest": _object(
-            {
-                "ids": ids,
-                "delay_ms": _nullable(
-                    _int(v.NACK_DELAY_MS, description="else the subscription's backoff")
-                ),
-                "reason": _nullable(
-                    {
-                        "type": "string",
-                        "maxLength": MAX_NACK_REASON,
-                        "description": "the dead letter's herald-source-last-error",
-                    }
-                ),
-            },
-            ("ids",),
-        ),
     }
 
 
 def _seek() -> dict[str, Any]:
     """Exactly one form; the other two may be given as null (absent)."""
     forms = {
-        "to": {"enum": list(v.POSITIONS)},
-        "timestamp": _int(v.TIMESTAMP),
+        "to": {"enum": list(names.POSITIONS)},
+        "timestamp": _int(limits.TIMESTAMP),
         "offsets": {
             "type": "object",
             "description": "partition number -> offset; a partition the topic does not "
             "have -> 404 partition_not_found; past the end means the end",
             "propertyNames": {"pattern": _pattern(v.INT_TEXT_RE.pattern)},
-            "additionalProperties": _int(v.OFFSET),
+            "additionalProperties": _int(limits.OFFSET),
         },
     }
     branches = []
@@ -447,57 +253,18 @@ def _seek() -> dict[str, Any]:
     return {"description": "exactly one form", "oneOf": branches}
 
 
-def _redrive_request() -> dict[str, Any]:
-    return _object(
-        {
-            "rate": _nullable(
-                _int(v.REDRIVE_RATE, default=redrive.DEFAULT_RATE, description="records/s")
-            ),
-            "max_records": _nullable(
-                _int(v.REDRIVE_MAX_RECORDS, default=redrive.DEFAULT_MAX_RECORDS)
-            ),
-            "reason": _nullable(
-                {
-                    "type": "string",
-                    "maxLength": redrive.MAX_REASON,
-                    "description": "only the dead letters whose herald-source-last-error "
-                    'is exactly this ("" also matches records without it)',
-                }
-            ),
-        },
-        description="optional: no body is all defaults",
-    )
-
-
-def _rotation_request() -> dict[str, Any]:
-    return _object(
-        {
-            "secret": _SECRET,
-            "previous_ttl_ms": _nullable(
-                _int(
-                    v.PREVIOUS_TTL_MS,
-                    default=v.DEFAULT_PREVIOUS_TTL_MS,
-                    description="how long the replaced secret is still signed with; "
-                    "0 drops it at once",
-                )
-            ),
-        },
-        ("secret",),
-    )
-
-
 # ------------------------------------------------------------------ responses
 
 
 def _topic_view() -> dict[str, Any]:
     config = _object(
         {
-            "partitions": _int(v.PARTITIONS),
+            "partitions": _int(limits.PARTITIONS),
             "retention_ms": {"type": ["integer", "null"]},
             "retention_bytes": {"type": ["integer", "null"]},
-            "dedup_window_ms": _int(v.DEDUP_WINDOW_MS),
-            "replication_factor": _int(v.REPLICATION_FACTOR),
-            "min_insync_replicas": _int(v.MIN_INSYNC_REPLICAS),
+            "dedup_window_ms": _int(limits.DEDUP_WINDOW_MS),
+            "replication_factor": _int(limits.REPLICATION_FACTOR),
+            "min_insync_replicas": _int(limits.MIN_INSYNC_REPLICAS),
         },
         tuple(_TOPIC_DEFAULTS),
         closed=False,
@@ -552,9 +319,11 @@ def _record() -> dict[str, Any]:
             "id": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"},
             "partition": _COUNT,
             "offset": _COUNT,
-            "timestamp": _int(v.TIMESTAMP, description="broker append time, ms since the epoch"),
+            "timestamp": _int(
+                limits.TIMESTAMP, description="broker append time, ms since the epoch"
+            ),
             "deliver_at": _int(
-                v.TIMESTAMP,
+                limits.TIMESTAMP,
                 description="PROTOCOL §8: timestamp + delay_ms of a record published with a "
                 "delay_ms > 0 (absent otherwise); not sent to subscriptions before it",
             ),
@@ -571,95 +340,7 @@ def _record() -> dict[str, Any]:
 
 
 def _subscription_view() -> dict[str, Any]:
-    push = _object(
-        {
-            "url": {"type": "string"},
-            "max_in_flight": _int(v.PUSH_MAX_IN_FLIGHT),
-            "timeout_ms": _int(v.PUSH_TIMEOUT_MS),
-            "breaker": _object(
-                {
-                    "failures": _int(v.BREAKER_FAILURES),
-                    "open_ms": _int(v.BREAKER_OPEN_MS),
-                    "max_open_ms": _int(v.BREAKER_OPEN_MS),
-                },
-                ("failures", "open_ms", "max_open_ms"),
-                closed=False,
-            ),
-            "previous_secrets": {
-                "type": "array",
-                "items": _object({"expires_at": _int(v.TIMESTAMP)}, ("expires_at",)),
-            },
-            "batch": _object(
-                {
-                    "max_records": _int(v.BATCH_MAX_RECORDS),
-                    "max_wait_ms": _int(v.BATCH_MAX_WAIT_MS),
-                },
-                ("max_records", "max_wait_ms"),
-                closed=False,
-            ),
-            "payload": {"enum": [p.value for p in PushPayload]},
-        },
-        ("url", "max_in_flight", "timeout_ms", "breaker", "batch", "payload"),
-        closed=False,
-        description="the push config without its secrets",
-    )
-    config = _object(
-        {
-            "topic": _NAME,
-            "start": {
-                "oneOf": [
-                    {"enum": list(v.POSITIONS)},
-                    _object({"timestamp": _int(v.TIMESTAMP)}, ("timestamp",)),
-                ]
-            },
-            "delivery": {"enum": [m.value for m in DeliveryMode]},
-            "ack_deadline_ms": _int(v.ACK_DEADLINE_MS),
-            "max_in_flight": _int(v.MAX_IN_FLIGHT),
-            "max_deliveries": _int(v.MAX_DELIVERIES),
-            "retry_backoff": _object(
-                {"min_ms": _int(v.BACKOFF_MS), "max_ms": _int(v.BACKOFF_MS)},
-                ("min_ms", "max_ms"),
-                closed=False,
-            ),
-            "dead_letter_topic": {"anyOf": [_NAME, {"type": "null"}]},
-            "ordered_by_key": {"type": "boolean"},
-            "push": {"anyOf": [push, {"type": "null"}]},
-        },
-        tuple(_SUB_DEFAULTS),
-        closed=False,
-        description="every field, defaults filled (PROTOCOL §2)",
-    )
-    counters = (
-        "backlog",
-        "in_flight",
-        "consumers",
-        "delivered_total",
-        "redelivered_total",
-        "acked_total",
-        "dead_lettered_total",
-        "expired_total",
-        "filtered_total",
-    )
-    stats = _object(
-        {
-            **{name: _COUNT for name in counters},
-            "partitions": {
-                "type": "array",
-                "items": _object(
-                    {"partition": _COUNT, "ack_floor": _COUNT},
-                    ("partition", "ack_floor"),
-                    closed=False,
-                ),
-            },
-        },
-        (*counters, "partitions"),
-        closed=False,
-        description="PROTOCOL §5; a push subscription adds the endpoint_* members of "
-        "docs/protocol.md",
-    )
     return {
-        "SubscriptionConfigView": config,
-        "SubscriptionStats": stats,
         "Subscription": _object(
             {
                 "name": _NAME,
@@ -687,71 +368,68 @@ def _subscription_view() -> dict[str, Any]:
 
 
 def _schemas(cluster: bool) -> dict[str, Any]:
-    return {
-        "Problem": _object(
-            {
-                "status": {"type": "integer"},
-                "title": {"type": "string"},
-                "detail": {"type": "string"},
-                "code": {"type": "string"},
-                "index": {
-                    "type": "integer",
-                    "description": "position of the first bad message of a batch",
+    return with_models(
+        {
+            "Problem": _object(
+                {
+                    "status": {"type": "integer"},
+                    "title": {"type": "string"},
+                    "detail": {"type": "string"},
+                    "code": {"type": "string"},
+                    "index": {
+                        "type": "integer",
+                        "description": "position of the first bad message of a batch",
+                    },
                 },
-            },
-            ("status", "title", "detail", "code"),
-            closed=False,
-            description="RFC 9457 problem details",
-        ),
-        "JsonValue": _JSON_VALUE,
-        "TopicConfig": _topic_config(cluster),
-        **_topic_view(),
-        "Message": _message(),
-        "PublishRequest": _object(
-            {
-                "messages": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": v.MAX_BATCH,
-                    "items": _ref("Message"),
-                }
-            },
-            ("messages",),
-        ),
-        "PublishResponse": _object(
-            {
-                "results": {
-                    "type": "array",
-                    "items": _object(
-                        {
-                            "partition": _COUNT,
-                            "offset": _COUNT,
-                            "duplicate": {"type": "boolean"},
-                        },
-                        ("partition", "offset", "duplicate"),
-                        closed=False,
-                    ),
-                }
-            },
-            ("results",),
-            closed=False,
-        ),
-        "Record": _record(),
-        "ReadResponse": _object(
-            {"messages": {"type": "array", "items": _ref("Record")}, "next_offset": _COUNT},
-            ("messages", "next_offset"),
-            closed=False,
-        ),
-        "SubscriptionConfig": _subscription_config(),
-        "SubscriptionPatch": _subscription_patch(),
-        "PushConfig": _push_config(),
-        **_subscription_view(),
-        "Seek": _seek(),
-        **_pull_schemas(),
-        "RedriveRequest": _redrive_request(),
-        "SecretRotation": _rotation_request(),
-        "TokenRequest": _token_request(),
-    }
+                ("status", "title", "detail", "code"),
+                closed=False,
+                description="RFC 9457 problem details",
+            ),
+            "JsonValue": _JSON_VALUE,
+            "TopicConfig": _topic_config(cluster),
+            **_topic_view(),
+            "Message": _message(),
+            "PublishRequest": _object(
+                {
+                    "messages": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": limits.MAX_BATCH,
+                        "items": _ref("Message"),
+                    }
+                },
+                ("messages",),
+            ),
+            "PublishResponse": _object(
+                {
+                    "results": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "partition": _COUNT,
+                                "offset": _COUNT,
+                                "duplicate": {"type": "boolean"},
+                            },
+                            ("partition", "offset", "duplicate"),
+                            closed=False,
+                        ),
+                    }
+                },
+                ("results",),
+                closed=False,
+            ),
+            "Record": _record(),
+            "ReadResponse": _object(
+                {"messages": {"type": "array", "items": _ref("Record")}, "next_offset": _COUNT},
+                ("messages", "next_offset"),
+                closed=False,
+            ),
+            **_subscription_view(),
+            "Seek": _seek(),
+            **_pull_schemas(),
+            "TokenRequest": _token_request(),
+        }
+    )
 
 
 def _token_request() -> dict[str, Any]:
@@ -782,12 +460,13 @@ def _body(schema: str, required: bool = True) -> dict[str, Any]:
 def _attempts() -> dict[str, Any]:
     attempt = _object(
         {
-            "time": _int(v.TIMESTAMP),
+            "time": _int(limits.TIMESTAMP),
             "id": {"type": "string", "description": "the (first) record's id"},
             "count": _int(
-                v.BATCH_MAX_RECORDS, description="records in the request (a batch: PROTOCOL §8)"
+                limits.BATCH_MAX_RECORDS,
+                description="records in the request (a batch: PROTOCOL §8)",
             ),
-            "attempt": _int(v.IntRange(1), description="the highest attempt of its records"),
+            "attempt": _int(limits.IntRange(1), description="the highest attempt of its records"),
             "status": {"type": ["integer", "null"]},
             "latency_ms": {"type": "number"},
             "error": {"type": ["string", "null"]},
@@ -813,13 +492,19 @@ def _redrive_response() -> dict[str, Any]:
 
 def _paths() -> dict[str, Any]:
     read_params = [
-        _param("offset", "query", _int(v.OFFSET), "first offset; not with timestamp"),
+        _param("offset", "query", _int(limits.OFFSET), "first offset; not with timestamp"),
         _param(
-            "timestamp", "query", _int(v.TIMESTAMP), "from the first record with timestamp >= T"
+            "timestamp",
+            "query",
+            _int(limits.TIMESTAMP),
+            "from the first record with timestamp >= T",
         ),
-        _param("limit", "query", _int(v.READ_LIMIT, default=v.DEFAULT_READ_LIMIT)),
+        _param("limit", "query", _int(limits.READ_LIMIT, default=limits.DEFAULT_READ_LIMIT)),
         _param(
-            "wait_ms", "query", _int(v.WAIT_MS, default=0), "long-poll when nothing is there yet"
+            "wait_ms",
+            "query",
+            _int(limits.WAIT_MS, default=0),
+            "long-poll when nothing is there yet",
         ),
     ]
     return {
@@ -1047,7 +732,7 @@ def _paths() -> dict[str, Any]:
                 "summary": "Rotate a push subscription's secret (admin): the new secret signs "
                 "from the next request on; the replaced one is still signed with for "
                 f"previous_ttl_ms; expired previous secrets are dropped and at most "
-                f"{MAX_PREVIOUS_SECRETS} kept. The cursor, in-flight records, attempts and "
+                f"{limits.MAX_PREVIOUS_SECRETS} kept. The cursor, in-flight records, attempts and "
                 "stats are untouched",
                 "requestBody": _body("SecretRotation"),
                 "responses": {

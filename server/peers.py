@@ -33,8 +33,8 @@ from cluster.clock import lease_clock
 from cluster.errors import LeaderUnavailable
 from cluster.fence import renewed_by
 from cluster.trust import PeerVerifier
+from herald.protocol.errors import HeraldError
 from server.security_cli import KEEP_ALIVE_TIMEOUT_S
-from storage.errors import HeraldError
 
 log = logging.getLogger("herald.server")
 

@@ -28,6 +28,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cluster.errors import LeaderUnavailable
+from herald.protocol.errors import HeraldError, TopicNotFound, ValidationError
+from herald.protocol.names import check_name
 from server.errors import herald_error_response, log_server_error
 from server.http import parse_json_body, parse_json_exact, read_body
 from server.limits import charge_publish, client_address
@@ -36,13 +38,11 @@ from server.runtime import Services, app_services, services
 from server.validation import (
     InexactIntegers,
     PublishBatch,
-    check_name,
     check_replication,
     parse_acks,
     parse_publish,
 )
 from storage.config import TopicConfig
-from storage.errors import HeraldError, TopicNotFound, ValidationError
 from storage.record import Acks
 from storage.topic import PublishResult, Topic, publish_item
 

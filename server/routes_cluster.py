@@ -22,9 +22,10 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from cluster.wire import BadMessage, decode_request
+from herald.protocol.close_codes import CloseCode
+from herald.protocol.errors import NotFound
 from server.routing import method_route
 from server.runtime import Services, app_services, services
-from storage.errors import NotFound
 
 log = logging.getLogger("herald.server")
 
@@ -198,7 +199,7 @@ async def get_lease(request: Request) -> Response:
 async def fetch_socket(websocket: WebSocket) -> None:
     state = app_services(websocket.app)
     if state.cluster is None:
-        await websocket.close(code=4404, reason="not a cluster")
+        await websocket.close(code=CloseCode.NOT_FOUND, reason="not a cluster")
         return
     await websocket.accept()
     node = state.cluster

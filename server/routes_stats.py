@@ -23,9 +23,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
-from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
 from delivery.engine import AttachedConsumer
+from herald.protocol.close_codes import CloseCode
+from herald.protocol.errors import SubscriptionNotFound, ValidationError
+from herald.protocol.names import check_name
 from server.http import (
     is_admin,
     json_body,
@@ -37,8 +39,7 @@ from server.http import (
 from server.peers import SUMMED_STATS
 from server.routing import method_route
 from server.runtime import Services, services
-from server.validation import check_name, parse_redrive
-from storage.errors import SubscriptionNotFound, ValidationError
+from server.validation import parse_redrive
 from storage.topic import Topic, wall_clock_ms
 
 try:

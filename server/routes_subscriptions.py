@@ -11,13 +11,14 @@ from starlette.responses import Response
 
 from cluster.errors import LeaderUnavailable
 from delivery.config import SubscriptionConfig
+from herald.protocol.errors import SubscriptionNotFound
+from herald.protocol.names import check_name
 from server.http import is_admin, json_body, json_response, subscription_body
 from server.limits import client_address
 from server.publish import ensure_topic
 from server.routing import method_route
 from server.runtime import Services, services
 from server.validation import (
-    check_name,
     parse_ack,
     parse_nack,
     parse_pull,
@@ -25,7 +26,6 @@ from server.validation import (
     parse_subscription_config,
     parse_subscription_patch,
 )
-from storage.errors import SubscriptionNotFound
 from subscribers.frames import is_message_id
 from subscribers.wire import deliveries_json, json_array
 

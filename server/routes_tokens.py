@@ -14,11 +14,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from herald.protocol.errors import BadRequest, Forbidden, NotFound, ValidationError
 from server.access import AccessGuard
 from server.auth import MAX_TTL_MS, MIN_TTL_MS, Principal, pattern_within
 from server.http import json_body, json_response
 from server.routing import method_route
-from storage.errors import BadRequest, Forbidden, NotFound, ValidationError
 
 MAX_PATTERNS = 64
 MAX_PATTERN_LEN = 255

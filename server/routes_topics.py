@@ -10,6 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cluster.errors import LeaderUnavailable
+from herald.protocol.errors import OffsetOutOfRange, PartitionNotFound, TopicConflict, TopicNotFound
+from herald.protocol.names import check_name
 from server.errors import ServiceStopping
 from server.http import JSON, json_body, json_response, topic_body
 from server.limits import client_address
@@ -19,7 +21,6 @@ from server.routes_cluster import cluster_partitions
 from server.routing import method_route
 from server.runtime import Services, services
 from server.validation import (
-    check_name,
     check_single_node_replication,
     parse_read_query,
     parse_topic_config,
@@ -27,12 +28,6 @@ from server.validation import (
     topic_config_matches,
 )
 from storage.config import TopicConfig
-from storage.errors import (
-    OffsetOutOfRange,
-    PartitionNotFound,
-    TopicConflict,
-    TopicNotFound,
-)
 from storage.record import Record
 from storage.topic import Topic
 from subscribers.wire import json_array, record_json

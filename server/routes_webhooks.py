@@ -10,10 +10,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from delivery.config import PushConfig
+from herald.protocol.names import check_name
 from server.http import json_body, json_response, subscription_body
 from server.routing import method_route
 from server.runtime import services
-from server.validation import check_name, parse_secret_rotation
+from server.validation import parse_secret_rotation
 from storage.topic import wall_clock_ms
 
 

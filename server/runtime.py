@@ -22,11 +22,11 @@ from starlette.requests import HTTPConnection
 
 from cluster.node import ClusterNode, ClusterSettings
 from cluster.trust import PeerVerifier
-from delivery.close_codes import CloseCode
 from delivery.config import SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.redrive import Redrives
 from herald.lifecycle import periodic, start_service
+from herald.protocol.close_codes import CloseCode
 from server.cluster_trust import cluster_keys, etcd_access, peer_verify
 from server.config import ServerConfig
 from server.errors import ServiceStopping

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from delivery.engine import DeliveryEngine
+from herald.protocol.errors import SubscriptionNotFound
 from storage.engine import Storage
-from storage.errors import SubscriptionNotFound
 from storage.topic import wall_clock_ms
 
 SAMPLE_INTERVAL_S = 1.0  # the console's charts move once a second

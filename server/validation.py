@@ -10,6 +10,10 @@ The rules, applied the same way everywhere:
 - an optional field given as ``null`` is the same as leaving it out, except
   ``retention_ms``/``retention_bytes`` where ``null`` means unlimited.
 
+A subscription config (PUT) or patch (PATCH) is first converted into its model
+(herald/protocol/subscriptions.py, ``from_model``), which applies the first three rules
+and names the field's path; what a type cannot say is checked after.
+
 Validation only builds values (TopicConfig, SubscriptionConfig, PublishItem);
 it never touches state, so a rejected request changes nothing.
 """
@@ -21,16 +25,14 @@ import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+import msgspec
 import orjson
+from msgspec import UNSET
 
-from delivery import redrive
 from delivery.config import (
-    FIXED_FIELDS,
-    MAX_PREVIOUS_SECRETS,
-    PATCHABLE_FIELDS,
     Backoff,
     Breaker,
     DeliveryMode,
@@ -41,18 +43,40 @@ from delivery.config import (
     SubscriptionConfig,
     SubscriptionPatch,
 )
-from delivery.dead_letter import MAX_NACK_REASON
-from delivery.filter import check_filter
 from delivery.start import StartAt
-from storage.config import TopicConfig
-from storage.errors import (
-    BadRequest,
-    InvalidName,
-    MessageTooLarge,
-    ValidationError,
+from herald.protocol import actions, pull
+from herald.protocol import subscriptions as wire
+from herald.protocol.errors import BadRequest, MessageTooLarge, ValidationError
+from herald.protocol.filter import check_filter
+from herald.protocol.limits import (
+    DEDUP_WINDOW_MS,
+    DEFAULT_READ_LIMIT,
+    DELAY_MS,
+    MAX_BATCH,
+    MAX_ID_CHARS,
+    MAX_PARTITIONS,
+    MAX_URL_CHARS,
+    MAX_VALUE_DEPTH,
+    MAX_VALUE_INT,
+    MIN_INSYNC_REPLICAS,
+    MIN_VALUE_INT,
+    OFFSET,
+    PARTITION,
+    PARTITIONS,
+    READ_LIMIT,
+    REDRIVE_DEFAULT_MAX_RECORDS,
+    REDRIVE_DEFAULT_RATE,
+    REPLICATION_FACTOR,
+    RETENTION_BYTES,
+    RETENTION_MS,
+    TIMESTAMP,
+    WAIT_MS,
+    IntRange,
 )
+from herald.protocol.names import POSITIONS, check_name
+from herald.protocol.patterns import SECRET_BYTES, SECRET_PREFIX
+from storage.config import TopicConfig
 from storage.record import (
-    MAX_DELAY_MS,
     Acks,
     NewRecord,
     ValueKind,
@@ -61,101 +85,15 @@ from storage.record import (
 )
 from storage.topic import PublishItem
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,248}")
 INT_TEXT_RE = re.compile(r"-?[0-9]+")  # an integer in a path, query or offsets key
-POSITIONS = ("earliest", "latest")  # `start` and seek `to` (PROTOCOL §2)
-MAX_INT64 = 2**63 - 1
 
-MAX_PARTITIONS = 1024
-MAX_BATCH = 10_000
-MAX_ID_CHARS = 128
-DEFAULT_READ_LIMIT = 100
-# PROTOCOL §1: `value` is any JSON value, stored as the compact JSON text the server
-# writes of it. orjson, which writes it, goes no deeper than 254 levels of arrays and
-# objects and holds integers within 64 bits (signed or unsigned).
-MAX_VALUE_DEPTH = 254
-MIN_VALUE_INT = -(2**63)
-MAX_VALUE_INT = 2**64 - 1
+T = TypeVar("T")
 
-
-@dataclass(frozen=True, slots=True)
-class IntRange:
-    """The integers a field accepts (inclusive); server/openapi.py publishes the same."""
-
-    low: int
-    high: int = MAX_INT64
-
-
-def base64_pattern(min_bytes: int = 0, max_bytes: int | None = None) -> str:
-    """A regex of the strict, padded base64 (RFC 4648 §4) of ``min_bytes..max_bytes`` bytes,
-    as ``b64decode_strict`` reads it: what OpenAPI publishes for value_b64 and secrets."""
-    # The last character before padding carries pad bits, which must be zero.
-    quad = "(?:[A-Za-z0-9+/]{4})"
-    tails = ("", "[A-Za-z0-9+/][AQgw]==", "[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=")
-    if max_bytes is None:
-        return f"{quad}*(?:{tails[1]}|{tails[2]})?"
-    branches = []
-    for rest, tail in enumerate(tails):  # n bytes = 3 * quads + rest
-        fewest = max(0, -(-(min_bytes - rest) // 3))
-        most = (max_bytes - rest) // 3
-        if fewest <= most and (rest or most > 0):
-            branches.append(f"{quad}{{{fewest},{most}}}{tail}")
-    return "(?:" + "|".join(branches) + ")"
-
-
-_HOST_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_IPV4_PART = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
-_PORT = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
-_URL_CHARS = "[A-Za-z0-9._~!$&'()*+,;=:@%/-]"
-# The push URLs OpenAPI describes: http(s), a DNS name (its last label starting with a
-# letter) or an IPv4 address, an optional port 1..65535, a path and query without spaces.
-# A subset of what _parse_push_url accepts (it also takes IPv6 and IDNA hosts).
-PUSH_URL_PATTERN = (
-    f"^https?://(?:(?:{_HOST_LABEL}\\.)*[A-Za-z](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?"
-    f"|{_IPV4_PART}(?:\\.{_IPV4_PART}){{3}})(?::{_PORT})?"
-    f"(?:/{_URL_CHARS}*)?(?:\\?{_URL_CHARS.replace('-]', '?-]')}*)?$"
-)
-
-
-# Every integer range of PROTOCOL §2-§4 and docs/protocol.md, in one place.
-PARTITIONS = IntRange(1, MAX_PARTITIONS)
-PARTITION = IntRange(0, MAX_PARTITIONS - 1)  # one named in a published message
-DELAY_MS = IntRange(0, MAX_DELAY_MS)  # PROTOCOL §8 delayed delivery, 30 days
-DEDUP_WINDOW_MS = IntRange(1000, 604_800_000)
-REPLICATION_FACTOR = IntRange(1, 16)  # PROTOCOL §7; also at most the live nodes
-MIN_INSYNC_REPLICAS = IntRange(1, 16)  # at most replication_factor
-RETENTION_MS = IntRange(1000)
-RETENTION_BYTES = IntRange(1_048_576)
-TIMESTAMP = IntRange(0)  # ms since the epoch
-OFFSET = IntRange(0)
-READ_LIMIT = IntRange(1, 10_000)
-WAIT_MS = IntRange(0, 30_000)
-ACK_DEADLINE_MS = IntRange(100, 600_000)
-MAX_IN_FLIGHT = IntRange(1, 100_000)
-MAX_DELIVERIES = IntRange(0, 1000)
-BACKOFF_MS = IntRange(1, 3_600_000)  # retry_backoff.min_ms / max_ms
-PUSH_MAX_IN_FLIGHT = IntRange(1, 1000)
-PUSH_TIMEOUT_MS = IntRange(100, 60_000)
-BATCH_MAX_RECORDS = IntRange(1, 1000)  # PROTOCOL §8 push.batch
-BATCH_MAX_WAIT_MS = IntRange(0, 10_000)
-BREAKER_FAILURES = IntRange(1, 1000)
-BREAKER_OPEN_MS = IntRange(100, 3_600_000)  # breaker.open_ms / max_open_ms
-PREVIOUS_TTL_MS = IntRange(0, 30 * 86_400_000)  # rotate-secret, 30 days
-REDRIVE_RATE = IntRange(1, redrive.MAX_RATE)
-REDRIVE_MAX_RECORDS = IntRange(1, redrive.MAX_RECORDS)
 
 _MISSING: Any = object()
 
 
 # ---------------------------------------------------------------- primitives
-
-
-def check_name(name: str, what: str = "topic") -> str:
-    if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
-        raise InvalidName(
-            f"{what} name {name!r} does not match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,248}}$"
-        )
-    return name
 
 
 def _as_int(value: Any, field: str) -> int:
@@ -520,78 +458,63 @@ def parse_read_query(params: Mapping[str, str]) -> ReadQuery:
 
 # ---------------------------------------------------------------- subscriptions
 
-_SUB_FIELDS = frozenset(
-    {
-        "topic",
-        "start",
-        "delivery",
-        "ack_deadline_ms",
-        "max_in_flight",
-        "max_deliveries",
-        "retry_backoff",
-        "dead_letter_topic",
-        "ordered_by_key",
-        "push",
-        "filter",
-    }
-)
-_PUSH_FIELDS = frozenset(
-    {
-        "url",
-        "secret",
-        "max_in_flight",
-        "timeout_ms",
-        "breaker",
-        "previous_secrets",
-        "batch",
-        "payload",
-    }
-)
-_BATCH_FIELDS = frozenset({"max_records", "max_wait_ms"})
-_PREVIOUS_SECRET_FIELDS = frozenset({"secret", "expires_at"})
-# Standard Webhooks: keys of 24..64 bytes; 16 (128 bits) is the least HMAC-SHA256 should get.
-SECRET_BYTES = (16, 64)
-SECRET_PREFIX = "whsec_"
-SECRET_PATTERN = f"^{SECRET_PREFIX}{base64_pattern(*SECRET_BYTES)}$"
-MAX_URL_CHARS = 2048
-_BREAKER_FIELDS = frozenset({"failures", "open_ms", "max_open_ms"})
-_BACKOFF_FIELDS = frozenset({"min_ms", "max_ms"})
+_MODEL_DEPTH = 8  # deeper than any model nests; deeper input is a type error anyway
+
+
+def _integral(value: Any, depth: int = 0) -> Any:
+    """``value`` with each integral float an int (``2.0`` is an integer, PROTOCOL §2), to
+    the depth a model nests; msgspec's strict mode takes ``2.0`` for a float only."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    if depth >= _MODEL_DEPTH:
+        return value
+    if type(value) is dict:
+        return {k: _integral(v, depth + 1) for k, v in value.items()}
+    if type(value) is list:
+        return [_integral(v, depth + 1) for v in value]
+    return value
+
+
+# msgspec says "Expected `int` >= 100", "Expected `array` of length <= 5": a well-formed
+# value out of range. Anything else (a wrong type, an unknown or missing field, a value
+# outside its enumerated set) is malformed.
+_OUT_OF_RANGE = re.compile(r"^Expected `[^`]*` (?:of length )?[<>]=")
+
+
+def from_model(body: Any, model: type[T], what: str) -> T:
+    """``body`` as ``model``, or PROTOCOL §2's problem with the field's path:
+    ``validation_error`` for a value out of range, ``bad_request`` for anything else."""
+    try:
+        return msgspec.convert(_integral(body), model, strict=True)
+    except msgspec.ValidationError as exc:
+        message, _, where = str(exc).partition(" - at `$")
+        path = where.rstrip("`").lstrip(".")
+        detail = f"{path}: {message}" if path else f"{what}: {message}"
+        if _OUT_OF_RANGE.match(message):
+            raise ValidationError(detail) from None
+        raise BadRequest(detail) from None
 
 
 def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[str]]:
     """A full SubscriptionConfig (defaults filled) and the fields the request gave."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, _SUB_FIELDS, "the subscription config")
-    topic = _given(obj, "topic")
-    if topic is _MISSING:
-        raise BadRequest("topic is required")
-    values: dict[str, Any] = {"topic": check_name(_as_str(topic, "topic"), "topic")}
-    if (v := _given(obj, "start")) is not _MISSING:
-        values["start"] = parse_start(v)
-    if (v := _given(obj, "delivery")) is not _MISSING:
-        values["delivery"] = _parse_delivery(v)
-    if (v := _given(obj, "ack_deadline_ms")) is not _MISSING:
-        values["ack_deadline_ms"] = _int_in(v, "ack_deadline_ms", ACK_DEADLINE_MS)
-    if (v := _given(obj, "max_in_flight")) is not _MISSING:
-        values["max_in_flight"] = _int_in(v, "max_in_flight", MAX_IN_FLIGHT)
-    if (v := _given(obj, "max_deliveries")) is not _MISSING:
-        values["max_deliveries"] = _int_in(v, "max_deliveries", MAX_DELIVERIES)
-    if (v := _given(obj, "retry_backoff")) is not _MISSING:
-        values["retry_backoff"] = _parse_backoff(v)
-    if (v := _given(obj, "dead_letter_topic")) is not _MISSING:
-        values["dead_letter_topic"] = check_name(
-            _as_str(v, "dead_letter_topic"), "dead_letter_topic"
-        )
-    if (v := _given(obj, "ordered_by_key")) is not _MISSING:
-        values["ordered_by_key"] = _as_bool(v, "ordered_by_key")
-    if (v := _given(obj, "push")) is not _MISSING:
-        values["push"] = _parse_push(v)
-    if (v := _given(obj, "filter")) is not _MISSING:
-        values["filter"] = check_filter(_as_str(v, "filter"))
+    request = from_model(body, wire.SubscriptionConfig, "the subscription config")
+    values: dict[str, Any] = {"topic": check_name(request.topic, "topic")}
+    if request.start is not None:
+        values["start"] = _start_at(request.start)
+    if request.delivery is not None:
+        values["delivery"] = DeliveryMode(request.delivery)
+    for name in ("ack_deadline_ms", "max_in_flight", "max_deliveries", "ordered_by_key"):
+        if (value := getattr(request, name)) is not None:
+            values[name] = value
+    if request.retry_backoff is not None:
+        values["retry_backoff"] = _backoff(request.retry_backoff)
+    if request.dead_letter_topic is not None:
+        values["dead_letter_topic"] = check_name(request.dead_letter_topic, "dead_letter_topic")
+    if request.push is not None:
+        values["push"] = _push(request.push)
+    if request.filter is not None:
+        values["filter"] = check_filter(request.filter)
     return SubscriptionConfig(**values), frozenset(values)
-
-
-_PATCH_FIELDS = frozenset(PATCHABLE_FIELDS) | frozenset(FIXED_FIELDS)
 
 
 def parse_subscription_patch(body: Any) -> SubscriptionPatch:
@@ -599,121 +522,84 @@ def parse_subscription_patch(body: Any) -> SubscriptionPatch:
     PATCHABLE_FIELDS (null: back to the default); FIXED_FIELDS only with their current
     value (checked by SubscriptionPatch.apply: 409). Every value is checked here, so a
     refused patch changes nothing."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, _PATCH_FIELDS, "the subscription patch")
+    request = from_model(body, wire.SubscriptionPatch, "the subscription patch")
     default = SubscriptionConfig(topic="-")
     fixed: dict[str, Any] = {}
-    if (v := _given(obj, "topic")) is not _MISSING:
-        fixed["topic"] = check_name(_as_str(v, "topic"), "topic")
-    if (v := _given(obj, "start")) is not _MISSING:
-        fixed["start"] = parse_start(v)
-    if (v := _given(obj, "delivery")) is not _MISSING:
-        fixed["delivery"] = _parse_delivery(v)
-    if (v := _given(obj, "ordered_by_key")) is not _MISSING:
-        fixed["ordered_by_key"] = _as_bool(v, "ordered_by_key")
+    if request.topic is not None:
+        fixed["topic"] = check_name(request.topic, "topic")
+    if request.start is not None:
+        fixed["start"] = _start_at(request.start)
+    if request.delivery is not None:
+        fixed["delivery"] = DeliveryMode(request.delivery)
+    if request.ordered_by_key is not None:
+        fixed["ordered_by_key"] = request.ordered_by_key
     changes: dict[str, Any] = {}
-    ints = {
-        "ack_deadline_ms": ACK_DEADLINE_MS,
-        "max_in_flight": MAX_IN_FLIGHT,
-        "max_deliveries": MAX_DELIVERIES,
-    }
-    for name, allowed in ints.items():
-        if name in obj:
-            value = obj[name]
-            changes[name] = (
-                getattr(default, name) if value is None else _int_in(value, name, allowed)
-            )
+    for name in ("ack_deadline_ms", "max_in_flight", "max_deliveries"):
+        if (value := getattr(request, name)) is not UNSET:
+            changes[name] = getattr(default, name) if value is None else value
     backoff: dict[str, int | None] | None = None
-    if "retry_backoff" in obj:
-        if obj["retry_backoff"] is None:
-            changes["retry_backoff"] = Backoff()
-        else:
-            given = _as_object(obj["retry_backoff"], "retry_backoff")
-            _check_fields(given, _BACKOFF_FIELDS, "retry_backoff")
-            backoff = {
-                member: None
-                if value is None
-                else _int_in(value, f"retry_backoff.{member}", BACKOFF_MS)
-                for member, value in given.items()
-            }
-    if "dead_letter_topic" in obj:
-        value = obj["dead_letter_topic"]
+    if request.retry_backoff is None:
+        changes["retry_backoff"] = Backoff()
+    elif request.retry_backoff is not UNSET:
+        given = request.retry_backoff
+        backoff = {m: v for m in ("min_ms", "max_ms") if (v := getattr(given, m)) is not UNSET}
+    if request.dead_letter_topic is not UNSET:
+        topic = request.dead_letter_topic
         changes["dead_letter_topic"] = (
-            None
-            if value is None
-            else check_name(_as_str(value, "dead_letter_topic"), "dead_letter_topic")
+            None if topic is None else check_name(topic, "dead_letter_topic")
         )
-    if "filter" in obj:
-        value = obj["filter"]
-        changes["filter"] = None if value is None else check_filter(_as_str(value, "filter"))
+    if request.filter is not UNSET:
+        changes["filter"] = None if request.filter is None else check_filter(request.filter)
     keeps_secret = False
-    if "push" in obj:
-        value = obj["push"]
-        keeps_secret = isinstance(value, dict) and value.get("secret") is None
-        changes["push"] = None if value is None else _parse_push(value, secret_required=False)
+    if request.push is not UNSET:
+        push = request.push
+        keeps_secret = push is not None and push.secret is None
+        changes["push"] = None if push is None else _push(push)
     return SubscriptionPatch(fixed, changes, backoff, keeps_secret)
 
 
-def _parse_delivery(value: Any) -> DeliveryMode:
-    try:
-        return DeliveryMode(_as_str(value, "delivery"))
-    except ValueError:
-        raise BadRequest("delivery must be at_least_once or at_most_once") from None
+def _start_at(start: wire.Start) -> StartAt:
+    if isinstance(start, wire.StartTimestamp):
+        return StartAt.at_timestamp(start.timestamp)
+    return StartAt.earliest() if start == "earliest" else StartAt.latest()
 
 
-def parse_start(value: Any) -> StartAt:
-    if value == "earliest":
-        return StartAt.earliest()
-    if value == "latest":
-        return StartAt.latest()
-    if isinstance(value, str):
-        raise BadRequest('start must be "earliest", "latest" or {"timestamp": T}')
-    obj = _as_object(value, "start")
-    _check_fields(obj, frozenset({"timestamp"}), "start")
-    if obj.get("timestamp") is None:
-        raise BadRequest("start.timestamp is required")
-    return StartAt.at_timestamp(_int_in(obj["timestamp"], "start.timestamp", TIMESTAMP))
-
-
-def _parse_backoff(value: Any) -> Backoff:
-    obj = _as_object(value, "retry_backoff")
-    _check_fields(obj, _BACKOFF_FIELDS, "retry_backoff")
+def _backoff(given: wire.RetryBackoff) -> Backoff:
     default = Backoff()
-    low = _given(obj, "min_ms")
-    high = _given(obj, "max_ms")
-    min_ms = default.min_ms if low is _MISSING else _int_in(low, "retry_backoff.min_ms", BACKOFF_MS)
-    max_ms = (
-        default.max_ms if high is _MISSING else _int_in(high, "retry_backoff.max_ms", BACKOFF_MS)
-    )
+    min_ms = default.min_ms if given.min_ms is None else given.min_ms
+    max_ms = default.max_ms if given.max_ms is None else given.max_ms
     if min_ms > max_ms:
         raise ValidationError("retry_backoff.min_ms must not exceed retry_backoff.max_ms")
     return Backoff(min_ms, max_ms)
 
 
-def _parse_push(value: Any, *, secret_required: bool = True) -> PushConfig:
-    """A push config; without ``secret_required`` (PATCH) a missing secret is left empty
-    for SubscriptionPatch.apply to fill with the current one."""
-    obj = _as_object(value, "push")
-    _check_fields(obj, _PUSH_FIELDS, "push")
-    url = _given(obj, "url")
-    secret = _given(obj, "secret")
-    if url is _MISSING or (secret is _MISSING and secret_required):
-        raise BadRequest("push needs url and secret")
-    url = _parse_push_url(url)
-    secret = "" if secret is _MISSING else _parse_secret(secret, "push.secret")
-    values: dict[str, Any] = {"url": url, "secret": secret}
-    if (v := _given(obj, "previous_secrets")) is not _MISSING:
-        values["previous_secrets"] = _parse_previous_secrets(v)
-    if (v := _given(obj, "max_in_flight")) is not _MISSING:
-        values["max_in_flight"] = _int_in(v, "push.max_in_flight", PUSH_MAX_IN_FLIGHT)
-    if (v := _given(obj, "timeout_ms")) is not _MISSING:
-        values["timeout_ms"] = _int_in(v, "push.timeout_ms", PUSH_TIMEOUT_MS)
-    if (v := _given(obj, "breaker")) is not _MISSING:
-        values["breaker"] = _parse_breaker(v)
-    if (v := _given(obj, "batch")) is not _MISSING:
-        values["batch"] = _parse_batch(v)
-    if (v := _given(obj, "payload")) is not _MISSING:
-        values["payload"] = _parse_payload(v)
+def _push(given: wire.PushConfig | wire.PushConfigPatch) -> PushConfig:
+    """A push config; a PATCH's without a secret leaves it empty for
+    SubscriptionPatch.apply to fill with the current one."""
+    values: dict[str, Any] = {
+        "url": _parse_push_url(given.url),
+        "secret": "" if given.secret is None else _parse_secret(given.secret, "push.secret"),
+    }
+    if given.previous_secrets is not None:
+        values["previous_secrets"] = tuple(
+            PreviousSecret(
+                _parse_secret(p.secret, f"push.previous_secrets[{i}].secret"), p.expires_at
+            )
+            for i, p in enumerate(given.previous_secrets)
+        )
+    for name in ("max_in_flight", "timeout_ms"):
+        if (value := getattr(given, name)) is not None:
+            values[name] = value
+    if given.breaker is not None:
+        values["breaker"] = _breaker(given.breaker)
+    if given.batch is not None:
+        default = PushBatch()
+        values["batch"] = PushBatch(
+            default.max_records if given.batch.max_records is None else given.batch.max_records,
+            default.max_wait_ms if given.batch.max_wait_ms is None else given.batch.max_wait_ms,
+        )
+    if given.payload is not None:
+        values["payload"] = PushPayload(given.payload)
     push = PushConfig(**values)
     if push.payload is PushPayload.RAW and push.batch.batched:
         # PROTOCOL §8: a raw body is one record's value.
@@ -721,28 +607,16 @@ def _parse_push(value: Any, *, secret_required: bool = True) -> PushConfig:
     return push
 
 
-def _parse_batch(value: Any) -> PushBatch:
-    """PROTOCOL §8 `push.batch`; a member left out or null takes its default."""
-    obj = _as_object(value, "push.batch")
-    _check_fields(obj, _BATCH_FIELDS, "push.batch")
-    default = PushBatch()
-    max_records = _given(obj, "max_records")
-    max_wait_ms = _given(obj, "max_wait_ms")
-    return PushBatch(
-        max_records=default.max_records
-        if max_records is _MISSING
-        else _int_in(max_records, "push.batch.max_records", BATCH_MAX_RECORDS),
-        max_wait_ms=default.max_wait_ms
-        if max_wait_ms is _MISSING
-        else _int_in(max_wait_ms, "push.batch.max_wait_ms", BATCH_MAX_WAIT_MS),
+def _breaker(given: wire.Breaker) -> Breaker:
+    default = Breaker()
+    breaker = Breaker(
+        default.failures if given.failures is None else given.failures,
+        default.open_ms if given.open_ms is None else given.open_ms,
+        default.max_open_ms if given.max_open_ms is None else given.max_open_ms,
     )
-
-
-def _parse_payload(value: Any) -> PushPayload:
-    try:
-        return PushPayload(_as_str(value, "push.payload"))
-    except ValueError:
-        raise BadRequest('push.payload must be "envelope" or "raw"') from None
+    if breaker.open_ms > breaker.max_open_ms:
+        raise ValidationError("push.breaker.open_ms must not exceed push.breaker.max_open_ms")
+    return breaker
 
 
 def _parse_push_url(value: Any) -> str:
@@ -766,39 +640,12 @@ def _parse_push_url(value: Any) -> str:
 
 def _parse_secret(value: Any, field: str) -> str:
     secret = _as_str(value, field)
-    if not secret.startswith("whsec_"):
-        raise BadRequest(f'{field} must be "whsec_" followed by base64')
+    if not secret.startswith(SECRET_PREFIX):
+        raise BadRequest(f'{field} must be "{SECRET_PREFIX}" followed by base64')
     low, high = SECRET_BYTES
-    if not low <= len(b64decode_strict(secret[len("whsec_") :], field)) <= high:
+    if not low <= len(b64decode_strict(secret[len(SECRET_PREFIX) :], field)) <= high:
         raise ValidationError(f"{field} must decode to {low}..{high} bytes of key")
     return secret
-
-
-def _parse_previous_secrets(value: Any) -> tuple[PreviousSecret, ...]:
-    """docs/protocol.md: secrets still signed with until `expires_at` (rotation)."""
-    if not isinstance(value, list):
-        raise BadRequest("push.previous_secrets must be an array")
-    if len(value) > MAX_PREVIOUS_SECRETS:
-        raise ValidationError(f"push.previous_secrets holds at most {MAX_PREVIOUS_SECRETS}")
-    parsed = []
-    for i, item in enumerate(value):
-        field = f"push.previous_secrets[{i}]"
-        obj = _as_object(item, field)
-        _check_fields(obj, _PREVIOUS_SECRET_FIELDS, field)
-        secret, expires_at = _given(obj, "secret"), _given(obj, "expires_at")
-        if secret is _MISSING or expires_at is _MISSING:
-            raise BadRequest(f"{field} needs secret and expires_at")
-        parsed.append(
-            PreviousSecret(
-                _parse_secret(secret, f"{field}.secret"),
-                _int_in(expires_at, f"{field}.expires_at", TIMESTAMP),
-            )
-        )
-    return tuple(parsed)
-
-
-# docs/protocol.md "Rotating the secret": how long the replaced secret is still signed with.
-DEFAULT_PREVIOUS_TTL_MS = 86_400_000  # 24 h
 
 
 @dataclass(frozen=True, slots=True)
@@ -810,41 +657,12 @@ class SecretRotation:
 def parse_secret_rotation(body: Any) -> SecretRotation:
     """`POST /v1/subscriptions/{name}/push/rotate-secret`:
     `{"secret": "whsec_…", "previous_ttl_ms": PREVIOUS_TTL_MS}`."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"secret", "previous_ttl_ms"}), "the rotation request")
-    secret = _given(obj, "secret")
-    if secret is _MISSING:
-        raise BadRequest("secret is required")
-    ttl = _given(obj, "previous_ttl_ms")
+    request = from_model(body, actions.SecretRotation, "the rotation request")
+    ttl = request.previous_ttl_ms
     return SecretRotation(
-        _parse_secret(secret, "secret"),
-        DEFAULT_PREVIOUS_TTL_MS
-        if ttl is _MISSING
-        else _int_in(ttl, "previous_ttl_ms", PREVIOUS_TTL_MS),
+        _parse_secret(request.secret, "secret"),
+        actions.DEFAULT_PREVIOUS_TTL_MS if ttl is None else ttl,
     )
-
-
-def _parse_breaker(value: Any) -> Breaker:
-    obj = _as_object(value, "push.breaker")
-    _check_fields(obj, _BREAKER_FIELDS, "push.breaker")
-    default = Breaker()
-    failures = _given(obj, "failures")
-    open_ms = _given(obj, "open_ms")
-    max_open_ms = _given(obj, "max_open_ms")
-    b = Breaker(
-        failures=default.failures
-        if failures is _MISSING
-        else _int_in(failures, "push.breaker.failures", BREAKER_FAILURES),
-        open_ms=default.open_ms
-        if open_ms is _MISSING
-        else _int_in(open_ms, "push.breaker.open_ms", BREAKER_OPEN_MS),
-        max_open_ms=default.max_open_ms
-        if max_open_ms is _MISSING
-        else _int_in(max_open_ms, "push.breaker.max_open_ms", BREAKER_OPEN_MS),
-    )
-    if b.open_ms > b.max_open_ms:
-        raise ValidationError("push.breaker.open_ms must not exceed push.breaker.max_open_ms")
-    return b
 
 
 # ---------------------------------------------------------------- redrive
@@ -852,39 +670,28 @@ def _parse_breaker(value: Any) -> Breaker:
 
 @dataclass(frozen=True, slots=True)
 class RedriveRequest:
-    rate: int = redrive.DEFAULT_RATE
-    max_records: int = redrive.DEFAULT_MAX_RECORDS
+    rate: int = REDRIVE_DEFAULT_RATE
+    max_records: int = REDRIVE_DEFAULT_MAX_RECORDS
     reason: str | None = None  # only the dead letters whose last error is this one
 
 
 def parse_redrive(body: Any) -> RedriveRequest:
     """`POST /v1/subscriptions/{name}/redrive` (docs/protocol.md): an optional body
     `{"rate": 1..10000, "max_records": 1..1000000, "reason": "…"}`."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"rate", "max_records", "reason"}), "the redrive request")
-    rate, max_records = redrive.DEFAULT_RATE, redrive.DEFAULT_MAX_RECORDS
-    if (v := _given(obj, "rate")) is not _MISSING:
-        rate = _int_in(v, "rate", REDRIVE_RATE)
-    if (v := _given(obj, "max_records")) is not _MISSING:
-        max_records = _int_in(v, "max_records", REDRIVE_MAX_RECORDS)
-    reason = None
-    if (v := _given(obj, "reason")) is not _MISSING:
-        reason = _as_str(v, "reason")
-        if len(reason) > redrive.MAX_REASON:
-            raise ValidationError(f"reason is over {redrive.MAX_REASON} characters")
-    return RedriveRequest(rate, max_records, reason)
+    request = from_model(body, actions.RedriveRequest, "the redrive request")
+    return RedriveRequest(
+        REDRIVE_DEFAULT_RATE if request.rate is None else request.rate,
+        REDRIVE_DEFAULT_MAX_RECORDS if request.max_records is None else request.max_records,
+        request.reason,
+    )
 
 
 # ---------------------------------------------------------------- pull (PROTOCOL §8)
 
-PULL_MAX_MESSAGES = IntRange(1, 1000)
-DEFAULT_PULL_MAX_MESSAGES = 100
-NACK_DELAY_MS = IntRange(0, 600_000)  # as a WebSocket nack's delay_ms (PROTOCOL §3)
-
 
 @dataclass(frozen=True, slots=True)
 class PullRequest:
-    max_messages: int = DEFAULT_PULL_MAX_MESSAGES
+    max_messages: int = pull.DEFAULT_PULL_MAX_MESSAGES
     wait_ms: int = 0
 
 
@@ -898,48 +705,22 @@ class NackRequest:
 def parse_pull(body: Any) -> PullRequest:
     """`POST /v1/subscriptions/{name}/pull` `{"max_messages": 1..1000, "wait_ms": 0..30000}`;
     no body is all defaults."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"max_messages", "wait_ms"}), "the pull request")
-    values: dict[str, int] = {}
-    if (v := _given(obj, "max_messages")) is not _MISSING:
-        values["max_messages"] = _int_in(v, "max_messages", PULL_MAX_MESSAGES)
-    if (v := _given(obj, "wait_ms")) is not _MISSING:
-        values["wait_ms"] = _int_in(v, "wait_ms", WAIT_MS)
-    return PullRequest(**values)
+    request = from_model(body, pull.PullRequest, "the pull request")
+    return PullRequest(
+        pull.DEFAULT_PULL_MAX_MESSAGES if request.max_messages is None else request.max_messages,
+        0 if request.wait_ms is None else request.wait_ms,
+    )
 
 
 def parse_ack(body: Any) -> tuple[str, ...]:
     """`POST /v1/subscriptions/{name}/ack` `{"ids": [...]}`."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"ids"}), "the ack request")
-    return _message_ids(obj)
+    return tuple(from_model(body, pull.AckRequest, "the ack request").ids)
 
 
 def parse_nack(body: Any) -> NackRequest:
     """`POST /v1/subscriptions/{name}/nack` `{"ids": [...], "delay_ms"?, "reason"?}`."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"ids", "delay_ms", "reason"}), "the nack request")
-    ids = _message_ids(obj)
-    delay = _given(obj, "delay_ms")
-    reason = _given(obj, "reason")
-    if reason is not _MISSING:
-        reason = _as_str(reason, "reason")
-        if len(reason) > MAX_NACK_REASON:
-            raise ValidationError(f"reason is over {MAX_NACK_REASON} characters")
-    return NackRequest(
-        ids,
-        None if delay is _MISSING else _int_in(delay, "delay_ms", NACK_DELAY_MS),
-        None if reason is _MISSING else reason,
-    )
-
-
-def _message_ids(obj: Mapping[str, Any]) -> tuple[str, ...]:
-    ids = obj.get("ids")
-    if ids is None:
-        raise BadRequest("ids is required")
-    if not isinstance(ids, list) or not all(isinstance(item, str) for item in ids):
-        raise BadRequest("ids must be an array of message id strings")
-    return tuple(ids)
+    request = from_model(body, pull.NackRequest, "the nack request")
+    return NackRequest(tuple(request.ids), request.delay_ms, request.reason)
 
 
 # ---------------------------------------------------------------- seek
@@ -958,7 +739,7 @@ def parse_seek(body: Any) -> StartAt:
         to = obj["to"]
         if to not in POSITIONS:
             raise BadRequest('to must be "earliest" or "latest"')
-        return parse_start(to)
+        return _start_at(to)
     if form == "timestamp":
         return StartAt.at_timestamp(_int_in(obj["timestamp"], "timestamp", TIMESTAMP))
     offsets = _as_object(obj["offsets"], "offsets")

@@ -30,8 +30,8 @@ from pyspark.sql.streaming.datasource import (
 from herald.admin import Admin
 from herald.consumer import Consumer, Message
 from herald.errors import HeraldClientError
-from herald.filter import FilterSyntaxError, Matcher, compile_filter, parse
 from herald.lifecycle import periodic
+from herald.protocol.filter import FilterSyntaxError, Matcher, compile_filter, parse
 
 from .arrow import Encoded, encode, schema_batch, shipped_batch
 from .nodes import node_urls

@@ -48,9 +48,10 @@ from typing import Any
 
 import crc32c
 
+from herald.protocol.limits import MAX_DELAY_MS
 from storage import encryption
 from storage.errors import CorruptLog
-from storage.record import MAX_DELAY_MS, NewRecord, Record, ValueKind
+from storage.record import NewRecord, Record, ValueKind
 
 MAGIC = 0x49  # version 2, written by this code
 MAGIC_V1 = 0x48  # version 1: no leader epoch (read as epoch 0)

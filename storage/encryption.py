@@ -33,7 +33,7 @@ import crc32c
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from storage.errors import HeraldError
+from herald.protocol.errors import HeraldError
 
 ATTR_ENCRYPTED = 0x01  # the same bit as storage/batch.py's
 _CRC_START = 8

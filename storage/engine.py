@@ -25,10 +25,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from herald.protocol.errors import LimitExceeded, TopicConflict, TopicNotFound
 from storage.config import TopicConfig
 from storage.cursors import CursorStore
 from storage.durable import fsync_dir, make_dirs
-from storage.errors import LimitExceeded, TopicConflict, TopicNotFound
 from storage.lock import DataDirLock
 from storage.metadata import MetadataStore
 from storage.open_files import OpenFiles

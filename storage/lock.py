@@ -15,8 +15,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from herald.protocol.errors import HeraldError
 from storage.durable import make_dirs
-from storage.errors import HeraldError
 
 LOCK_FILE = ".lock"
 

@@ -25,7 +25,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import TypeVar
 
-from storage.errors import StorageUnavailable
+from herald.protocol.errors import StorageUnavailable
 from storage.open_files import OpenFiles
 from storage.partition_log import LogConfig, PartitionLog
 from storage.record import Acks, NewRecord, Record

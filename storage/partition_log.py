@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from herald.protocol.errors import StorageUnavailable
 from storage.batch import EncodedBatch, as_encoded, check_batch, encode_batch, read_header
 from storage.durable import fsync_dir, make_dirs
 from storage.epochs import CorruptCheckpoint, LeaderEpochCache, StaleEpoch
-from storage.errors import StorageUnavailable
 from storage.open_files import OpenFiles
 from storage.record import NewRecord, Record
 from storage.segment import LogSegment

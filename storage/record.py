@@ -11,9 +11,6 @@ from typing import Any, TypeVar
 _T = TypeVar("_T")
 
 
-MAX_DELAY_MS = 2_592_000_000  # PROTOCOL §8: delay_ms is 0..30 days (fits a u32 on disk)
-
-
 class ValueKind(enum.IntEnum):
     """How a record's value was published; it comes back in the same form."""
 

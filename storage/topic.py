@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import crc32c
 
+from herald.protocol.errors import PartitionNotFound, StorageUnavailable, TopicNotFound
 from storage.config import TopicConfig
 from storage.dedup import DedupIndex
-from storage.errors import PartitionNotFound, StorageUnavailable, TopicNotFound
 from storage.partition import Partition
 from storage.record import Acks, NewRecord, message_size, slot_constructor
 from storage.writer import wall_clock_ms

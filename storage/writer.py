@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storage.errors import StorageUnavailable
+from herald.protocol.errors import StorageUnavailable
 from storage.partition_log import PartitionLog
 from storage.record import Acks, NewRecord
 

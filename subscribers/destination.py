@@ -31,7 +31,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from storage.errors import ValidationError
+from herald.protocol.errors import ValidationError
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

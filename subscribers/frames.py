@@ -14,11 +14,9 @@ from typing import Any
 
 import orjson
 
-from delivery.credit import MAX_CREDIT
-from delivery.dead_letter import MAX_NACK_REASON
 from delivery.start import StartAt
+from herald.protocol.limits import MAX_CREDIT, MAX_INT64, MAX_NACK_DELAY_MS, MAX_NACK_REASON
 
-MAX_DELAY_MS = 600_000
 MIN_EXTEND_MS, MAX_EXTEND_MS = 100, 600_000
 FRAME_TYPES = ("credit", "ack", "nack", "extend")
 
@@ -91,7 +89,9 @@ def parse_frame(message: Mapping[str, Any]) -> ClientFrame:
         return AckFrame(ids, has_req=True, req=_exact_req(text))
     if kind == "nack":
         delay = (
-            None if data.get("delay_ms") is None else _integer(data, "delay_ms", 0, MAX_DELAY_MS)
+            None
+            if data.get("delay_ms") is None
+            else _integer(data, "delay_ms", 0, MAX_NACK_DELAY_MS)
         )
         return NackFrame(_ids(data), delay, _reason(data))
     if kind == "extend":
@@ -123,14 +123,11 @@ def parse_from_param(raw: str | None) -> StartAt:
     if raw == "earliest":
         return StartAt.earliest()
     if raw.isascii() and raw.isdigit():
-        return StartAt.at_offset(_capped(raw, _MAX_INT64))  # past the end means the end
+        return StartAt.at_offset(_capped(raw, MAX_INT64))  # past the end means the end
     number = raw.removeprefix("ts:")
     if number != raw and number.isascii() and number.isdigit():
-        return StartAt.at_timestamp(_capped(number, _MAX_INT64))
+        return StartAt.at_timestamp(_capped(number, MAX_INT64))
     raise ValueError(f"from must be latest, earliest, an offset or ts:<ms>, got {raw!r}")
-
-
-_MAX_INT64 = 2**63 - 1
 
 
 def _capped(digits: str, cap: int) -> int:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from delivery.close_codes import CloseCode
-from storage.errors import SubscriptionNotFound
+from herald.protocol.close_codes import CloseCode
+from herald.protocol.errors import SubscriptionNotFound
 from storage.writer import wall_clock_ms
 from subscribers.connection import ConsumerConnection
 from subscribers.frames import (

@@ -15,7 +15,7 @@ import hashlib
 import hmac
 from collections.abc import Sequence
 
-SECRET_PREFIX = "whsec_"
+from herald.protocol.patterns import SECRET_PREFIX
 
 
 def secret_key(secret: str) -> bytes:

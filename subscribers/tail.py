@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from delivery.close_codes import CloseCode
 from delivery.config import DeliveryMode, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.runtime import SubscriptionRuntime
+from herald.protocol.close_codes import CloseCode
 from storage.cursors import CursorSnapshot, PartitionCursor
 from subscribers.connection import ConsumerConnection
 from subscribers.frames import ClientFrame, CreditFrame

@@ -27,13 +27,13 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_none
 
-from delivery.close_codes import CloseCode
 from delivery.config import PushConfig, SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.events import Delivery
 from delivery.push import Ack, Action, Answer, Extend, Grant, Nack, Post, PushPolicy
 from herald.lifecycle import Backoff, periodic, supervised
-from storage.errors import SubscriptionNotFound
+from herald.protocol.close_codes import CloseCode
+from herald.protocol.errors import SubscriptionNotFound
 from storage.writer import wall_clock_ms
 from subscribers.attempt_log import FLUSH_INTERVAL_S, Attempt, AttemptLog
 from subscribers.destination import ANYWHERE, DestinationGuard, guarded_transport

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
-from delivery.close_codes import CloseCode
-from storage.errors import SubscriptionNotFound, resource_exhausted
+from herald.protocol.close_codes import CloseCode
+from herald.protocol.errors import SubscriptionNotFound
+from storage.errors import resource_exhausted
 from subscribers.connection import ConnectionSettings, ConsumerConnection
 from subscribers.frames import parse_credit_param, parse_from_param
 from subscribers.session import ConsumerSession

@@ -28,12 +28,12 @@ from websockets.asyncio.client import ClientConnection
 from herald._http import DEFAULT_URL, node_urls, ws_ssl
 from herald.errors import ConsumerClosedError, HeraldClientError, HeraldConnectionError
 from herald.message import Message
+from herald.protocol.close_codes import COME_BACK, TERMINAL, CloseCode
+from herald.protocol.limits import MAX_CREDIT
 
 log = logging.getLogger(__name__)
 
 # PROTOCOL §3 close codes after which reconnecting cannot help.
-TERMINAL_CLOSE_CODES = frozenset(ConsumerClosedError.CODES)
-MAX_CREDIT = 1_000_000
 
 
 class Consumer:
@@ -363,7 +363,7 @@ class Consumer:
                     "server refused a frame: %s %s", frame.get("code"), frame.get("message")
                 )
         # The server closed the connection normally or going away; find out why.
-        if ws.close_code is not None and ws.close_code in TERMINAL_CLOSE_CODES:
+        if ws.close_code is not None and ws.close_code in TERMINAL:
             raise ConsumerClosedError(ws.close_code, ws.close_reason or "")
         raise ConnectionError(f"connection closed ({ws.close_code})")
 
@@ -452,7 +452,7 @@ class _Inbox:
 
 def _raise_if_terminal(closed: websockets.ConnectionClosed) -> None:
     received = closed.rcvd
-    if received is not None and received.code in TERMINAL_CLOSE_CODES:
+    if received is not None and received.code in TERMINAL:
         raise ConsumerClosedError(received.code, received.reason) from closed
 
 
@@ -482,10 +482,7 @@ def _describe(exc: BaseException | None) -> str:
     return str(exc) or type(exc).__name__
 
 
-# RFC 6455 codes a server closes with to say "come back shortly": 1012 service restart
-# (PROTOCOL §7: a subscription's coordinator died or is moving), 1013 try again later.
-COME_BACK_CLOSE_CODES = frozenset({1012, 1013})
-COORDINATOR_MOVING = 1012  # "service restart": the subscription's coordinator moves
+COORDINATOR_MOVING = CloseCode.SERVICE_RESTART  # the subscription's coordinator moves
 COORDINATOR_MOVING_RETRY_S = (0.05, 0.2)  # jittered; no backoff growth
 
 
@@ -499,7 +496,7 @@ def _asked_to_come_back(exc: BaseException) -> bool:
     if not isinstance(exc, websockets.ConnectionClosed):
         return False
     received = exc.rcvd
-    return received is not None and received.code in COME_BACK_CLOSE_CODES
+    return received is not None and received.code in COME_BACK
 
 
 def _worth_reconnecting(exc: BaseException) -> bool:

@@ -8,6 +8,8 @@ from typing import Any
 import httpx
 import orjson
 
+from herald.protocol.close_codes import TERMINAL
+
 
 class HeraldClientError(Exception):
     """An error answer of the server: problem JSON (RFC 9457) or a WebSocket close."""
@@ -89,15 +91,7 @@ class ProducerBufferFullError(HeraldClientError):
 class ConsumerClosedError(HeraldClientError):
     """The server closed a consumer for good (4400, 4401, 4403, 4404, 4409, 4410, 1008)."""
 
-    CODES = {
-        4400: "bad_request",
-        4401: "unauthorized",
-        4403: "forbidden",
-        4404: "not_found",
-        4409: "push_subscription",
-        4410: "subscription_deleted",
-        1008: "too_many_bad_frames",
-    }
+    CODES = TERMINAL  # the close code -> the code this error carries (PROTOCOL §3)
 
     def __init__(self, close_code: int, reason: str) -> None:
         super().__init__(self.CODES.get(close_code, "closed"), close_code, reason or "closed")

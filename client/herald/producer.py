@@ -19,8 +19,8 @@ import orjson
 from herald._http import DEFAULT_URL, Reachability, with_retries
 from herald._transport import ConnectionPool, TransportError
 from herald.errors import HeraldClientError, HeraldConnectionError, ProducerBufferFullError
+from herald.protocol.limits import MAX_BATCH
 
-MAX_BATCH = 10_000  # PROTOCOL §2: 1 to 10000 messages per publish
 ACKS = ("0", "1", "all")
 
 

@@ -20,8 +20,10 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from herald._http import DEFAULT_URL, node_urls, ws_ssl
-from herald.consumer import MAX_CREDIT, TERMINAL_CLOSE_CODES, Message, as_client_error
+from herald.consumer import Message, as_client_error
 from herald.errors import ConsumerClosedError
+from herald.protocol.close_codes import TERMINAL
+from herald.protocol.limits import MAX_CREDIT
 
 
 class Tail:
@@ -96,7 +98,7 @@ class Tail:
                 raw = await ws.recv()
             except websockets.ConnectionClosed as closed:
                 received = closed.rcvd
-                if received is not None and received.code in TERMINAL_CLOSE_CODES:
+                if received is not None and received.code in TERMINAL:
                     raise ConsumerClosedError(received.code, received.reason) from closed
                 if received is not None and received.code in (1000, 1001):
                     raise StopAsyncIteration from None  # the server went away cleanly
@@ -150,7 +152,7 @@ class Tail:
         except websockets.ConnectionClosed as closed:
             await ws.close()
             received = closed.rcvd
-            if received is not None and received.code in TERMINAL_CLOSE_CODES:
+            if received is not None and received.code in TERMINAL:
                 raise ConsumerClosedError(received.code, received.reason) from closed
             raise as_client_error(closed, self.url)  # noqa: B904 (its context is kept)
         except Exception as exc:

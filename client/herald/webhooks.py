@@ -24,8 +24,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from herald.consumer import Message
+from herald.protocol.patterns import SECRET_PREFIX
 
-SECRET_PREFIX = "whsec_"
 HEADER_PREFIX = "herald-header-"  # a raw body's record headers (docs/protocol.md)
 
 

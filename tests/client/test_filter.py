@@ -1,5 +1,5 @@
-"""herald.filter, the PROTOCOL §8 filter grammar in the SDK (the server's
-delivery/filter.py uses it): a filter applied to records as clients receive them."""
+"""herald.filter, the PROTOCOL §8 filter grammar as the SDK's users import it (the
+protocol's, herald/protocol/filter.py, which the server applies too): a filter applied to records as clients receive them."""
 
 from __future__ import annotations
 

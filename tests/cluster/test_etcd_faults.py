@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.etcd import EtcdClient, EtcdOutcomeUnknown, EtcdUnavailable
-from storage.errors import HeraldError
+from herald.protocol.errors import HeraldError
 from tests.cluster.conftest import ATTEMPT_TIMEOUT_S, CLIENT_TIMEOUT_S, EtcdProcess, etcd_binary
 from tests.conftest import free_port
 

@@ -14,7 +14,7 @@ import pytest
 
 from cluster.follower import Action, EpochAnswer, FetchResponse, FollowerReplica
 from cluster.replication import LeaderReplica, Progress
-from storage.errors import HeraldError
+from herald.protocol.errors import HeraldError
 from storage.partition import Partition
 from storage.record import Acks, NewRecord
 from storage.writer import WriterPool

@@ -12,14 +12,14 @@ import pytest
 from delivery.config import Backoff, DeliveryMode, SubscriptionConfig
 from delivery.engine import Delivery, DeliveryEngine
 from delivery.start import StartAt
-from storage.config import TopicConfig
-from storage.engine import Storage
-from storage.errors import (
+from herald.protocol.errors import (
     PartitionNotFound,
     SubscriptionConflict,
     SubscriptionNotFound,
     TopicNotFound,
 )
+from storage.config import TopicConfig
+from storage.engine import Storage
 from storage.record import Acks, NewRecord
 from storage.topic import PublishItem
 from tests.helpers import FakeClock, wait_until

@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delivery.filter import (
+from herald.protocol.errors import BadRequest, ValidationError
+from herald.protocol.filter import (
     MAX_FILTER_CHARS,
-    FilterError,
+    FilterSyntaxError,
     HeaderEquals,
     HeaderPrefix,
     HeaderPresent,
@@ -24,7 +25,6 @@ from delivery.filter import (
     parse,
     to_text,
 )
-from storage.errors import BadRequest, ValidationError
 from storage.record import Record
 
 
@@ -58,7 +58,7 @@ def matches(text: str, r: Record) -> bool:
     ],
 )
 def test_malformed_filters_say_where(text: str, position: int) -> None:
-    with pytest.raises(FilterError) as fault:
+    with pytest.raises(FilterSyntaxError) as fault:
         parse(text)
     assert fault.value.position == position, str(fault.value)
     assert isinstance(fault.value, BadRequest) and f"position {position}" in str(fault.value)
@@ -91,7 +91,7 @@ def test_deep_nesting_is_no_recursion_error() -> None:
     assert parse(nots) == HeaderPresent("a")
     with pytest.raises(ValidationError):
         check_filter("(" * 600 + "headers:a" + ")" * 600)  # well-formed, over 1024
-    with pytest.raises(FilterError):
+    with pytest.raises(FilterSyntaxError):
         check_filter("(" * 2000)  # malformed first: bad_request whatever the length
 
 
@@ -126,9 +126,9 @@ def test_round_trip_through_the_canonical_text(tree: Node) -> None:
 def test_any_string_parses_or_is_a_bad_request(text: str) -> None:
     try:
         check_filter(text)
-    except (FilterError, ValidationError) as fault:
+    except (FilterSyntaxError, ValidationError) as fault:
         assert fault.status == 400
-        if isinstance(fault, FilterError):
+        if isinstance(fault, FilterSyntaxError):
             assert 0 <= fault.position <= len(text)
 
 
@@ -137,13 +137,13 @@ def test_any_string_parses_or_is_a_bad_request(text: str) -> None:
 def test_any_unicode_string_parses_or_is_a_bad_request(text: str) -> None:
     try:
         compile_filter(parse(text))
-    except FilterError as fault:
+    except FilterSyntaxError as fault:
         assert 0 <= fault.position <= len(text)
 
 
 def evaluate(tree: Node, r: Record) -> bool:
     """A plain reference evaluator, to check the compiled matcher against."""
-    from delivery.filter import And, Not, Or
+    from herald.protocol.filter import And, Not, Or
 
     if isinstance(tree, KeyEquals):
         return r.key is not None and r.key == tree.value

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import base64
 
-from delivery.config import MAX_PREVIOUS_SECRETS, PreviousSecret, PushConfig
+from delivery.config import PreviousSecret, PushConfig
+from herald.protocol.limits import MAX_PREVIOUS_SECRETS
 
 
 def secret(n: int) -> str:

@@ -11,10 +11,10 @@ import pytest
 
 from delivery.config import SubscriptionConfig
 from delivery.engine import DeliveryEngine
-from delivery.redrive import REDRIVE_HEADER, RedriveConflict, Redrives
+from delivery.redrive import REDRIVE_HEADER, Redrives
+from herald.protocol.errors import RedriveConflict, SubscriptionNotFound, TopicNotFound
 from storage.config import TopicConfig
 from storage.engine import Storage
-from storage.errors import SubscriptionNotFound, TopicNotFound
 from storage.record import Acks, NewRecord
 from storage.topic import PublishItem
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from delivery.start import Position, StartAt
-from storage.errors import PartitionNotFound
+from herald.protocol.errors import PartitionNotFound
 from subscribers.frames import parse_from_param
 
 

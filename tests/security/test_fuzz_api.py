@@ -89,7 +89,7 @@ def _partition_the_topic_lacks(case: schemathesis.Case, response: Any) -> bool:
 
 
 def _malformed_filter(case: schemathesis.Case, response: Any) -> bool:
-    # PROTOCOL §8 `filter` is a grammar (delivery/filter.py), which JSON Schema cannot
+    # PROTOCOL §8 `filter` is a grammar (herald/protocol/filter.py), which JSON Schema cannot
     # state: a string outside it is bad_request, its detail naming the fault's position.
     body = case.body if isinstance(case.body, dict) else {}
     detail = str(_problem(response).get("detail"))

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from herald.protocol.errors import HeraldError
 from storage.config import TopicConfig
 from storage.engine import Storage
-from storage.errors import HeraldError
 from storage.record import Acks, NewRecord
 from storage.topic import PublishItem
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import schemathesis
+
+from server.openapi import document
+
+_DOCUMENT = schemathesis.openapi.from_dict(document())
 
 
 def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
@@ -17,3 +22,25 @@ def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str
     assert isinstance(body["title"], str) and body["title"]
     assert isinstance(body["detail"], str) and body["detail"]
     return body
+
+
+def conformance(response: httpx.Response) -> str | None:
+    """Why ``response`` disagrees with the server's OpenAPI document, or None. Only
+    answers of the API (/v1/...) whose body was read, to a request whose body can be read
+    again, are checked; a path the document does not have is the route tests' concern (a
+    404 problem), not this one's."""
+    request = response.request
+    if not request.url.path.startswith("/v1/") or not response.is_closed:
+        return None
+    try:
+        request.read()  # schemathesis reads the request's bytes too
+    except httpx.StreamConsumed:  # a streamed upload (a generator): gone once sent
+        return None
+    operation = _DOCUMENT.find_operation_by_path(request.method, request.url.path)
+    if operation is None:
+        return None
+    try:
+        operation.validate_response(response)
+    except AssertionError as exc:  # schemathesis' failures are AssertionErrors
+        return f"{request.method} {request.url.path} -> {response.status_code}: {exc}"
+    return None

@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from herald.protocol.errors import BadRequest, RateLimited
 from server.errors import EXCEPTION_HANDLERS, InternalErrorMiddleware
-from storage.errors import BadRequest, RateLimited
 from tests.server import assert_problem
 
 

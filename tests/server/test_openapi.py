@@ -5,17 +5,24 @@ comparison is tests/security/test_fuzz_api.py (schemathesis)."""
 from __future__ import annotations
 
 import base64
+import datetime
 import re
 from typing import Any
 
+import httpx
 import jsonschema_rs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from herald.protocol import limits
+from herald.protocol.errors import HeraldError
+from herald.protocol.patterns import PUSH_URL_PATTERN, SECRET_PATTERN, SECRET_PREFIX, base64_pattern
+from herald.protocol.stats import SubscriptionStats
 from server import validation as v
 from server.openapi import document
-from storage.errors import HeraldError
+from server.schemas import with_models
+from tests.server import conformance
 
 SCHEMAS: dict[str, Any] = document()["components"]["schemas"]
 
@@ -30,25 +37,25 @@ def _bounds(schema: dict[str, Any]) -> tuple[int, int]:
 @pytest.mark.parametrize(
     ("path", "allowed"),
     [
-        (("TopicConfig", "partitions"), v.PARTITIONS),
-        (("TopicConfig", "retention_ms"), v.RETENTION_MS),
-        (("TopicConfig", "retention_bytes"), v.RETENTION_BYTES),
-        (("TopicConfig", "dedup_window_ms"), v.DEDUP_WINDOW_MS),
-        (("Message", "partition"), v.PARTITION),
-        (("SubscriptionConfig", "ack_deadline_ms"), v.ACK_DEADLINE_MS),
-        (("SubscriptionConfig", "max_in_flight"), v.MAX_IN_FLIGHT),
-        (("SubscriptionConfig", "max_deliveries"), v.MAX_DELIVERIES),
-        (("PushConfig", "max_in_flight"), v.PUSH_MAX_IN_FLIGHT),
-        (("PushConfig", "timeout_ms"), v.PUSH_TIMEOUT_MS),
-        (("RedriveRequest", "rate"), v.REDRIVE_RATE),
-        (("RedriveRequest", "max_records"), v.REDRIVE_MAX_RECORDS),
-        (("SecretRotation", "previous_ttl_ms"), v.PREVIOUS_TTL_MS),
+        (("TopicConfig", "partitions"), limits.PARTITIONS),
+        (("TopicConfig", "retention_ms"), limits.RETENTION_MS),
+        (("TopicConfig", "retention_bytes"), limits.RETENTION_BYTES),
+        (("TopicConfig", "dedup_window_ms"), limits.DEDUP_WINDOW_MS),
+        (("Message", "partition"), limits.PARTITION),
+        (("SubscriptionConfig", "ack_deadline_ms"), limits.ACK_DEADLINE_MS),
+        (("SubscriptionConfig", "max_in_flight"), limits.MAX_IN_FLIGHT),
+        (("SubscriptionConfig", "max_deliveries"), limits.MAX_DELIVERIES),
+        (("PushConfig", "max_in_flight"), limits.PUSH_MAX_IN_FLIGHT),
+        (("PushConfig", "timeout_ms"), limits.PUSH_TIMEOUT_MS),
+        (("RedriveRequest", "rate"), limits.REDRIVE_RATE),
+        (("RedriveRequest", "max_records"), limits.REDRIVE_MAX_RECORDS),
+        (("SecretRotation", "previous_ttl_ms"), limits.PREVIOUS_TTL_MS),
     ],
 )
-def test_each_range_is_the_validators(path: tuple[str, str], allowed: v.IntRange) -> None:
+def test_each_range_is_the_validators(path: tuple[str, str], allowed: limits.IntRange) -> None:
     schema, field = path
     assert _bounds(SCHEMAS[schema]["properties"][field]) == (allowed.low, allowed.high)
-    assert allowed.high <= v.MAX_INT64  # every bound fits int64 (issue 20 §4)
+    assert allowed.high <= limits.MAX_INT64  # every bound fits int64 (issue 20 §4)
 
 
 def test_the_document_is_valid_json_schema_2020_12() -> None:
@@ -60,19 +67,19 @@ def test_the_document_is_valid_json_schema_2020_12() -> None:
 
 @pytest.mark.parametrize("size", range(80))
 def test_the_secret_pattern_accepts_exactly_what_the_validator_does(size: int) -> None:
-    secret = v.SECRET_PREFIX + base64.b64encode(b"k" * size).decode()
+    secret = SECRET_PREFIX + base64.b64encode(b"k" * size).decode()
     try:
         v.parse_secret_rotation({"secret": secret})
         accepted = True
     except HeraldError:
         accepted = False
-    assert (re.fullmatch(v.SECRET_PATTERN.strip("^$"), secret) is not None) == accepted
+    assert (re.fullmatch(SECRET_PATTERN.strip("^$"), secret) is not None) == accepted
 
 
 @settings(max_examples=300, suppress_health_check=list(HealthCheck), deadline=None)
-@given(st.from_regex(re.compile(v.PUSH_URL_PATTERN), fullmatch=True))
+@given(st.from_regex(re.compile(PUSH_URL_PATTERN), fullmatch=True))
 def test_every_url_the_pattern_allows_is_accepted(url: str) -> None:
-    if len(url) <= v.MAX_URL_CHARS:
+    if len(url) <= limits.MAX_URL_CHARS:
         v.parse_subscription_config(
             {"topic": "t", "push": {"url": url, "secret": "whsec_" + "A" * 24}}
         )
@@ -82,7 +89,7 @@ def test_every_url_the_pattern_allows_is_accepted(url: str) -> None:
 @given(st.binary(max_size=64), st.text("AQgw=+/", max_size=3))
 def test_value_b64_pattern_matches_strict_base64(data: bytes, noise: str) -> None:
     text = base64.b64encode(data).decode()
-    assert re.fullmatch(v.base64_pattern(), text)
+    assert re.fullmatch(base64_pattern(), text)
     assert v.b64decode_strict(text, "value_b64") == data
     for other in (text + noise, text[:-1] + noise, noise + text):
         try:
@@ -90,7 +97,7 @@ def test_value_b64_pattern_matches_strict_base64(data: bytes, noise: str) -> Non
             accepted = True
         except HeraldError:
             accepted = False
-        assert (re.fullmatch(v.base64_pattern(), other) is not None) == accepted, other
+        assert (re.fullmatch(base64_pattern(), other) is not None) == accepted, other
 
 
 def test_a_message_is_exactly_one_of_value_and_value_b64() -> None:
@@ -123,3 +130,45 @@ def test_the_websocket_routes_are_described() -> None:
     for route in described.values():
         assert "herald.token." in route["authentication"]
         assert {"4401", "4403"} <= set(route["close_codes"])
+
+
+def test_a_subscription_is_published_from_its_models(herald_url: str) -> None:
+    """Issue 29: the published SubscriptionStats and SubscriptionConfigView are generated
+    from the models the server fills in, so every member a server answers is described
+    (`delayed` and `filter` once were not), and a real answer validates against them."""
+    published = SCHEMAS["SubscriptionStats"]
+    assert set(published["properties"]) == set(SubscriptionStats.__struct_fields__)
+    assert set(published["required"]) == set(SubscriptionStats.__struct_fields__)
+    validator = jsonschema_rs.Draft202012Validator(
+        {"$ref": "#/components/schemas/Subscription", "components": {"schemas": SCHEMAS}}
+    )
+    with httpx.Client(base_url=herald_url) as http:
+        body = {"messages": [{"value": 1}, {"value": 2, "delay_ms": 60_000}]}
+        assert http.post("/v1/topics/t/messages", json=body).status_code == 200
+        config = {"topic": "t", "start": "earliest", "filter": 'key = "a"'}
+        created = http.put("/v1/subscriptions/s", json=config)
+        assert created.status_code == 201, created.text
+        answer = http.get("/v1/subscriptions/s").json()
+    assert "delayed" in answer["stats"] and answer["config"]["filter"] == 'key = "a"'
+    validator.validate(answer)
+    assert set(SCHEMAS["SubscriptionConfigView"]["properties"]) == set(answer["config"])
+
+
+def test_an_answer_the_document_does_not_describe_is_caught() -> None:
+    """The check tests/server/conftest.py runs on every answer of this folder's tests."""
+    request = httpx.Request("GET", "http://127.0.0.1:1/v1/subscriptions/s")
+    for body, caught in (({"name": "s"}, True), ({"subscriptions": []}, True)):
+        response = httpx.Response(200, json=body, request=request)
+        response.read()
+        response.elapsed = datetime.timedelta(0)
+        assert (conformance(response) is not None) == caught
+    listing = httpx.Request("GET", "http://127.0.0.1:1/v1/subscriptions")
+    response = httpx.Response(200, json={"subscriptions": []}, request=listing)
+    response.read()
+    response.elapsed = datetime.timedelta(0)
+    assert conformance(response) is None
+
+
+def test_a_model_may_not_take_the_name_of_a_hand_written_component() -> None:
+    with pytest.raises(ValueError, match="SubscriptionStats"):
+        with_models({"SubscriptionStats": {"type": "object"}})

@@ -11,9 +11,17 @@ import pytest
 from delivery.config import Backoff, DeliveryMode
 from delivery.engine import config_matches
 from delivery.start import StartAt
+from herald.protocol.errors import (
+    BadRequest,
+    HeraldError,
+    InvalidName,
+    MessageTooLarge,
+    PayloadTooLarge,
+    ValidationError,
+)
+from herald.protocol.names import check_name
 from server.http import read_body
 from server.validation import (
-    check_name,
     parse_acks,
     parse_publish,
     parse_read_query,
@@ -23,14 +31,6 @@ from server.validation import (
     topic_config_matches,
 )
 from storage.config import TopicConfig
-from storage.errors import (
-    BadRequest,
-    HeraldError,
-    InvalidName,
-    MessageTooLarge,
-    PayloadTooLarge,
-    ValidationError,
-)
 from storage.record import Acks, ValueKind
 
 

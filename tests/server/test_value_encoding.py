@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.validation import MAX_VALUE_DEPTH, MAX_VALUE_INT, MIN_VALUE_INT
+from herald.protocol.limits import MAX_VALUE_DEPTH, MAX_VALUE_INT, MIN_VALUE_INT
 from tests.conftest import HeraldProcess
 from tests.server import assert_problem
 

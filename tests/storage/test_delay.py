@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from herald.protocol.limits import MAX_DELAY_MS
 from storage import encryption
 from storage.batch import (
     HEADER_SIZE,
@@ -24,7 +25,7 @@ from storage.batch import (
 from storage.errors import CorruptLog
 from storage.partition import Partition
 from storage.partition_log import LogConfig, PartitionLog
-from storage.record import MAX_DELAY_MS, Acks, NewRecord, ValueKind
+from storage.record import Acks, NewRecord, ValueKind
 from storage.writer import WriterPool
 
 _FLAGS_AT = HEADER_SIZE + 4 + 8 + 1  # offset_delta, timestamp, kind, then the flags byte

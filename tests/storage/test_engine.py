@@ -14,9 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from herald.protocol.errors import StorageUnavailable, TopicConflict, TopicNotFound
 from storage.config import TopicConfig
 from storage.engine import Storage
-from storage.errors import StorageUnavailable, TopicConflict, TopicNotFound
 from storage.metadata import MetadataStore
 from storage.record import Acks, NewRecord
 from storage.topic import PublishItem, PublishResult, Topic

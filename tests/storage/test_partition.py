@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.errors import StorageUnavailable
+from herald.protocol.errors import StorageUnavailable
 from storage.partition import Partition
 from storage.partition_log import LogConfig, PartitionLog
 from storage.record import Acks, NewRecord

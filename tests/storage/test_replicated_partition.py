@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from herald.protocol.errors import HeraldError
 from storage.batch import read_header
 from storage.config import TopicConfig
 from storage.epochs import StaleEpoch
-from storage.errors import CorruptLog, HeraldError
+from storage.errors import CorruptLog
 from storage.partition import Partition
 from storage.record import Acks, NewRecord, Record
 from storage.topic import PublishItem, Topic

@@ -10,9 +10,9 @@ from pathlib import Path
 import crc32c
 import pytest
 
+from herald.protocol.errors import PartitionNotFound, StorageUnavailable, TopicNotFound
 from storage.config import TopicConfig
 from storage.engine import Storage
-from storage.errors import PartitionNotFound, StorageUnavailable, TopicNotFound
 from storage.record import Acks, NewRecord, message_size
 from storage.topic import PublishItem, PublishResult, Topic
 

@@ -1,0 +1,119 @@
+"""The errors of PROTOCOL §2, shared by the server and the SDK. Each carries its problem
+code, its HTTP status (as h11's ``error_status_hint``) and the WebSocket close code (§3)
+a consumer is refused with; the server turns them into RFC 9457 problem JSON or a close
+in one place (server/errors.py), and every layer of the server can raise them."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from herald.protocol.close_codes import CloseCode
+
+RETRY_AFTER_S = 1  # what a 503 without a better figure asks the client to wait
+
+
+class HeraldError(Exception):
+    """Base of every error Herald reports to a client."""
+
+    code: ClassVar[str] = "internal_error"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal Server Error"
+    close_code: ClassVar[int] = CloseCode.INTERNAL  # what a WebSocket is closed with
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra  # extra problem members, e.g. ``index`` for a bad batch
+
+
+class BadRequest(HeraldError):
+    code, status, title = "bad_request", 400, "Bad Request"
+    close_code = CloseCode.BAD_QUERY
+
+
+class ValidationError(HeraldError):
+    code, status, title = "validation_error", 400, "Bad Request"
+    close_code = CloseCode.BAD_QUERY
+
+
+class InvalidName(HeraldError):
+    code, status, title = "invalid_name", 400, "Bad Request"
+    close_code = CloseCode.BAD_QUERY
+
+
+class NotFound(HeraldError):
+    code, status, title = "not_found", 404, "Not Found"
+    close_code = CloseCode.NOT_FOUND
+
+
+class TopicNotFound(NotFound):
+    code = "topic_not_found"
+
+
+class SubscriptionNotFound(NotFound):
+    code = "subscription_not_found"
+
+
+class PartitionNotFound(NotFound):
+    code = "partition_not_found"
+
+
+class OffsetOutOfRange(HeraldError):
+    code, status, title = "offset_out_of_range", 400, "Bad Request"
+    close_code = CloseCode.BAD_QUERY
+
+
+class MessageTooLarge(HeraldError):
+    code, status, title = "message_too_large", 413, "Content Too Large"
+
+
+class PayloadTooLarge(HeraldError):
+    code, status, title = "payload_too_large", 413, "Content Too Large"
+
+
+class TopicConflict(HeraldError):
+    code, status, title = "topic_conflict", 409, "Conflict"
+
+
+class SubscriptionConflict(HeraldError):
+    code, status, title = "subscription_conflict", 409, "Conflict"
+
+
+class RedriveConflict(HeraldError):
+    """No dead_letter_topic to redrive, or a redrive of it is already running."""
+
+    code, status, title = "redrive_conflict", 409, "Conflict"
+
+
+class LimitExceeded(HeraldError):
+    """PROTOCOL §6: one more would pass a configured cap (``--max-topics``)."""
+
+    code, status, title = "limit_exceeded", 409, "Conflict"
+
+
+class RequestTimeout(HeraldError):
+    """The request body stalled (docs/protocol.md: ``request_timeout``)."""
+
+    code, status, title = "request_timeout", 408, "Request Timeout"
+
+
+class Unauthorized(HeraldError):
+    code, status, title = "unauthorized", 401, "Unauthorized"
+    close_code = CloseCode.UNAUTHORIZED
+
+
+class Forbidden(HeraldError):
+    code, status, title = "forbidden", 403, "Forbidden"
+    close_code = CloseCode.FORBIDDEN
+
+
+class RateLimited(HeraldError):
+    code, status, title = "rate_limited", 429, "Too Many Requests"
+    close_code = CloseCode.TRY_AGAIN_LATER
+
+
+class StorageUnavailable(HeraldError):
+    """A write could not be made durable (disk full, I/O error, log closed)."""
+
+    code, status, title = "storage_unavailable", 503, "Service Unavailable"
+    close_code = CloseCode.TRY_AGAIN_LATER

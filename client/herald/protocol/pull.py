@@ -1,0 +1,74 @@
+"""PROTOCOL §8 pull over HTTP: the requests to pull, ack and nack. Declared once: the
+server converts bodies into them (server/validation.py ``from_model``), /openapi.json
+publishes their schemas (server/schemas.py), and a client can build them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from herald.protocol import limits
+
+DEFAULT_PULL_MAX_MESSAGES = 100
+
+MessageIds = Annotated[
+    list[str], Meta(description="message ids; strings that are not in flight are unknown")
+]
+
+
+class PullRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Optional: no body is all defaults."""
+
+    max_messages: (
+        Annotated[
+            int,
+            Meta(
+                ge=limits.PULL_MAX_MESSAGES.low,
+                le=limits.PULL_MAX_MESSAGES.high,
+                description=f"default {DEFAULT_PULL_MAX_MESSAGES}",
+            ),
+        ]
+        | None
+    ) = None
+    wait_ms: (
+        Annotated[
+            int,
+            Meta(
+                ge=limits.WAIT_MS.low,
+                le=limits.WAIT_MS.high,
+                description="long-poll while nothing is there (default 0)",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class AckRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    ids: MessageIds
+
+
+class NackRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    ids: MessageIds
+    delay_ms: (
+        Annotated[
+            int,
+            Meta(
+                ge=limits.NACK_DELAY_MS.low,
+                le=limits.NACK_DELAY_MS.high,
+                description="else the subscription's backoff",
+            ),
+        ]
+        | None
+    ) = None
+    reason: (
+        Annotated[
+            str,
+            Meta(
+                max_length=limits.MAX_NACK_REASON,
+                description="the dead letter's herald-source-last-error",
+            ),
+        ]
+        | None
+    ) = None

@@ -1,0 +1,45 @@
+"""The components of /openapi.json that are generated from the protocol's models
+(herald/protocol/): the very types the server fills in and validates with, so their
+published schema cannot drift from them (issue 29: `delayed` was once missing from the
+hand-written SubscriptionStats, and `filter` from SubscriptionConfigView)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from herald.protocol import actions, pull
+from herald.protocol import subscriptions as wire
+from herald.protocol.stats import SubscriptionStats
+
+REF_TEMPLATE = "#/components/schemas/{name}"
+
+MODELS: tuple[Any, ...] = (
+    wire.SubscriptionConfig,
+    wire.SubscriptionPatch,
+    wire.SubscriptionConfigView,
+    SubscriptionStats,
+    actions.RedriveRequest,
+    actions.SecretRotation,
+    pull.PullRequest,
+    pull.AckRequest,
+    pull.NackRequest,
+)
+
+
+def model_components() -> dict[str, dict[str, Any]]:
+    """Each model's JSON Schema (and those of the models it refers to) under its class
+    name, which is the component name the paths refer to."""
+    _, components = msgspec.json.schema_components(MODELS, ref_template=REF_TEMPLATE)
+    return components
+
+
+def with_models(written: dict[str, Any]) -> dict[str, Any]:
+    """The components written by hand in server/openapi.py plus the generated ones; a
+    model may not take the name of a component written by hand (one would hide the
+    other)."""
+    generated = model_components()
+    if taken := generated.keys() & written.keys():
+        raise ValueError(f"components both generated and written by hand: {sorted(taken)}")
+    return {**written, **generated}
