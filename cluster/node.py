@@ -292,8 +292,12 @@ class ClusterNode:
 
     async def _reconcile_loop(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancel that
+            # arrives as the event is set (gh-86296), and the loop then never ended —
+            # close() (and test_lease_roles) waited for it forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), _RECONCILE_EVERY_S)
+                async with asyncio.timeout(_RECONCILE_EVERY_S):
+                    await self._dirty.wait()
             self._dirty.clear()
             try:
                 await self._reconcile()
