@@ -9,7 +9,7 @@ One live node compacts (the member with the smallest id, so there is one without
 election; two compacting at once would only repeat each other's work): every
 ``every_s`` it notes etcd's current revision, and compacts up to the newest revision it
 noted at least ``keep_s`` ago. A watcher that falls further behind than ``keep_s`` gets
-:class:`~cluster.etcd.WatchCompacted` and reads the state afresh (cluster/node.py,
+:class:`~cluster.etcd.WatchCompacted` and reads the state afresh (cluster/metadata.py,
 cluster/membership.py do). Compaction frees space inside etcd's database for reuse; it
 does not shrink the file — ``etcdctl defrag`` does, one member at a time (docs/operations
 in the README).

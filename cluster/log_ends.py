@@ -2,7 +2,7 @@
 
 PROTOCOL §7 (restarts are new incarnations): a node that registered anew leads nothing
 until an election, and only a *current* ISR member — one that has not restarted since
-it joined the ISR — is elected in the ordinary way (cluster/node.py). When every ISR
+it joined the ISR — is elected in the ordinary way (cluster/elections.py). When every ISR
 member of a partition has restarted (a whole cluster's restart, a power cut), none is
 current, yet at least one of them kept its disk (fewer than ``min_insync_replicas``
 lose their data directories at a time) and holds every committed record. Which one?

@@ -45,7 +45,8 @@ async def test_a_role_given_under_a_lost_lease_no_longer_leads(
         await eventually(leads, 30.0, "n1 leading t/0")
         # Hold back the next reconcile pass, which drops roles of a lost lease: what is
         # checked here is the window before it.
-        (reconcile,) = [t for t in node._tasks if t.get_name() == "herald-cluster-reconcile"]
+        reconcile = node.tasks.named("herald-cluster-reconcile")
+        assert reconcile is not None
         reconcile.cancel()
         await asyncio.gather(reconcile, return_exceptions=True)
         old = node.membership.lease_id

@@ -1,0 +1,153 @@
+"""The subscription coordinator (cluster/subscription_coordinator.py) of one registered
+node on a real etcd: it claims what it should run, hands it to its host, replicates the
+cursors of what it runs — never one of a subscription deleted and created since."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+
+import orjson
+import pytest
+
+from cluster.coordination import coordinators_prefix, cursors_prefix, subscriptions_prefix
+from cluster.etcd import EtcdClient
+from cluster.fence import Fence
+from cluster.membership import Membership
+from cluster.metadata import MetadataView
+from cluster.subscription_coordinator import SubscriptionCoordinator
+
+CLUSTER = "subs"
+CONFIG = orjson.dumps({"topic": "t", "start": "earliest"})
+
+
+class Host:
+    """Runs subscriptions the way the delivery engine does, as far as the node can see."""
+
+    def __init__(self) -> None:
+        self.runtimes: dict[str, bytes | None] = {}  # name -> the cursor it started from
+        self.ended: list[tuple[str, str]] = []
+
+    def running(self) -> set[str]:
+        return set(self.runtimes)
+
+    async def adopt(self, name: str, config: bytes, cursor: bytes | None) -> None:
+        self.runtimes[name] = cursor
+
+    async def release(self, name: str) -> None:
+        self.runtimes.pop(name, None)
+        self.ended.append((name, "released"))
+
+    async def deleted(self, name: str) -> None:
+        self.runtimes.pop(name, None)
+        self.ended.append((name, "deleted"))
+
+
+async def _no_answers(urls: Mapping[str, str], timeout_s: float) -> dict[str, float]:
+    return {}
+
+
+@pytest.fixture
+async def membership(etcd: EtcdClient) -> AsyncIterator[Membership]:
+    async with Membership(
+        etcd, cluster=CLUSTER, node_id="n1", advertise_url="http://127.0.0.1:9", ttl_s=5
+    ) as membership:
+        yield membership
+
+
+async def coordinator(
+    etcd: EtcdClient, membership: Membership
+) -> tuple[SubscriptionCoordinator, MetadataView, Host]:
+    view = MetadataView(etcd, CLUSTER, keys=None, changed=lambda: None)
+    fence = Fence(
+        holds_lease=membership.holds_lease,
+        failing_since=membership.failing_since,
+        peers=lambda: ({}, set()),
+        ask=_no_answers,
+    )
+    subscriptions = SubscriptionCoordinator(
+        etcd,
+        CLUSTER,
+        "n1",
+        membership,
+        view,
+        fence,
+        caught_up=lambda topic: True,
+        changed=lambda: None,
+    )
+    subscriptions.host = host = Host()
+    return subscriptions, view, host
+
+
+async def test_a_new_subscription_is_claimed_under_the_lease_and_run_from_no_cursor(
+    etcd: EtcdClient, membership: Membership
+) -> None:
+    subscriptions, view, host = await coordinator(etcd, membership)
+    assert await subscriptions.create("s", CONFIG)
+    await view.load()
+
+    await subscriptions.reconcile(membership.members)  # claims it
+    await view.load()
+    await subscriptions.reconcile(membership.members)  # runs it
+
+    claimed = await etcd.get(coordinators_prefix(CLUSTER) + "s")
+    assert claimed is not None
+    assert (claimed.value, claimed.lease) == (b"n1", membership.lease_id)
+    assert subscriptions.coordinates("s")
+    assert host.runtimes == {"s": None}
+
+
+async def test_a_saved_cursor_reaches_etcd_while_this_node_coordinates(
+    etcd: EtcdClient, membership: Membership
+) -> None:
+    subscriptions, view, _host = await coordinator(etcd, membership)
+    await subscriptions.create("s", CONFIG)
+    await view.load()
+    await subscriptions.reconcile(membership.members)
+    await subscriptions.reconcile(membership.members)
+
+    subscriptions.cursor_saved("s", b"cursor-1")
+    await subscriptions.flush_cursors()
+
+    stored = await etcd.get(cursors_prefix(CLUSTER) + "s")
+    assert stored is not None and stored.value == b"cursor-1"
+
+
+async def test_a_subscription_created_again_ends_the_old_runtime_and_not_with_its_cursor(
+    etcd: EtcdClient, membership: Membership
+) -> None:
+    subscriptions, view, host = await coordinator(etcd, membership)
+    await subscriptions.create("s", CONFIG)
+    await view.load()
+    await subscriptions.reconcile(membership.members)
+    await subscriptions.reconcile(membership.members)
+    assert host.running() == {"s"}
+    # Deleted and created again on another node, this one's view not yet told.
+    await etcd.delete(subscriptions_prefix(CLUSTER) + "s")
+    await etcd.put(subscriptions_prefix(CLUSTER) + "s", CONFIG)
+    await etcd.put(coordinators_prefix(CLUSTER) + "s", "n1", lease=membership.lease_id)
+
+    subscriptions.cursor_saved("s", b"old-cursor")
+    await subscriptions.flush_cursors()
+    assert await etcd.get(cursors_prefix(CLUSTER) + "s") is None
+
+    await view.load()
+    await subscriptions.reconcile(membership.members)
+    assert ("s", "deleted") in host.ended
+
+
+async def test_a_deleted_subscription_ends_its_runtime(
+    etcd: EtcdClient, membership: Membership
+) -> None:
+    subscriptions, view, host = await coordinator(etcd, membership)
+    await subscriptions.create("s", CONFIG)
+    await view.load()
+    await subscriptions.reconcile(membership.members)
+    await subscriptions.reconcile(membership.members)
+
+    assert await subscriptions.delete("s")
+    await view.load()
+    await subscriptions.reconcile(membership.members)
+
+    assert host.running() == set()
+    assert host.ended == [("s", "deleted")]
+    assert not await subscriptions.delete("s")
