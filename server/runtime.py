@@ -143,7 +143,7 @@ class ClusterService:
 
 
 class EngineHost:
-    """A cluster node's subscriptions (cluster/node.py SubscriptionHost): the delivery
+    """A cluster node's subscriptions (cluster/subscription_coordinator.py SubscriptionHost): the delivery
     engine runs those this node coordinates, with their webhook dispatchers."""
 
     def __init__(
