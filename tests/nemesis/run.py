@@ -19,14 +19,15 @@ from typing import Any
 
 import httpx
 
-from cluster.etcd import EtcdClient, EtcdUnavailable, WatchCompacted
 from tests.nemesis import checker, report, workload
 from tests.nemesis.cluster import Cluster, claim_slot
+from tests.nemesis.etcd_log import EtcdLog
 from tests.nemesis.faults import Nemesis
 from tests.nemesis.history import History
 from tests.nemesis.network import Firewall, FirewallUnavailable
 
 SETTLE_WITHIN_S = 90.0
+ETCD_LOG_WITHIN_S = 60.0  # for the recorded history of etcd to reach its head at the end
 DRAIN_WITHIN_S = 60.0
 CLUSTER_NAME = "herald"  # herald serve's default --cluster-name
 
@@ -70,34 +71,6 @@ def high_watermarks(
     return marks, replicas
 
 
-async def etcd_history(cluster: Cluster, notes: list[str]) -> list[dict[str, Any]]:
-    """Every change to the partition and cursor keys, from revision 1 to now."""
-    events: list[dict[str, Any]] = []
-    prefix = f"/herald/{CLUSTER_NAME}/"
-    async with EtcdClient(cluster.etcd_urls, timeout=20.0, attempt_timeout=5.0) as etcd:
-        head = (await etcd.range(prefix, prefix=True, count_only=True)).revision
-        try:
-            async with etcd.watch(prefix, prefix=True, start_revision=1) as watch:
-                async for event in watch:
-                    key = event.kv.key.decode(errors="replace")
-                    if "/partitions/" in key or "/cursors/" in key:
-                        events.append(
-                            {
-                                "key": key,
-                                "type": event.type.value,
-                                "revision": event.revision,
-                                "value": event.kv.value.decode(errors="replace"),
-                            }
-                        )
-                    if event.revision >= head:
-                        break
-        except WatchCompacted as exc:
-            notes.append(f"etcd history compacted at {exc.compact_revision}: not checked")
-        except EtcdUnavailable as exc:
-            notes.append(f"etcd history not read: {exc}")
-    return events
-
-
 async def run(
     seed: int, minutes: float, size: int, out: Path, *, churn: bool = True
 ) -> dict[str, Any]:
@@ -133,6 +106,8 @@ async def _exercise(
     churn: bool,
 ) -> list[checker.Violation]:
     stop, deliver_stop = asyncio.Event(), asyncio.Event()
+    etcd_log = EtcdLog(cluster.etcd_urls, f"/herald/{CLUSTER_NAME}/")
+    recorder = asyncio.create_task(etcd_log.follow(), name="etcd-log")
     clients = workload.Clients(cluster, history, random.Random(seed + 1), stop, {}, asyncio.Lock())
     await workload.setup(clients)
     nemesis = Nemesis(
@@ -165,9 +140,16 @@ async def _exercise(
         await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60.0)
         await workload.read_everywhere(clients, how="final-read", once=True)
         marks, replicas = await asyncio.to_thread(high_watermarks, cluster)
-        events = await etcd_history(cluster, notes)
-        history.etcd_events = events
+        if not await etcd_log.caught_up(ETCD_LOG_WITHIN_S):
+            notes.append(f"etcd's history not recorded to its end within {ETCD_LOG_WITHIN_S:.0f} s")
+        if etcd_log.gaps:
+            notes.append(
+                f"etcd's history has {etcd_log.gaps} gaps (compacted while no member answered)"
+            )
+        events = history.etcd_events = etcd_log.events
     finally:
+        recorder.cancel()
+        await asyncio.gather(recorder, return_exceptions=True)
         stop.set()
         deliver_stop.set()
         for task in tasks:

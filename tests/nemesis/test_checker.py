@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from tests.nemesis import checker
+from tests.nemesis.etcd_log import GAP
 from tests.nemesis.history import OK, UNKNOWN, Fault, History, Incarnation, Seen, Write
 
 TOPICS = {"t": 1}
@@ -142,6 +143,17 @@ def test_etcd_history_epochs_and_isr() -> None:
         put(12, P, state("n3", 3, ["n2"])),  # jumps by 3, leader outside the ISR
     ]
     assert kinds(checker.check_etcd(bad)) == ["epoch", "leader-not-in-isr"]
+
+
+def test_no_etcd_rule_is_read_across_a_gap_in_the_recorded_history() -> None:
+    gap = {"key": "", "type": GAP, "revision": 40, "value": ""}
+    across = [
+        put(5, P, state("n1", 0, ["n1", "n2", "n3"])),
+        gap,  # elections the recorder missed: epoch 0 → 3 is no finding
+        put(41, P, state("n3", 3, ["n3"])),
+        put(44, P, state("n1", 3, ["n1", "n3"])),  # after the gap, read again: a finding
+    ]
+    assert kinds(checker.check_etcd(across)) == ["epoch"]
 
 
 def test_a_cursor_going_back_in_etcd() -> None:
