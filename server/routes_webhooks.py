@@ -11,7 +11,6 @@ from starlette.responses import Response
 
 from delivery.config import PushConfig
 from server.http import json_body, json_response, subscription_body
-from server.routing import method_route
 from server.runtime import services
 from server.validation import check_name, parse_secret_rotation
 from storage.topic import wall_clock_ms
@@ -50,9 +49,3 @@ async def rotate_secret(request: Request) -> Response:
     else:
         await state.webhooks.update_push(name, rotated)
     return json_response(subscription_body(state.engine, name, state.webhooks))
-
-
-routes = [
-    method_route("/v1/subscriptions/{name}/attempts", GET=get_attempts),
-    method_route("/v1/subscriptions/{name}/push/rotate-secret", POST=rotate_secret),
-]
