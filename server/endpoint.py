@@ -5,8 +5,8 @@ Each endpoint of the API is declared once, in server/route_table.py, as an
 PROTOCOL §6), the audit event it records, whether it runs on the subscription's
 coordinator (PROTOCOL §7), the body limit it reads under and its OpenAPI operation.
 Everything else is derived from that table: the Starlette routes, the access check,
-the audit log, forwarding to a coordinator, the OpenAPI ``paths`` and the publish fast
-path.
+the audit log, forwarding to a coordinator, the OpenAPI ``paths`` and ``x-websockets``
+and the publish fast path.
 
 :class:`Endpoints` compiles the table into a matcher that splits a path once and
 compares literal segments (no regular expressions). A request is matched once: the
@@ -16,7 +16,7 @@ scope, and every later layer reads it from there.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +129,8 @@ class Endpoints:
             if endpoint.prefix:
                 self._mounts.append(endpoint)
                 continue
+            if endpoint.doc is None:  # /openapi.json describes every endpoint
+                raise ValueError(f"{endpoint.method} {endpoint.path} has no OpenAPI operation")
             methods = ("GET", "HEAD") if endpoint.method == "GET" else (endpoint.method,)
             for method in methods:
                 key = (endpoint.kind, method, endpoint.size)
@@ -156,6 +158,24 @@ class Endpoints:
             found = self.match(scope["type"], scope.get("method", "GET"), scope["path"])
             scope[_SCOPE_KEY] = found
         return found
+
+    def openapi_paths(self, path_parameters: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+        """OpenAPI ``paths``: each path with its parameters and an operation per method."""
+        paths: dict[str, dict[str, Any]] = {}
+        for endpoint in self.all:
+            if endpoint.prefix or endpoint.method == WEBSOCKET or endpoint.doc is None:
+                continue
+            item = paths.get(endpoint.path)
+            if item is None:
+                item = paths[endpoint.path] = {}
+                if endpoint.params:
+                    item["parameters"] = [path_parameters[name] for name in endpoint.params]
+            item[endpoint.method.lower()] = endpoint.doc
+        return paths
+
+    def websocket_docs(self) -> dict[str, Any]:
+        """The ``x-websockets`` extension: each WebSocket endpoint's description."""
+        return {e.path: e.doc for e in self.all if e.method == WEBSOCKET and e.doc is not None}
 
     def routes(self) -> list[BaseRoute]:
         """Starlette's routes: one per path with a handler per method (server/routing.py,

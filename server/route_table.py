@@ -2,10 +2,11 @@
 
 A row says the method and path, the handler, who may call it (PROTOCOL §6: a row
 without a rule needs admin, and so does anything not in the table), the audit event
-it records, whether it runs on the subscription's coordinator (PROTOCOL §7) and the
-body limit it reads under. server/endpoint.py compiles the table; from it come the
+it records, whether it runs on the subscription's coordinator (PROTOCOL §7), the
+body limit it reads under and its OpenAPI operation (server/openapi_paths.py). server/endpoint.py compiles the table; from it come the
 Starlette routes, the access check (server/access.py), the audit log, forwarding to
-the coordinator (server/coordinated.py) and the publish fast path (server/publish.py).
+the coordinator (server/coordinated.py), the publish fast path (server/publish.py) and
+the ``paths`` and ``x-websockets`` of /openapi.json.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server import console, openapi
+from server import openapi_paths as api
 from server.access import AccessGuard
 from server.endpoint import (
     ANY_TOKEN,
@@ -63,8 +65,13 @@ async def openapi_route(request: Request) -> Response:
 
 @functools.cache
 def openapi_document(cluster: bool) -> bytes:
-    """/openapi.json, built once per kind of server."""
-    return openapi.document_bytes(cluster=cluster)
+    """/openapi.json, made from the table once per kind of server."""
+    table = endpoints(None)
+    return openapi.document_bytes(
+        cluster=cluster,
+        paths=table.openapi_paths(api.PATH_PARAMETERS),
+        websockets=table.websocket_docs(),
+    )
 
 
 # Taking a subscription's records or moving its cursor (PROTOCOL §6: of a push
@@ -77,38 +84,57 @@ def endpoints(guard: AccessGuard | None) -> Endpoints:
     them); None: an open server."""
     return Endpoints(
         (
-            Endpoint("GET", "/healthz", healthz, OPEN),
-            Endpoint("GET", "/metrics", metrics_route, METRICS),
-            Endpoint("GET", "/openapi.json", openapi_route, OPEN),
+            Endpoint("GET", "/healthz", healthz, OPEN, doc=api.HEALTHZ),
+            Endpoint("GET", "/metrics", metrics_route, METRICS, doc=api.METRICS),
+            Endpoint("GET", "/openapi.json", openapi_route, OPEN, doc=api.OPENAPI),
             # -- topics (PROTOCOL §1, §2)
-            Endpoint("GET", "/v1/topics", list_topics),
+            Endpoint("GET", "/v1/topics", list_topics, doc=api.LIST_TOPICS),
             # Inspecting a topic: anyone who may publish to it or subscribe on it.
-            Endpoint("GET", "/v1/topics/{topic}", get_topic_route, on_topic("topic")),
-            Endpoint("PUT", "/v1/topics/{topic}", put_topic, audit="topic_created"),
-            Endpoint("DELETE", "/v1/topics/{topic}", delete_topic, audit="topic_deleted"),
+            Endpoint(
+                "GET", "/v1/topics/{topic}", get_topic_route, on_topic("topic"), doc=api.GET_TOPIC
+            ),
+            Endpoint(
+                "PUT", "/v1/topics/{topic}", put_topic, audit="topic_created", doc=api.PUT_TOPIC
+            ),
+            Endpoint(
+                "DELETE",
+                "/v1/topics/{topic}",
+                delete_topic,
+                audit="topic_deleted",
+                doc=api.DELETE_TOPIC,
+            ),
             Endpoint(
                 "POST",
                 "/v1/topics/{topic}/messages",
                 publish_route,
                 on_topic("publish"),
                 body_limit=None,  # the server's max_request_bytes
+                doc=api.PUBLISH,
             ),
             Endpoint(
                 "GET",
                 "/v1/topics/{topic}/partitions/{partition}/messages",
                 read_messages,
                 on_topic("subscribe"),
+                doc=api.READ,
             ),
-            Endpoint(WEBSOCKET, "/v1/topics/{topic}/ws", topic_tail_socket, on_topic("subscribe")),
+            Endpoint(
+                WEBSOCKET,
+                "/v1/topics/{topic}/ws",
+                topic_tail_socket,
+                on_topic("subscribe"),
+                doc=api.TOPIC_TAIL_SOCKET,
+            ),
             # -- subscriptions (PROTOCOL §2, §3, §8); creating and deleting go to etcd
             # from any node, the rest to the coordinator of an existing subscription.
-            Endpoint("GET", "/v1/subscriptions", list_subscriptions),
+            Endpoint("GET", "/v1/subscriptions", list_subscriptions, doc=api.LIST_SUBSCRIPTIONS),
             Endpoint(
                 "GET",
                 "/v1/subscriptions/{name}",
                 get_subscription,
                 on_subscription("subscribe"),
                 coordinated=True,
+                doc=api.GET_SUBSCRIPTION,
             ),
             Endpoint(
                 "PUT",
@@ -116,6 +142,7 @@ def endpoints(guard: AccessGuard | None) -> Endpoints:
                 put_subscription,
                 audit="subscription_created",
                 coordinated=True,
+                doc=api.PUT_SUBSCRIPTION,
             ),
             Endpoint(
                 "PATCH",
@@ -123,12 +150,14 @@ def endpoints(guard: AccessGuard | None) -> Endpoints:
                 patch_subscription,
                 audit="subscription_updated",
                 coordinated=True,
+                doc=api.PATCH_SUBSCRIPTION,
             ),
             Endpoint(
                 "DELETE",
                 "/v1/subscriptions/{name}",
                 delete_subscription,
                 audit="subscription_deleted",
+                doc=api.DELETE_SUBSCRIPTION,
             ),
             Endpoint(
                 "POST",
@@ -137,18 +166,47 @@ def endpoints(guard: AccessGuard | None) -> Endpoints:
                 _CONSUMES,
                 audit="subscription_seek",
                 coordinated=True,
+                doc=api.SEEK,
             ),
-            Endpoint("POST", "/v1/subscriptions/{name}/pull", pull, _CONSUMES, coordinated=True),
-            Endpoint("POST", "/v1/subscriptions/{name}/ack", ack, _CONSUMES, coordinated=True),
-            Endpoint("POST", "/v1/subscriptions/{name}/nack", nack, _CONSUMES, coordinated=True),
+            Endpoint(
+                "POST",
+                "/v1/subscriptions/{name}/pull",
+                pull,
+                _CONSUMES,
+                coordinated=True,
+                doc=api.PULL,
+            ),
+            Endpoint(
+                "POST",
+                "/v1/subscriptions/{name}/ack",
+                ack,
+                _CONSUMES,
+                coordinated=True,
+                doc=api.ACK,
+            ),
+            Endpoint(
+                "POST",
+                "/v1/subscriptions/{name}/nack",
+                nack,
+                _CONSUMES,
+                coordinated=True,
+                doc=api.NACK,
+            ),
             Endpoint(
                 WEBSOCKET,
                 "/v1/subscriptions/{name}/ws",
                 subscription_socket,
                 _CONSUMES,
                 coordinated=True,
+                doc=api.SUBSCRIPTION_SOCKET,
             ),
-            Endpoint("GET", "/v1/subscriptions/{name}/attempts", get_attempts, coordinated=True),
+            Endpoint(
+                "GET",
+                "/v1/subscriptions/{name}/attempts",
+                get_attempts,
+                coordinated=True,
+                doc=api.ATTEMPTS,
+            ),
             # Rotating a push secret is an operator's act, even for a subscriber of the topic.
             Endpoint(
                 "POST",
@@ -156,6 +214,7 @@ def endpoints(guard: AccessGuard | None) -> Endpoints:
                 rotate_secret,
                 audit="subscription_secret_rotated",
                 coordinated=True,
+                doc=api.ROTATE_SECRET,
             ),
             Endpoint(
                 "POST",
@@ -163,18 +222,19 @@ def endpoints(guard: AccessGuard | None) -> Endpoints:
                 redrive,
                 audit="subscription_redrive",
                 coordinated=True,
+                doc=api.REDRIVE,
             ),
             # -- the console's view (PROTOCOL §5)
-            Endpoint("GET", "/v1/stats", get_stats, METRICS),
-            Endpoint("GET", "/v1/stats/history", get_history, METRICS),
-            Endpoint(WEBSOCKET, "/v1/stats/ws", stats_socket, METRICS),
+            Endpoint("GET", "/v1/stats", get_stats, METRICS, doc=api.STATS),
+            Endpoint("GET", "/v1/stats/history", get_history, METRICS, doc=api.STATS_HISTORY),
+            Endpoint(WEBSOCKET, "/v1/stats/ws", stats_socket, METRICS, doc=api.STATS_SOCKET),
             # -- the cluster (PROTOCOL §7); node to node: admin, i.e. the cluster token
-            Endpoint("GET", "/v1/cluster", get_cluster, METRICS),
-            Endpoint("GET", "/v1/cluster/replication", get_replication),
-            Endpoint("GET", "/v1/cluster/lease", get_lease),
-            Endpoint(WEBSOCKET, "/v1/cluster/fetch", fetch_socket),
+            Endpoint("GET", "/v1/cluster", get_cluster, METRICS, doc=api.CLUSTER),
+            Endpoint("GET", "/v1/cluster/replication", get_replication, doc=api.REPLICATION),
+            Endpoint("GET", "/v1/cluster/lease", get_lease, doc=api.LEASE),
+            Endpoint(WEBSOCKET, "/v1/cluster/fetch", fetch_socket, doc=api.CLUSTER_FETCH_SOCKET),
             # Minting a browser token: any token, for rights within its own.
-            Endpoint("POST", "/v1/tokens", mint_route(guard), ANY_TOKEN),
+            Endpoint("POST", "/v1/tokens", mint_route(guard), ANY_TOKEN, doc=api.MINT_TOKEN),
             # The console's static files and the browser SDK (docs/browser.md): public
             # code, no data; the console's API calls are checked like any other.
             Endpoint("GET", "/console", console.console_app, OPEN, prefix=True),
