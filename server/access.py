@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from delivery.close_codes import CloseCode
 from server import audit
 from server.auth import BROWSER_PREFIX, Credentials, Principal
-from server.endpoint import OPEN, Endpoints, Rule
+from server.endpoint import OPEN, Endpoints, Rule, rule_of
 from server.errors import herald_error_response
 from server.limits import PublishLimiter
 from server.peers import CLIENT, PEER_AUTHORIZATION
@@ -295,12 +295,12 @@ class AccessControlMiddleware:
             await self.app(scope, receive, send)
             return
         send = selecting_subprotocol(scope, send)
-        matched = self.endpoints.route_of(scope)
-        rule = matched.rule  # PROTOCOL §6: no endpoint declared, admin
+        endpoint, path_params = self.endpoints.route_of(scope)
+        rule = rule_of(endpoint)
         if self.guard is not None and rule is not OPEN:
             # Decoded once more, as the check always has: a name a client escaped twice is
             # checked as the name it stands for (the route then refuses the escaped one).
-            params = {k: unquote(v) for k, v in matched.params.items()}
+            params = {k: unquote(v) for k, v in path_params.items()}
             try:
                 principal = await self.guard.principal(bearer_token(scope))
                 self.guard.authorize(
@@ -323,7 +323,7 @@ class AccessControlMiddleware:
                 finally:
                     self.guard.untrack(socket)
                 return
-        event = None if matched.endpoint is None else matched.endpoint.audit
+        event = None if endpoint is None else endpoint.audit
         if scope["type"] != "http" or event is None:
             await self.app(scope, receive, send)
             return

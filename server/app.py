@@ -21,6 +21,7 @@ from server.access import AccessControlMiddleware, access_guard, watching
 from server.cluster_trust import PeerProofEndpoint, cluster_keys
 from server.config import ServerConfig
 from server.coordinated import CoordinatorRouting
+from server.endpoint import EndpointRouter
 from server.errors import EXCEPTION_HANDLERS, InternalErrorMiddleware
 from server.limits import ClientLimitsMiddleware
 from server.logging import RequestContextMiddleware
@@ -69,7 +70,6 @@ def create_app(
     if not config.allowed_origins:
         cors = []
     app = Starlette(
-        routes=table.routes(),
         middleware=[
             Middleware(RequestContextMiddleware, access_log_enabled=config.access_log),
             Middleware(
@@ -95,6 +95,8 @@ def create_app(
             Middleware(PublishEndpoint, endpoints=table),
         ],
         exception_handlers=dict(EXCEPTION_HANDLERS),
-        lifespan=lifespan,
     )
+    # The router goes straight to the route of the endpoint the table matched (the path
+    # is matched once per request: server/endpoint.py).
+    app.router = EndpointRouter(table, lifespan=lifespan)
     return app

@@ -60,12 +60,12 @@ class CoordinatorRouting:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        endpoint = self.endpoints.route_of(scope).endpoint
+        endpoint, params = self.endpoints.route_of(scope)
         state = app_services(scope["app"]) if endpoint and endpoint.coordinated else None
         if endpoint is None or state is None or state.cluster is None:
             await self.app(scope, receive, send)
             return
-        name = self.endpoints.route_of(scope).params["name"]
+        name = params["name"]
         cluster = state.cluster
         if name not in cluster.subscriptions:
             await self.app(scope, receive, send)  # 404 or a creation: the routes decide

@@ -16,12 +16,13 @@ scope, and every later layer reads it from there.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.routing import BaseRoute, Mount, WebSocketRoute
-from starlette.types import Scope
+from starlette.routing import BaseRoute, Mount, Router, WebSocketRoute
+from starlette.types import Receive, Scope, Send
 
 from server.http import ADMIN_BODY_LIMIT
 from server.routing import Handler, method_route
@@ -60,7 +61,7 @@ def on_subscription(role: str, *, operates: bool = False) -> Rule:
     return Rule(role, subscription="name", operates=operates)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # each row is itself: hashed by identity
 class Endpoint:
     """One method on one path. ``handler`` is a request handler, a WebSocket endpoint
     (method ``WS``) or, with ``prefix``, an ASGI app mounted under ``path``."""
@@ -86,8 +87,7 @@ class Endpoint:
         slots = tuple((i, p[1:-1]) for i, p in enumerate(parts) if p.startswith("{"))
         literals = tuple((i, p) for i, p in enumerate(parts) if not p.startswith("{"))
         object.__setattr__(self, "slots", slots)
-        # The most telling segment first: the last literal ("messages", "ack", ...).
-        object.__setattr__(self, "literals", tuple(reversed(literals)))
+        object.__setattr__(self, "literals", literals)
         object.__setattr__(self, "size", len(parts))
 
     @property
@@ -102,28 +102,41 @@ class Endpoint:
         return tuple(name for _, name in self.slots)
 
 
+# A request's endpoint (None: none declared for its method and path) and the values of
+# its path parameters, as the router matches them (``[^/]+``). A plain tuple: made for
+# every request, it costs a fraction of a class's instance.
+Matched = tuple[Endpoint | None, dict[str, str]]
+
+
+def rule_of(endpoint: Endpoint | None) -> Rule:
+    """PROTOCOL §6: a method and path the table does not declare needs admin."""
+    return ADMIN if endpoint is None else endpoint.rule
+
+
+UNMATCHED: Matched = (None, {})
+
+
 @dataclass(frozen=True, slots=True)
-class Matched:
-    """A request's endpoint (None: none declared for its method and path) and the
-    values of its path parameters, as the router matches them (``[^/]+``)."""
+class _Shape:
+    """The endpoints of one method whose paths have the same segments at the same
+    places: found by the tuple of a path's segments at those places, one dict look-up."""
 
-    endpoint: Endpoint | None
-    params: dict[str, str]
-
-    @property
-    def rule(self) -> Rule:
-        return ADMIN if self.endpoint is None else self.endpoint.rule
-
-
-UNMATCHED = Matched(None, {})
+    places: tuple[int, ...]
+    literals: Callable[[list[str]], tuple[str, ...]]  # a path's segments at those places
+    slots: tuple[tuple[int, str], ...]
+    endpoints: dict[tuple[str, ...], Endpoint]
 
 
 class Endpoints:
-    """The table, compiled: endpoints by scope type, method and number of segments."""
+    """The table, compiled: shapes by scope type, method and number of segments.
+
+    A path is split once; for each shape of its length (one or two in this API) its
+    literal segments are looked up in a dict. Where two endpoints could match one path,
+    the table's first wins, as in Starlette's router."""
 
     def __init__(self, endpoints: Iterable[Endpoint]) -> None:
         self.all = tuple(endpoints)
-        self._exact: dict[tuple[str, str, int], list[Endpoint]] = {}
+        self._shapes: dict[tuple[str, str, int], list[_Shape]] = {}
         self._mounts: list[Endpoint] = []
         for endpoint in self.all:
             if endpoint.prefix:
@@ -133,22 +146,42 @@ class Endpoints:
                 raise ValueError(f"{endpoint.method} {endpoint.path} has no OpenAPI operation")
             methods = ("GET", "HEAD") if endpoint.method == "GET" else (endpoint.method,)
             for method in methods:
-                key = (endpoint.kind, method, endpoint.size)
-                self._exact.setdefault(key, []).append(endpoint)
+                self._add(
+                    self._shapes.setdefault((endpoint.kind, method, endpoint.size), []), endpoint
+                )
+
+    @staticmethod
+    def _add(shapes: list[_Shape], endpoint: Endpoint) -> None:
+        places = tuple(i for i, _ in endpoint.literals)
+        texts = tuple(text for _, text in endpoint.literals)
+        for shape in shapes:
+            if shape.slots == endpoint.slots and shape.places == places:
+                shape.endpoints.setdefault(texts, endpoint)
+                return
+        # Index 0 (the "" before the first "/") is always a literal: itemgetter of two or
+        # more places, so always a tuple.
+        getter = operator.itemgetter(*places)
+        shapes.append(_Shape(places, getter, endpoint.slots, {texts: endpoint}))
 
     def match(self, kind: str, method: str, path: str) -> Matched:
         parts = path.split("/")
         if kind == "websocket":
             method = WEBSOCKET
-        for endpoint in self._exact.get((kind, method, len(parts)), ()):
-            if all(parts[i] == text for i, text in endpoint.literals) and all(
-                parts[i] for i, _ in endpoint.slots
-            ):
-                return Matched(endpoint, {name: parts[i] for i, name in endpoint.slots})
+        for shape in self._shapes.get((kind, method, len(parts)), ()):
+            endpoint = shape.endpoints.get(shape.literals(parts))
+            if endpoint is None:
+                continue
+            params = {}
+            for i, name in shape.slots:
+                if not parts[i]:  # a parameter is never empty
+                    break
+                params[name] = parts[i]
+            else:
+                return endpoint, params
         for mount in self._mounts:
             under = path == mount.path or path.startswith(mount.path + "/")
             if under and mount.kind == kind and mount.allows(method):
-                return Matched(mount, {})
+                return mount, {}
         return UNMATCHED
 
     def route_of(self, scope: Scope) -> Matched:
@@ -199,3 +232,33 @@ class Endpoints:
             else:
                 routes.append(WebSocketRoute(item.path, item.handler))
         return routes
+
+
+class EndpointRouter(Router):
+    """Starlette's router, sent straight to the route of the endpoint the table matched
+    (``Endpoints.route_of``), so that a request's path is matched once. What the table
+    does not match (a 404, a 405, a slash to redirect, a mount) goes the router's way."""
+
+    def __init__(self, endpoints: Endpoints, **options: Any) -> None:
+        super().__init__(routes=endpoints.routes(), **options)
+        self.endpoints = endpoints
+        self._route_of: dict[Endpoint, BaseRoute] = {}
+        for route in self.routes:
+            for endpoint in endpoints.all:
+                same = not endpoint.prefix and getattr(route, "path", None) == endpoint.path
+                if same and isinstance(route, WebSocketRoute) == (endpoint.method == WEBSOCKET):
+                    self._route_of[endpoint] = route
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and not scope.get("root_path"):
+            endpoint, params = self.endpoints.route_of(scope)
+            route = None if endpoint is None else self._route_of.get(endpoint)
+            if route is not None:
+                # What Starlette's Router.app sets when a route matches in full.
+                scope.setdefault("router", self)
+                scope["route"] = route
+                scope["endpoint"] = route.endpoint  # type: ignore[attr-defined]
+                scope["path_params"] = {**scope.get("path_params", {}), **params}
+                await route.handle(scope, receive, send)
+                return
+        await super().app(scope, receive, send)

@@ -283,9 +283,9 @@ class PublishEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            matched = self.endpoints.route_of(scope)
-            if matched.endpoint is not None and matched.endpoint.handler is publish_route:
-                await self._publish(scope, receive, send, matched.params["topic"])
+            endpoint, params = self.endpoints.route_of(scope)
+            if endpoint is not None and endpoint.handler is publish_route:
+                await self._publish(scope, receive, send, params["topic"])
                 return
         await self.app(scope, receive, send)
 
