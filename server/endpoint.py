@@ -76,6 +76,9 @@ class Endpoint:
     body_limit: int | None = ADMIN_BODY_LIMIT
     doc: dict[str, Any] | None = None  # its OpenAPI operation (x-websockets for a WS)
     prefix: bool = False  # a mount: ``path`` and everything under it
+    # Matched before the rest, by its path's text around its one parameter: the hot path
+    # (publish), for which even a dict look-up per request shows.
+    hot: bool = False
     # Compiled from ``path``: (index, text) of its literal segments, (index, name) of its
     # parameters, and how many segments it has.
     literals: tuple[tuple[int, str], ...] = field(init=False, repr=False, compare=False)
@@ -127,6 +130,17 @@ class _Shape:
     endpoints: dict[tuple[str, ...], Endpoint]
 
 
+def _hot(endpoint: Endpoint) -> tuple[str, str, str, str, Endpoint]:
+    """(method, text before the parameter, text after it, its name, the endpoint)."""
+    if len(endpoint.slots) != 1 or endpoint.prefix:
+        raise ValueError(f"{endpoint.path}: a hot endpoint has exactly one parameter")
+    index, name = endpoint.slots[0]
+    parts = endpoint.path.split("/")
+    before = "/".join(parts[:index]) + "/"
+    after = "".join("/" + p for p in parts[index + 1 :])
+    return endpoint.method, before, after, name, endpoint
+
+
 class Endpoints:
     """The table, compiled: shapes by scope type, method and number of segments.
 
@@ -138,12 +152,15 @@ class Endpoints:
         self.all = tuple(endpoints)
         self._shapes: dict[tuple[str, str, int], list[_Shape]] = {}
         self._mounts: list[Endpoint] = []
+        self._hot: list[tuple[str, str, str, str, Endpoint]] = []
         for endpoint in self.all:
             if endpoint.prefix:
                 self._mounts.append(endpoint)
                 continue
             if endpoint.doc is None:  # /openapi.json describes every endpoint
                 raise ValueError(f"{endpoint.method} {endpoint.path} has no OpenAPI operation")
+            if endpoint.hot:
+                self._hot.append(_hot(endpoint))
             methods = ("GET", "HEAD") if endpoint.method == "GET" else (endpoint.method,)
             for method in methods:
                 self._add(
@@ -164,6 +181,11 @@ class Endpoints:
         shapes.append(_Shape(places, getter, endpoint.slots, {texts: endpoint}))
 
     def match(self, kind: str, method: str, path: str) -> Matched:
+        for hot_method, before, after, name, hot in self._hot:
+            if method == hot_method and path.startswith(before) and path.endswith(after):
+                value = path[len(before) : len(path) - len(after)]
+                if value and "/" not in value and kind == hot.kind:
+                    return hot, {name: value}
         parts = path.split("/")
         if kind == "websocket":
             method = WEBSOCKET

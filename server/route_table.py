@@ -110,6 +110,7 @@ def endpoints(guard: AccessGuard | None) -> Endpoints:
                 on_topic("publish"),
                 body_limit=None,  # the server's max_request_bytes
                 doc=api.PUBLISH,
+                hot=True,  # served by server/publish.py without the router
             ),
             Endpoint(
                 "GET",
