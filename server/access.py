@@ -1,9 +1,9 @@
 """The one place every request and WebSocket is checked against the auth file (PROTOCOL §6).
 
-``AccessControlMiddleware`` classifies each request by method and path into
-a rule (``RULES``) and checks the caller's token against it before any route
-runs. A path no rule names needs ``admin``: routes added later are closed by
-default until someone classifies them here. Refusals are the Unauthorized /
+``AccessControlMiddleware`` checks the caller's token against the rule of the
+request's endpoint (server/route_table.py declares each endpoint's rule) before
+any route runs. A method and path the table does not declare needs ``admin``.
+Refusals are the Unauthorized /
 Forbidden errors of herald/protocol/errors.py, rendered by the same function as every
 other error (STYLE principle 5): problem JSON for HTTP, and for WebSockets an
 accept followed by close 4401 / 4403 (PROTOCOL §3: refusals are close codes).
@@ -15,10 +15,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-import re
 import signal
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
@@ -29,6 +27,7 @@ from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
 from server import audit
 from server.auth import BROWSER_PREFIX, Credentials, Principal
+from server.endpoint import OPEN, Endpoints, Rule, rule_of
 from server.errors import herald_error_response
 from server.limits import PublishLimiter
 from server.peers import CLIENT, PEER_AUTHORIZATION
@@ -40,97 +39,6 @@ log = logging.getLogger("herald.auth")
 
 WATCH_INTERVAL_S = 1.0
 _VERIFY_SLOTS = 4  # scrypt verifications (older auth files) at once (~16 MiB each)
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """What a caller needs: ``role`` on the topic named by ``topic`` (a path parameter),
-    or on the topic of the subscription named by ``subscription``. ``open`` needs nothing."""
-
-    role: str  # "open" | "token" | "admin" | "metrics" | "publish" | "subscribe" | "topic"
-    topic: str | None = None
-    subscription: str | None = None
-    # Taking a subscription's records or moving its cursor (pull, ack, nack, seek, its
-    # WebSocket): of a push subscription, admin only (PROTOCOL §6: its endpoint owns them).
-    operates: bool = False
-
-
-OPEN = Rule("open")
-ADMIN = Rule("admin")
-METRICS = Rule("metrics")  # the metrics role, or admin
-ANY_TOKEN = Rule("token")  # any valid token (the route checks the rest)
-
-_SEG = r"(?P<{}>[^/]+)"
-
-
-def _path(template: str) -> re.Pattern[str]:
-    pattern = re.sub(r"\{(\w+)\}", lambda m: _SEG.format(m.group(1)), template)
-    return re.compile(f"^{pattern}$")
-
-
-# (scope type, methods or None for any, path) -> rule. Anything not listed needs admin.
-RULES: list[tuple[str, frozenset[str] | None, re.Pattern[str], Rule]] = [
-    ("http", frozenset({"GET", "HEAD"}), _path("/healthz"), OPEN),
-    ("http", frozenset({"GET", "HEAD"}), _path("/openapi.json"), OPEN),
-    # The console's static files carry no data; its API calls are checked like any other.
-    ("http", frozenset({"GET", "HEAD"}), re.compile(r"^/console(/[^?]*)?$"), OPEN),
-    # The browser SDK (docs/browser.md): public code, no data.
-    ("http", frozenset({"GET", "HEAD"}), re.compile(r"^/sdk(/[^?]*)?$"), OPEN),
-    ("http", frozenset({"GET", "HEAD"}), _path("/metrics"), METRICS),
-    # Minting a browser token: any token, for rights within its own (server/routes_tokens.py).
-    ("http", frozenset({"POST"}), _path("/v1/tokens"), ANY_TOKEN),
-    ("http", frozenset({"GET", "HEAD"}), _path("/v1/stats"), METRICS),
-    ("http", frozenset({"GET", "HEAD"}), _path("/v1/stats/history"), METRICS),
-    ("http", frozenset({"GET", "HEAD"}), _path("/v1/cluster"), METRICS),
-    ("websocket", None, _path("/v1/stats/ws"), METRICS),
-    # Inspecting a topic: anyone who may publish to it or subscribe on it.
-    ("http", frozenset({"GET", "HEAD"}), _path("/v1/topics/{topic}"), Rule("topic", "topic")),
-    ("http", frozenset({"POST"}), _path("/v1/topics/{topic}/messages"), Rule("publish", "topic")),
-    (
-        "http",
-        frozenset({"GET", "HEAD"}),
-        _path("/v1/topics/{topic}/partitions/{p}/messages"),
-        Rule("subscribe", "topic"),
-    ),
-    ("websocket", None, _path("/v1/topics/{topic}/ws"), Rule("subscribe", "topic")),
-    (
-        "http",
-        frozenset({"GET", "HEAD"}),
-        _path("/v1/subscriptions/{name}"),
-        Rule("subscribe", subscription="name"),
-    ),
-    (
-        "http",
-        frozenset({"POST"}),
-        _path("/v1/subscriptions/{name}/seek"),
-        Rule("subscribe", subscription="name", operates=True),
-    ),
-    # PROTOCOL §8 pull: a consumer's rights, as the WebSocket below.
-    *(
-        (
-            "http",
-            frozenset({"POST"}),
-            _path(f"/v1/subscriptions/{{name}}/{verb}"),
-            Rule("subscribe", subscription="name", operates=True),
-        )
-        for verb in ("pull", "ack", "nack")
-    ),
-    (
-        "websocket",
-        None,
-        _path("/v1/subscriptions/{name}/ws"),
-        Rule("subscribe", subscription="name", operates=True),
-    ),
-    # Rotating a push secret is an operator's act, even for a subscriber of the topic.
-    (
-        "http",
-        frozenset({"POST"}),
-        _path("/v1/subscriptions/{name}/push/rotate-secret"),
-        ADMIN,
-    ),
-    # Everything else (lists, topic and subscription create/delete, redrive, webhook
-    # attempts, routes not written yet) falls through to ADMIN.
-]
 
 
 _PREPOSITION = {"publish": "publish to", "subscribe": "subscribe on"}
@@ -148,16 +56,6 @@ def _refusal(principal: Principal, roles: tuple[str, ...], topic: str | None) ->
     verbs = " or ".join(_PREPOSITION[role] for role in held)
     but = f"not {_PREPOSITION[held[0]].split()[-1]}" if len(held) == 1 else "not"
     return f"{who} may {verbs} {patterns}, {but} `{topic}`"
-
-
-def classify(scope_type: str, method: str, path: str) -> tuple[Rule, dict[str, str]]:
-    for kind, methods, pattern, rule in RULES:
-        if kind != scope_type or (methods is not None and method not in methods):
-            continue
-        match = pattern.match(path)
-        if match:
-            return rule, {k: unquote(v) for k, v in match.groupdict().items()}
-    return ADMIN, {}
 
 
 # docs/protocol.md: a browser cannot set headers on a WebSocket, so it offers its token as
@@ -388,43 +286,49 @@ class AccessGuard:
 
 
 class AccessControlMiddleware:
-    """Checks every request (``guard`` None: an open server) and audits admin actions."""
+    """Checks every request against its endpoint's rule (``guard`` None: an open server)
+    and audits the endpoints that name an audit event (server/route_table.py)."""
 
-    def __init__(self, app: ASGIApp, *, guard: AccessGuard | None) -> None:
+    def __init__(self, app: ASGIApp, *, guard: AccessGuard | None, endpoints: Endpoints) -> None:
         self.app = app
         self.guard = guard
+        self.endpoints = endpoints
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         send = selecting_subprotocol(scope, send)
-        if self.guard is not None:
-            rule, params = classify(scope["type"], scope.get("method", "GET"), scope["path"])
-            if rule is not OPEN:
+        endpoint, path_params = self.endpoints.route_of(scope)
+        rule = rule_of(endpoint)
+        if self.guard is not None and rule is not OPEN:
+            # Decoded once more, as the check always has: a name a client escaped twice is
+            # checked as the name it stands for (the route then refuses the escaped one).
+            params = {k: unquote(v) for k, v in path_params.items()}
+            try:
+                principal = await self.guard.principal(bearer_token(scope))
+                self.guard.authorize(
+                    principal, rule, params, lambda name: _subscription_of(scope, name)
+                )
+            except HeraldError as exc:
+                audit.auth_failure(scope, exc)
+                await _refuse(scope, receive, send, exc)
+                return
+            state = scope.setdefault("state", {})
+            state["principal"] = principal
+            state["publish_limiter"] = self.guard.publish_limiter  # limits.charge_publish
+            # GET /v1/cluster shows each node's, so that a mismatch is visible.
+            state["credentials_digest"] = self.guard.credentials.digest
+            if scope["type"] == "websocket":
+                # Long-lived: checked again when the auth file changes.
+                socket = self.guard.track(principal, rule, params, scope, send)
                 try:
-                    principal = await self.guard.principal(bearer_token(scope))
-                    self.guard.authorize(
-                        principal, rule, params, lambda name: _subscription_of(scope, name)
-                    )
-                except HeraldError as exc:
-                    audit.auth_failure(scope, exc)
-                    await _refuse(scope, receive, send, exc)
-                    return
-                state = scope.setdefault("state", {})
-                state["principal"] = principal
-                state["publish_limiter"] = self.guard.publish_limiter  # limits.charge_publish
-                # GET /v1/cluster shows each node's, so that a mismatch is visible.
-                state["credentials_digest"] = self.guard.credentials.digest
-                if scope["type"] == "websocket":
-                    # Long-lived: checked again when the auth file changes.
-                    socket = self.guard.track(principal, rule, params, scope, send)
-                    try:
-                        await self.app(scope, receive, socket.send)
-                    finally:
-                        self.guard.untrack(socket)
-                    return
-        if scope["type"] != "http" or audit.audited_action(scope["method"], scope["path"]) is None:
+                    await self.app(scope, receive, socket.send)
+                finally:
+                    self.guard.untrack(socket)
+                return
+        event = None if endpoint is None else endpoint.audit
+        if scope["type"] != "http" or event is None:
             await self.app(scope, receive, send)
             return
         status = 500
@@ -438,7 +342,7 @@ class AccessControlMiddleware:
         try:
             await self.app(scope, receive, send_noting_status)
         finally:
-            audit.request_done(scope, status)
+            audit.request_done(scope, event, status)
 
 
 class SocketRevoked(OSError):

@@ -1,4 +1,4 @@
-"""The Starlette app: routes, middleware, and the lifespan that starts the Runtime.
+"""The Starlette app: routes (from server/route_table.py), middleware, and the lifespan.
 
 ``create_app(config)`` builds the app; its lifespan starts a
 :class:`~server.runtime.Runtime` (recovery, delivery, webhooks, retention) and on
@@ -16,66 +16,21 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route, WebSocketRoute
 
-from server import (
-    console,
-    metrics,
-    openapi,
-    routes_cluster,
-    routes_stats,
-    routes_subscriptions,
-    routes_tokens,
-    routes_topics,
-)
 from server.access import AccessControlMiddleware, access_guard, watching
 from server.cluster_trust import PeerProofEndpoint, cluster_keys
 from server.config import ServerConfig
 from server.coordinated import CoordinatorRouting
-from server.errors import EXCEPTION_HANDLERS, InternalErrorMiddleware, problem_response
-from server.http import push_stats
+from server.endpoint import EndpointRouter
+from server.errors import EXCEPTION_HANDLERS, InternalErrorMiddleware
 from server.limits import ClientLimitsMiddleware
 from server.logging import RequestContextMiddleware
 from server.publish import PublishEndpoint
-from server.routes_webhooks import routes as webhook_routes
-from server.runtime import Runtime, services
+from server.route_table import endpoints
+from server.runtime import Runtime
 from storage.lock import DataDirLock
-from subscribers import websocket
 
 log = logging.getLogger("herald.server")
-
-
-# ------------------------------------------------------------------ small routes
-
-
-async def healthz(request: Request) -> Response:
-    if services(request).stopping.is_set():
-        return problem_response(
-            503, "Service Unavailable", "storage_unavailable", "the server is shutting down"
-        )
-    return Response(b'{"status":"ok"}', media_type="application/json")
-
-
-async def metrics_route(request: Request) -> Response:
-    running = services(request)
-    engine = running.engine
-    stats = {
-        name: engine.stats(name) | push_stats(running.webhooks, name)
-        for name in sorted(engine.names())
-    }
-    topics = sorted(running.storage.topics(), key=lambda t: t.name)
-    text = metrics.render(topics, stats, running.publish_duration, running.cluster)
-    return Response(text, media_type=metrics.CONTENT_TYPE)
-
-
-_OPENAPI = {cluster: openapi.document_bytes(cluster=cluster) for cluster in (False, True)}
-
-
-async def openapi_route(request: Request) -> Response:
-    cluster = services(request).config.clustered
-    return Response(_OPENAPI[cluster], media_type="application/json")
 
 
 def create_app(
@@ -99,20 +54,7 @@ def create_app(
             await runtime.close()
             log.info("stopped")
 
-    routes: list[BaseRoute] = [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics_route, methods=["GET"]),
-        Route("/openapi.json", openapi_route, methods=["GET"]),
-        *routes_topics.routes,
-        *routes_subscriptions.routes,
-        *webhook_routes,
-        WebSocketRoute("/v1/subscriptions/{name}/ws", websocket.subscription_socket),
-        WebSocketRoute("/v1/topics/{topic}/ws", websocket.topic_tail_socket),
-        *routes_stats.routes,
-        *routes_cluster.routes,
-        *routes_tokens.routes(guard),
-        *console.routes,
-    ]
+    table = endpoints(guard)  # server/route_table.py: every route, declared once
     # CORS (docs/browser.md): outside the access check, so that preflights need no token
     # and refusals carry the headers a page needs to read them. None configured: no layer.
     cors = [
@@ -128,7 +70,6 @@ def create_app(
     if not config.allowed_origins:
         cors = []
     app = Starlette(
-        routes=routes,
         middleware=[
             Middleware(RequestContextMiddleware, access_log_enabled=config.access_log),
             Middleware(
@@ -146,12 +87,16 @@ def create_app(
                 keys=cluster_keys(config) if config.clustered else None,
                 url=config.node_url,
             ),
-            Middleware(AccessControlMiddleware, guard=guard),
+            Middleware(AccessControlMiddleware, guard=guard, endpoints=table),
             Middleware(InternalErrorMiddleware),
-            Middleware(CoordinatorRouting),  # PROTOCOL §7: a subscription's requests
-            Middleware(PublishEndpoint),  # the publish hot path, past every check above
+            # PROTOCOL §7: a subscription's requests go to its coordinator.
+            Middleware(CoordinatorRouting, endpoints=table),
+            # The publish hot path, past every check above.
+            Middleware(PublishEndpoint, endpoints=table),
         ],
         exception_handlers=dict(EXCEPTION_HANDLERS),
-        lifespan=lifespan,
     )
+    # The router goes straight to the route of the endpoint the table matched (the path
+    # is matched once per request: server/endpoint.py).
+    app.router = EndpointRouter(table, lifespan=lifespan)
     return app

@@ -18,7 +18,6 @@ import aiofiles
 import aiofiles.os
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Mount
 from starlette.types import Receive, Scope, Send
 
 from server.errors import problem_response
@@ -132,6 +131,3 @@ async def sdk_app(scope: Scope, receive: Receive, send: Send) -> None:
     """/sdk/herald.js and /sdk/herald.d.ts (the files of web_console/static/sdk/)."""
     response = await console_file(Request(scope, receive), SDK_DIR, "/sdk", SDK_HEADERS)
     await response(scope, receive, send)
-
-
-routes: list[BaseRoute] = [Mount("/console", app=console_app), Mount("/sdk", app=sdk_app)]

@@ -5,7 +5,7 @@ subscription that arrives at another node is passed to the coordinator, as it ca
 
 - HTTP (`GET`/`PATCH`/`PUT` of an existing `/v1/subscriptions/{name}`, and every
   `/v1/subscriptions/{name}/…` route: seek, pull, ack, nack, redrive, attempts, rotate
-  secret) is forwarded with the client's `Authorization` and `herald-forwarded: 1`, and
+  secret; the endpoints server/route_table.py marks ``coordinated``) is forwarded with the client's `Authorization` and `herald-forwarded: 1`, and
   the coordinator's answer returned;
 - a WebSocket consumer (`/v1/subscriptions/{name}/ws`) is accepted here and *relayed*:
   this node opens the same socket to the coordinator and copies frames both ways
@@ -23,10 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from urllib.parse import parse_qsl, urlencode
 
 import websockets
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import connect
@@ -36,40 +36,39 @@ from cluster.trust import peer_ssl
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import HeraldError
 from server.access import bearer_token
+from server.endpoint import Endpoints
 from server.errors import herald_error_response
+from server.http import body_chunks, read_body
 from server.limits import client_address
 from server.peers import FORWARDED
 from server.runtime import Services, app_services
 
 log = logging.getLogger("herald.server")
 
-_SUBSCRIPTION = re.compile(r"^/v1/subscriptions/([^/]+)(/.*)?$")
 _WAIT_S = 5.0
 
 
 class CoordinatorRouting:
     """ASGI layer: a request about a subscription this node does not run goes to the
-    node that does."""
+    node that does (the endpoints server/route_table.py marks ``coordinated``)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, endpoints: Endpoints) -> None:
         self.app = app
+        self.endpoints = endpoints
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        match = _SUBSCRIPTION.match(scope["path"])
-        state = app_services(scope["app"]) if match else None
-        if match is None or state is None or state.cluster is None:
+        endpoint, params = self.endpoints.route_of(scope)
+        state = app_services(scope["app"]) if endpoint and endpoint.coordinated else None
+        if endpoint is None or state is None or state.cluster is None:
             await self.app(scope, receive, send)
             return
-        name, rest = match.group(1), match.group(2) or ""
+        name = params["name"]
         cluster = state.cluster
         if name not in cluster.subscriptions:
             await self.app(scope, receive, send)  # 404 or a creation: the routes decide
-            return
-        if scope["type"] == "http" and not rest and scope["method"] == "DELETE":
-            await self.app(scope, receive, send)  # etcd first, from any node
             return
         try:
             url = await _coordinator(state, name)
@@ -82,7 +81,10 @@ class CoordinatorRouting:
         if url is None:
             await self.app(scope, receive, send)  # this node coordinates it
         elif scope["type"] == "http":
-            await _forward_http(state, url, scope, receive, send)
+            limit = state.config.max_request_bytes
+            if endpoint.body_limit is not None:
+                limit = endpoint.body_limit
+            await _forward_http(state, url, limit, scope, receive, send)
         else:
             client = WebSocket(scope, receive, send)
             try:
@@ -113,7 +115,7 @@ async def _coordinator(state: Services, name: str) -> str | None:
 
 
 async def _forward_http(
-    state: Services, url: str, scope: Scope, receive: Receive, send: Send
+    state: Services, url: str, limit: int, scope: Scope, receive: Receive, send: Send
 ) -> None:
     headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
     if FORWARDED in headers:
@@ -122,16 +124,11 @@ async def _forward_http(
             LeaderUnavailable("the subscription's coordinator moved; try again")
         )(scope, receive, send)
         return
-    body = b""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-        body += message.get("body", b"")
-        if not message.get("more_body", False):
-            break
     assert state.peers is not None
     try:
+        # STYLE rule 3: bounded as the coordinator's route would bound it, so an oversized
+        # body is the same 413 here as there, and never held whole.
+        body = await read_body(body_chunks(receive), headers.get("content-length"), limit)
         answer = await state.peers.forward(
             url,
             scope["method"],
@@ -141,6 +138,8 @@ async def _forward_http(
             headers,
             client_address(scope),
         )
+    except ClientDisconnect:
+        return  # the client went away mid-body: nobody to answer
     except HeraldError as exc:
         await herald_error_response(exc)(scope, receive, send)
         return

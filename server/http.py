@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Receive
 
 from herald.protocol.errors import BadRequest, PayloadTooLarge
 from storage.topic import Topic
@@ -61,6 +62,19 @@ async def read_body(chunks: AsyncIterator[bytes], content_length: str | None, li
         if chunk:
             parts.append(chunk)
     return b"".join(parts)
+
+
+async def body_chunks(receive: Receive) -> AsyncIterator[bytes]:
+    """A plain ASGI request's body as Starlette's ``Request.stream()`` gives it (for the
+    layers that answer without the router: publish, forwarding to a coordinator)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            yield message.get("body", b"")
+            if not message.get("more_body", False):
+                return
+        elif message["type"] == "http.disconnect":
+            raise ClientDisconnect()
 
 
 def parse_json(raw: bytes) -> Any:

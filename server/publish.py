@@ -23,15 +23,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qsl
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cluster.errors import LeaderUnavailable
 from herald.protocol.errors import HeraldError, TopicNotFound, ValidationError
 from herald.protocol.names import check_name
+from server.endpoint import Endpoints
 from server.errors import herald_error_response, log_server_error
-from server.http import parse_json_body, parse_json_exact, read_body
+from server.http import body_chunks, parse_json_body, parse_json_exact, read_body
 from server.limits import charge_publish, client_address
 from server.peers import FORWARDED
 from server.runtime import Services, app_services, services
@@ -48,7 +49,6 @@ from storage.topic import PublishResult, Topic, publish_item
 
 log = logging.getLogger("herald.server")
 
-_PREFIX, _SUFFIX = "/v1/topics/", "/messages"
 _RESULT = b'{"partition":%d,"offset":%d,"duplicate":%s}'
 _JSON_HEADERS = (b"content-type", b"application/json")
 
@@ -274,16 +274,18 @@ async def publish_route(request: Request) -> Response:
 
 
 class PublishEndpoint:
-    """``POST /v1/topics/{topic}/messages`` without the router; the rest passes through."""
+    """The publish endpoint (the table's row whose handler is ``publish_route``) without
+    the router; every other request passes through."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, endpoints: Endpoints) -> None:
         self.app = app
+        self.endpoints = endpoints
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            topic = publish_path_topic(scope["path"])
-            if topic is not None:
-                await self._publish(scope, receive, send, topic)
+        if scope["type"] == "http":
+            endpoint, params = self.endpoints.route_of(scope)
+            if endpoint is not None and endpoint.handler is publish_route:
+                await self._publish(scope, receive, send, params["topic"])
                 return
         await self.app(scope, receive, send)
 
@@ -295,7 +297,7 @@ class PublishEndpoint:
                 topic,
                 _last_query_value(scope["query_string"], "acks"),
                 _header(scope, b"content-length"),
-                _body_chunks(receive),
+                body_chunks(receive),
             )
         except HeraldError as exc:
             log_server_error(scope["method"], scope["path"], exc)
@@ -306,15 +308,6 @@ class PublishEndpoint:
             headers.append(_JSON_HEADERS)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-def publish_path_topic(path: str) -> str | None:
-    """The ``{topic}`` of a publish path, as the router's ``[^/]+`` would match it."""
-    if path.startswith(_PREFIX) and path.endswith(_SUFFIX):
-        topic = path[len(_PREFIX) : -len(_SUFFIX)]
-        if topic and "/" not in topic:
-            return topic
-    return None
 
 
 def _last_query_value(query_string: bytes, key: str) -> str | None:
@@ -334,15 +327,3 @@ def _header(scope: Scope, name: bytes) -> str | None:
             text: str = value.decode("latin-1")
             return text
     return None
-
-
-async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
-    """The request body as Starlette's ``Request.stream()`` gives it."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.request":
-            yield message.get("body", b"")
-            if not message.get("more_body", False):
-                return
-        elif message["type"] == "http.disconnect":
-            raise ClientDisconnect()

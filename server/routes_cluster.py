@@ -18,13 +18,11 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from cluster.wire import BadMessage, decode_request
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import NotFound
-from server.routing import method_route
 from server.runtime import Services, app_services, services
 
 log = logging.getLogger("herald.server")
@@ -219,11 +217,3 @@ async def fetch_socket(websocket: WebSocket) -> None:
             await websocket.send_bytes(await node.serve_fetch(fetch))
     except WebSocketDisconnect:
         return
-
-
-routes = [
-    method_route("/v1/cluster", GET=get_cluster),
-    method_route("/v1/cluster/replication", GET=get_replication),
-    method_route("/v1/cluster/lease", GET=get_lease),
-    WebSocketRoute("/v1/cluster/fetch", fetch_socket),
-]

@@ -20,7 +20,6 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from delivery.config import SubscriptionConfig
@@ -37,7 +36,6 @@ from server.http import (
     topic_body,
 )
 from server.peers import SUMMED_STATS
-from server.routing import method_route
 from server.runtime import Services, services
 from server.validation import parse_redrive
 from storage.topic import Topic, wall_clock_ms
@@ -249,11 +247,3 @@ async def redrive(request: Request) -> Response:
         reason=wanted.reason,
     )
     return json_response({"subscription": name, **asdict(result)})
-
-
-routes: list[BaseRoute] = [
-    method_route("/v1/stats", GET=get_stats),
-    method_route("/v1/stats/history", GET=get_history),
-    WebSocketRoute("/v1/stats/ws", stats_socket),
-    method_route("/v1/subscriptions/{name}/redrive", POST=redrive),
-]

@@ -16,7 +16,6 @@ from herald.protocol.names import check_name
 from server.http import is_admin, json_body, json_response, subscription_body
 from server.limits import client_address
 from server.publish import ensure_topic
-from server.routing import method_route
 from server.runtime import Services, services
 from server.validation import (
     parse_ack,
@@ -203,19 +202,3 @@ async def nack(request: Request) -> Response:
     ids = [i for i in wanted.ids if is_message_id(i)]
     services(request).engine.nack_in(name, ids, wanted.delay_ms, wanted.reason)
     return Response(status_code=204)
-
-
-routes = [
-    method_route("/v1/subscriptions", GET=list_subscriptions),
-    method_route(
-        "/v1/subscriptions/{name}",
-        GET=get_subscription,
-        PUT=put_subscription,
-        PATCH=patch_subscription,
-        DELETE=delete_subscription,
-    ),
-    method_route("/v1/subscriptions/{name}/seek", POST=seek),
-    method_route("/v1/subscriptions/{name}/pull", POST=pull),
-    method_route("/v1/subscriptions/{name}/ack", POST=ack),
-    method_route("/v1/subscriptions/{name}/nack", POST=nack),
-]

@@ -12,13 +12,12 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
 
 from herald.protocol.errors import BadRequest, Forbidden, NotFound, ValidationError
 from server.access import AccessGuard
 from server.auth import MAX_TTL_MS, MIN_TTL_MS, Principal, pattern_within
 from server.http import json_body, json_response
-from server.routing import method_route
+from server.routing import Handler
 
 MAX_PATTERNS = 64
 MAX_PATTERN_LEN = 255
@@ -72,7 +71,9 @@ def check_within(caller: Principal, role: str, requested: tuple[str, ...]) -> No
             )
 
 
-def routes(guard: AccessGuard | None) -> list[BaseRoute]:
+def mint_route(guard: AccessGuard | None) -> Handler:
+    """The handler of ``POST /v1/tokens``, signing with ``guard``'s credentials."""
+
     async def mint(request: Request) -> Response:
         if guard is None:
             raise NotFound("browser tokens need a credentials file (--auth-file)")
@@ -93,4 +94,4 @@ def routes(guard: AccessGuard | None) -> list[BaseRoute]:
         )
         return json_response({"token": token, "expires_at": expires_at}, status=201)
 
-    return [method_route("/v1/tokens", POST=mint)]
+    return mint

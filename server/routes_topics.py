@@ -16,9 +16,8 @@ from server.errors import ServiceStopping
 from server.http import JSON, json_body, json_response, topic_body
 from server.limits import client_address
 from server.peers import FORWARDED
-from server.publish import cluster_defaults, publish_route
+from server.publish import cluster_defaults
 from server.routes_cluster import cluster_partitions
-from server.routing import method_route
 from server.runtime import Services, services
 from server.validation import (
     check_single_node_replication,
@@ -249,11 +248,3 @@ async def _wait_for_append(
         await asyncio.gather(appended, stopped, return_exceptions=True)
     if appended.done() and not appended.cancelled() and appended.exception() is not None:
         raise ServiceStopping("the partition was closed")
-
-
-routes = [
-    method_route("/v1/topics", GET=list_topics),
-    method_route("/v1/topics/{topic}", GET=get_topic_route, PUT=put_topic, DELETE=delete_topic),
-    method_route("/v1/topics/{topic}/messages", POST=publish_route),
-    method_route("/v1/topics/{topic}/partitions/{partition}/messages", GET=read_messages),
-]

@@ -12,7 +12,6 @@ from starlette.responses import Response
 from delivery.config import PushConfig
 from herald.protocol.names import check_name
 from server.http import json_body, json_response, subscription_body
-from server.routing import method_route
 from server.runtime import services
 from server.validation import parse_secret_rotation
 from storage.topic import wall_clock_ms
@@ -51,9 +50,3 @@ async def rotate_secret(request: Request) -> Response:
     else:
         await state.webhooks.update_push(name, rotated)
     return json_response(subscription_body(state.engine, name, state.webhooks))
-
-
-routes = [
-    method_route("/v1/subscriptions/{name}/attempts", GET=get_attempts),
-    method_route("/v1/subscriptions/{name}/push/rotate-secret", POST=rotate_secret),
-]
