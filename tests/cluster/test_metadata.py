@@ -129,3 +129,43 @@ async def test_a_coordinator_key_older_than_the_one_held_changes_nothing(
     assert view.coordinators["s"].node == "n2" and view.coordinators["s"].lease == 22
     view.apply(KeyValue(key, b"", 3, 40, 1), deleted=True)
     assert "s" not in view.coordinators
+
+
+async def test_a_watch_replaying_what_a_full_read_saw_changes_nothing(etcd: EtcdClient) -> None:
+    """Issue 25, found by the nemesis (seed 105): a node reads the state afresh when its
+    lease is new, while its watch goes on from where etcd last answered it — before a
+    delete and re-creation of a topic the new read already holds. Replayed, the delete
+    removed the new topic from the view for a moment; the node reconciled in that moment,
+    deleted its copy of the new topic with 20 records acknowledged at acks=all, and led
+    the re-created partition again from offset 0."""
+    key = topic_key(CLUSTER, "t")
+    await etcd.put(key, config_to_json(TopicConfig(partitions=1)))
+    await etcd.put(partition_key(CLUSTER, "t", 0), state("n1", 1))
+    before = await etcd.get(key)
+    assert before is not None
+    await etcd.delete(key)
+    await etcd.delete(partition_key(CLUSTER, "t", 0))
+    await etcd.put(key, config_to_json(TopicConfig(partitions=1)))
+    await etcd.put(partition_key(CLUSTER, "t", 0), state("n2", 0))
+    recreated = await etcd.get(key)
+    assert recreated is not None
+    views: list[tuple[int | None, str | None]] = []  # (topic id, leader) at each change
+
+    def changed() -> None:
+        known = view.states.get(("t", 0))
+        views.append((view.topic_ids.get("t"), known.state.leader if known else None))
+
+    view = MetadataView(etcd, CLUSTER, keys=None, changed=changed)
+    await view.load()
+    follow = asyncio.create_task(view.follow(before.mod_revision))  # from before the delete
+    try:
+        await etcd.put(topic_key(CLUSTER, "later"), config_to_json(TopicConfig(partitions=1)))
+
+        async def replayed() -> bool:
+            return "later" in view.topics
+
+        await eventually(replayed, WAIT_S, "the watch past the replay")
+    finally:
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
+    assert views and all(seen == (recreated.create_revision, "n2") for seen in views), views
