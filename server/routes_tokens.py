@@ -34,6 +34,8 @@ def parse_mint(body: Any) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
     if unknown:
         raise BadRequest(f"unknown field(s): {', '.join(unknown)}")
     ttl = body.get("ttl_ms")
+    if type(ttl) is float and ttl.is_integer():
+        ttl = int(ttl)  # PROTOCOL §2: 60000.0 is an integer; 60000.5 is bad_request
     if isinstance(ttl, bool) or not isinstance(ttl, int):
         raise BadRequest("ttl_ms is required: an integer of milliseconds")
     if not MIN_TTL_MS <= ttl <= MAX_TTL_MS:

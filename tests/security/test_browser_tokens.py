@@ -147,6 +147,7 @@ def test_a_browser_token_mints_only_narrower_and_never_longer(signed: Secured) -
         # ... a wrong type, a missing or an unknown field is bad_request.
         ({"ttl_ms": "60000", "publish": ["orders.a"]}, "bad_request"),
         ({"ttl_ms": True, "publish": ["orders.a"]}, "bad_request"),
+        ({"ttl_ms": 60_000.5, "publish": ["orders.a"]}, "bad_request"),
         ({"ttl_ms": 60_000}, "bad_request"),
         ({"publish": ["orders.a"]}, "bad_request"),
         ({"ttl_ms": 60_000, "publish": "orders.a"}, "bad_request"),
@@ -159,6 +160,13 @@ def test_bad_mint_requests_are_400(signed: Secured, body: Any, code: str) -> Non
     r = mint(signed, "admin", body)
     assert r.status_code == 400, r.text
     assert r.json()["code"] == code
+
+
+def test_an_integral_float_ttl_is_an_integer(signed: Secured) -> None:
+    """PROTOCOL §2: a non-integral number where an integer is expected is bad_request;
+    60000.0 is integral (JSON has one number type)."""
+    r = mint(signed, "admin", {"ttl_ms": 60_000.0, "publish": ["orders.a"]})
+    assert r.status_code == 201, r.text
 
 
 def test_minting_needs_a_token_and_a_signing_key(signed: Secured, secured: Secured) -> None:
