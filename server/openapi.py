@@ -31,11 +31,8 @@ from herald.protocol.patterns import base64_pattern
 from server import validation as v
 from server.auth import MAX_TTL_MS, MIN_TTL_MS
 from server.schemas import with_models
-from storage.config import TopicConfig
 
 _REF = "#/components/schemas/"
-
-_TOPIC_DEFAULTS = TopicConfig().to_dict()
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -87,44 +84,6 @@ _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 
 
 # ------------------------------------------------------------------ requests
-
-
-def _topic_config(cluster: bool) -> dict[str, Any]:
-    d = _TOPIC_DEFAULTS
-    replication = limits.REPLICATION_FACTOR if cluster else limits.IntRange(1, 1)
-    return _object(
-        {
-            "partitions": _nullable(_int(limits.PARTITIONS, default=d["partitions"])),
-            # PROTOCOL §2: for these two, null means unlimited rather than "absent".
-            "retention_ms": _nullable(
-                _int(limits.RETENTION_MS, default=d["retention_ms"], description="null: unlimited")
-            ),
-            "retention_bytes": _nullable(
-                _int(
-                    limits.RETENTION_BYTES,
-                    default=d["retention_bytes"],
-                    description="null: unlimited",
-                )
-            ),
-            "dedup_window_ms": _nullable(
-                _int(limits.DEDUP_WINDOW_MS, default=d["dedup_window_ms"])
-            ),
-            # PROTOCOL §7: a single node accepts only 1; a cluster up to its live nodes.
-            "replication_factor": _nullable(
-                _int(
-                    replication,
-                    description="default min(3, live nodes) in a cluster; 1 on a single node",
-                )
-            ),
-            "min_insync_replicas": _nullable(
-                _int(
-                    replication,
-                    description="default min(2, replication_factor); at most replication_factor",
-                )
-            ),
-        },
-        description="no body (or an empty one) is all defaults; JSON null is not an object",
-    )
 
 
 # Any JSON value, with integers within what the server stores exactly. Nesting is at
@@ -221,25 +180,12 @@ def _seek() -> dict[str, Any]:
 
 
 def _topic_view() -> dict[str, Any]:
-    config = _object(
-        {
-            "partitions": _int(limits.PARTITIONS),
-            "retention_ms": {"type": ["integer", "null"]},
-            "retention_bytes": {"type": ["integer", "null"]},
-            "dedup_window_ms": _int(limits.DEDUP_WINDOW_MS),
-            "replication_factor": _int(limits.REPLICATION_FACTOR),
-            "min_insync_replicas": _int(limits.MIN_INSYNC_REPLICAS),
-        },
-        tuple(_TOPIC_DEFAULTS),
-        closed=False,
-    )
     partition = _object(
         {"partition": _COUNT, "start_offset": _COUNT, "end_offset": _COUNT, "bytes": _COUNT},
         ("partition", "start_offset", "end_offset", "bytes"),
         closed=False,
     )
     return {
-        "TopicConfigView": config,
         "Topic": _object(
             {
                 "name": _NAME,
@@ -350,7 +296,6 @@ def _schemas(cluster: bool) -> dict[str, Any]:
                 description="RFC 9457 problem details",
             ),
             "JsonValue": _JSON_VALUE,
-            "TopicConfig": _topic_config(cluster),
             **_topic_view(),
             "Message": _message(),
             "PublishRequest": _object(
@@ -392,7 +337,8 @@ def _schemas(cluster: bool) -> dict[str, Any]:
             "Seek": _seek(),
             **_pull_schemas(),
             "TokenRequest": _token_request(),
-        }
+        },
+        cluster=cluster,
     )
 
 

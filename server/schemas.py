@@ -9,13 +9,15 @@ from typing import Any
 
 import msgspec
 
-from herald.protocol import actions, pull
+from herald.protocol import actions, limits, pull, topics
 from herald.protocol import subscriptions as wire
 from herald.protocol.stats import SubscriptionStats
 
 REF_TEMPLATE = "#/components/schemas/{name}"
 
 MODELS: tuple[Any, ...] = (
+    topics.TopicConfig,
+    topics.TopicConfigView,
     wire.SubscriptionConfig,
     wire.SubscriptionPatch,
     wire.SubscriptionConfigView,
@@ -28,18 +30,28 @@ MODELS: tuple[Any, ...] = (
 )
 
 
-def model_components() -> dict[str, dict[str, Any]]:
+_SINGLE_NODE = limits.IntRange(1, 1)  # PROTOCOL §7: a single node keeps one copy
+
+
+def model_components(*, cluster: bool = False) -> dict[str, dict[str, Any]]:
     """Each model's JSON Schema (and those of the models it refers to) under its class
-    name, which is the component name the paths refer to."""
+    name, which is the component name the paths refer to. On a single node a topic's
+    replication_factor and min_insync_replicas can only be 1 (the model takes a
+    cluster's range; the server refuses more with validation_error)."""
     _, components = msgspec.json.schema_components(MODELS, ref_template=REF_TEMPLATE)
+    if not cluster:
+        properties = components["TopicConfig"]["properties"]
+        for name in ("replication_factor", "min_insync_replicas"):
+            number = properties[name]["anyOf"][0]
+            number["minimum"], number["maximum"] = _SINGLE_NODE.low, _SINGLE_NODE.high
     return components
 
 
-def with_models(written: dict[str, Any]) -> dict[str, Any]:
+def with_models(written: dict[str, Any], *, cluster: bool = False) -> dict[str, Any]:
     """The components written by hand in server/openapi.py plus the generated ones; a
     model may not take the name of a component written by hand (one would hide the
     other)."""
-    generated = model_components()
+    generated = model_components(cluster=cluster)
     if taken := generated.keys() & written.keys():
         raise ValueError(f"components both generated and written by hand: {sorted(taken)}")
     return {**written, **generated}

@@ -44,12 +44,11 @@ from delivery.config import (
     SubscriptionPatch,
 )
 from delivery.start import StartAt
-from herald.protocol import actions, pull
+from herald.protocol import actions, pull, topics
 from herald.protocol import subscriptions as wire
 from herald.protocol.errors import BadRequest, MessageTooLarge, ValidationError
 from herald.protocol.filter import check_filter
 from herald.protocol.limits import (
-    DEDUP_WINDOW_MS,
     DEFAULT_READ_LIMIT,
     DELAY_MS,
     MAX_BATCH,
@@ -58,17 +57,12 @@ from herald.protocol.limits import (
     MAX_URL_CHARS,
     MAX_VALUE_DEPTH,
     MAX_VALUE_INT,
-    MIN_INSYNC_REPLICAS,
     MIN_VALUE_INT,
     OFFSET,
     PARTITION,
-    PARTITIONS,
     READ_LIMIT,
     REDRIVE_DEFAULT_MAX_RECORDS,
     REDRIVE_DEFAULT_RATE,
-    REPLICATION_FACTOR,
-    RETENTION_BYTES,
-    RETENTION_MS,
     TIMESTAMP,
     WAIT_MS,
     IntRange,
@@ -191,42 +185,20 @@ def _shown(raw: str) -> str:
 
 # ---------------------------------------------------------------- topics
 
-_TOPIC_FIELDS = frozenset(
-    {
-        "partitions",
-        "retention_ms",
-        "retention_bytes",
-        "dedup_window_ms",
-        "replication_factor",
-        "min_insync_replicas",
-    }
-)
-
 
 def parse_topic_config(body: Any) -> tuple[TopicConfig, frozenset[str]]:
     """A TopicConfig and the set of fields the request gave (the ones a 200 compares).
 
     No body is ``{}`` (server/http.py); a JSON ``null`` body is not an object."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, _TOPIC_FIELDS, "the topic config")
+    request = from_model(body, topics.TopicConfig, "the topic config")
     values: dict[str, Any] = {}
-    if (v := _given(obj, "partitions")) is not _MISSING:
-        values["partitions"] = _int_in(v, "partitions", PARTITIONS)
-    if (v := _given(obj, "dedup_window_ms")) is not _MISSING:
-        values["dedup_window_ms"] = _int_in(v, "dedup_window_ms", DEDUP_WINDOW_MS)
-    if (v := _given(obj, "replication_factor")) is not _MISSING:
-        values["replication_factor"] = _int_in(v, "replication_factor", REPLICATION_FACTOR)
-    if (v := _given(obj, "min_insync_replicas")) is not _MISSING:
-        values["min_insync_replicas"] = _int_in(v, "min_insync_replicas", MIN_INSYNC_REPLICAS)
+    for name in ("partitions", "dedup_window_ms", "replication_factor", "min_insync_replicas"):
+        if (value := getattr(request, name)) is not None:
+            values[name] = value
     # PROTOCOL §2: for these two, an explicit null means unlimited, not "default".
-    if "retention_ms" in obj:
-        v = obj["retention_ms"]
-        values["retention_ms"] = None if v is None else _int_in(v, "retention_ms", RETENTION_MS)
-    if "retention_bytes" in obj:
-        v = obj["retention_bytes"]
-        values["retention_bytes"] = (
-            None if v is None else _int_in(v, "retention_bytes", RETENTION_BYTES)
-        )
+    for name in ("retention_ms", "retention_bytes"):
+        if (value := getattr(request, name)) is not UNSET:
+            values[name] = value
     return TopicConfig(**values), frozenset(values)
 
 
