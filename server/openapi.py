@@ -29,7 +29,6 @@ import orjson
 from herald.protocol import limits, names
 from herald.protocol.patterns import base64_pattern
 from server import validation as v
-from server.auth import MAX_TTL_MS, MIN_TTL_MS
 from server.schemas import with_models
 
 _REF = "#/components/schemas/"
@@ -336,27 +335,8 @@ def _schemas(cluster: bool) -> dict[str, Any]:
             **_subscription_view(),
             "Seek": _seek(),
             **_pull_schemas(),
-            "TokenRequest": _token_request(),
         },
         cluster=cluster,
-    )
-
-
-def _token_request() -> dict[str, Any]:
-    patterns = {
-        "type": "array",
-        "maxItems": 64,
-        "items": {"type": "string", "minLength": 1, "maxLength": 255},
-        "description": "fnmatch topic patterns, each provably within one of the caller's",
-    }
-    return _object(
-        {
-            "ttl_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
-            "publish": patterns,
-            "subscribe": patterns,
-        },
-        ("ttl_ms",),
-        description="a browser token's rights (at least one pattern) and lifetime",
     )
 
 

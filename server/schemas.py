@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from herald.protocol import actions, limits, pull, topics
+from herald.protocol import actions, limits, pull, tokens, topics
 from herald.protocol import subscriptions as wire
 from herald.protocol.stats import SubscriptionStats
 
@@ -27,6 +27,7 @@ MODELS: tuple[Any, ...] = (
     pull.PullRequest,
     pull.AckRequest,
     pull.NackRequest,
+    tokens.TokenRequest,
 )
 
 
