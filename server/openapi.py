@@ -28,7 +28,6 @@ import orjson
 
 from herald.protocol import limits, names
 from herald.protocol.patterns import base64_pattern
-from server import validation as v
 from server.schemas import with_models
 
 _REF = "#/components/schemas/"
@@ -153,26 +152,6 @@ def _pull_schemas() -> dict[str, Any]:
         ),
         "AckResponse": _object({"ok": ids, "unknown": ids}, ("ok", "unknown"), closed=False),
     }
-
-
-def _seek() -> dict[str, Any]:
-    """Exactly one form; the other two may be given as null (absent)."""
-    forms = {
-        "to": {"enum": list(names.POSITIONS)},
-        "timestamp": _int(limits.TIMESTAMP),
-        "offsets": {
-            "type": "object",
-            "description": "partition number -> offset; a partition the topic does not "
-            "have -> 404 partition_not_found; past the end means the end",
-            "propertyNames": {"pattern": _pattern(v.INT_TEXT_RE.pattern)},
-            "additionalProperties": _int(limits.OFFSET),
-        },
-    }
-    branches = []
-    for form, schema in forms.items():
-        others = {name: {"type": "null"} for name in forms if name != form}
-        branches.append(_object({form: schema, **others}, (form,)))
-    return {"description": "exactly one form", "oneOf": branches}
 
 
 # ------------------------------------------------------------------ responses
@@ -333,7 +312,6 @@ def _schemas(cluster: bool) -> dict[str, Any]:
                 closed=False,
             ),
             **_subscription_view(),
-            "Seek": _seek(),
             **_pull_schemas(),
         },
         cluster=cluster,

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from herald.protocol import actions, limits, pull, tokens, topics
+from herald.protocol import actions, limits, pull, seek, tokens, topics
 from herald.protocol import subscriptions as wire
 from herald.protocol.stats import SubscriptionStats
 
@@ -28,6 +28,7 @@ MODELS: tuple[Any, ...] = (
     pull.AckRequest,
     pull.NackRequest,
     tokens.TokenRequest,
+    seek.Seek,
 )
 
 
@@ -40,6 +41,7 @@ def model_components(*, cluster: bool = False) -> dict[str, dict[str, Any]]:
     replication_factor and min_insync_replicas can only be 1 (the model takes a
     cluster's range; the server refuses more with validation_error)."""
     _, components = msgspec.json.schema_components(MODELS, ref_template=REF_TEMPLATE)
+    components["Seek"].update(seek.ONE_FORM)  # what its type cannot say
     if not cluster:
         properties = components["TopicConfig"]["properties"]
         for name in ("replication_factor", "min_insync_replicas"):

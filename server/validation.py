@@ -44,7 +44,7 @@ from delivery.config import (
     SubscriptionPatch,
 )
 from delivery.start import StartAt
-from herald.protocol import actions, pull, topics
+from herald.protocol import actions, pull, seek, topics
 from herald.protocol import subscriptions as wire
 from herald.protocol.errors import BadRequest, MessageTooLarge, ValidationError
 from herald.protocol.filter import check_filter
@@ -67,7 +67,7 @@ from herald.protocol.limits import (
     WAIT_MS,
     IntRange,
 )
-from herald.protocol.names import POSITIONS, check_name
+from herald.protocol.names import check_name
 from herald.protocol.patterns import SECRET_BYTES, SECRET_PREFIX
 from storage.config import TopicConfig
 from storage.record import (
@@ -79,7 +79,7 @@ from storage.record import (
 )
 from storage.topic import PublishItem
 
-INT_TEXT_RE = re.compile(r"-?[0-9]+")  # an integer in a path, query or offsets key
+INT_TEXT_RE = re.compile(r"-?[0-9]+")  # an integer in a path or query
 
 T = TypeVar("T")
 
@@ -699,25 +699,14 @@ def parse_nack(body: Any) -> NackRequest:
 
 
 def parse_seek(body: Any) -> StartAt:
-    """PROTOCOL §2 seek: exactly one of its four forms. Partition numbers are checked
+    """PROTOCOL §2 seek: exactly one of its forms. Partition numbers are checked
     against the topic by the engine (StartAt.check_partitions)."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"to", "timestamp", "offsets"}), "the seek request")
-    forms = [k for k in ("to", "timestamp", "offsets") if obj.get(k) is not None]
-    if len(forms) != 1:
+    request = from_model(body, seek.Seek, "the seek request")
+    if len(request.forms()) != 1:
         raise BadRequest('give exactly one of "to", "timestamp" and "offsets"')
-    form = forms[0]
-    if form == "to":
-        to = obj["to"]
-        if to not in POSITIONS:
-            raise BadRequest('to must be "earliest" or "latest"')
-        return _start_at(to)
-    if form == "timestamp":
-        return StartAt.at_timestamp(_int_in(obj["timestamp"], "timestamp", TIMESTAMP))
-    offsets = _as_object(obj["offsets"], "offsets")
-    parsed: dict[int, int] = {}
-    for key, offset in offsets.items():
-        if INT_TEXT_RE.fullmatch(key) is None:
-            raise BadRequest(f"offsets keys are partition numbers, not {_shown(key)!r}")
-        parsed[int_text(key)] = _int_in(offset, f"offsets.{_shown(key)}", OFFSET)
-    return StartAt.at_offsets(parsed)
+    if request.to is not None:
+        return _start_at(request.to)
+    if request.timestamp is not None:
+        return StartAt.at_timestamp(request.timestamp)
+    assert request.offsets is not None
+    return StartAt.at_offsets({int_text(key): offset for key, offset in request.offsets.items()})
