@@ -157,49 +157,6 @@ def _pull_schemas() -> dict[str, Any]:
 # ------------------------------------------------------------------ responses
 
 
-def _topic_view() -> dict[str, Any]:
-    partition = _object(
-        {"partition": _COUNT, "start_offset": _COUNT, "end_offset": _COUNT, "bytes": _COUNT},
-        ("partition", "start_offset", "end_offset", "bytes"),
-        closed=False,
-    )
-    return {
-        "Topic": _object(
-            {
-                "name": _NAME,
-                "config": _ref("TopicConfigView"),
-                "partitions": {"type": "array", "items": partition},
-                "messages_total": _COUNT,
-                "bytes_total": _COUNT,
-                "auto_created": {
-                    "type": "boolean",
-                    "description": "Created by a publish or a subscription, not a PUT (an extension).",
-                },
-            },
-            ("name", "config", "partitions", "messages_total", "bytes_total"),
-            closed=False,
-        ),
-        "TopicList": _object(
-            {
-                "topics": {
-                    "type": "array",
-                    "items": _object(
-                        {
-                            "name": _NAME,
-                            "config": _ref("TopicConfigView"),
-                            "auto_created": {"type": "boolean"},
-                        },
-                        ("name", "config"),
-                        closed=False,
-                    ),
-                }
-            },
-            ("topics",),
-            closed=False,
-        ),
-    }
-
-
 def _record() -> dict[str, Any]:
     return _object(
         {
@@ -274,7 +231,6 @@ def _schemas(cluster: bool) -> dict[str, Any]:
                 description="RFC 9457 problem details",
             ),
             "JsonValue": _JSON_VALUE,
-            **_topic_view(),
             "Message": _message(),
             "PublishRequest": _object(
                 {

@@ -18,6 +18,8 @@ REF_TEMPLATE = "#/components/schemas/{name}"
 MODELS: tuple[Any, ...] = (
     topics.TopicConfig,
     topics.TopicConfigView,
+    topics.Topic,
+    topics.TopicList,
     wire.SubscriptionConfig,
     wire.SubscriptionPatch,
     wire.SubscriptionConfigView,

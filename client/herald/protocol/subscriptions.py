@@ -13,7 +13,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from herald.protocol import limits
-from herald.protocol.names import NAME_PATTERN
+from herald.protocol.names import NAME_PATTERN, Name
 from herald.protocol.patterns import PUSH_URL_PATTERN, SECRET_BYTES, SECRET_PATTERN, SECRET_PREFIX
 
 
@@ -21,7 +21,6 @@ def _within(allowed: limits.IntRange) -> Meta:
     return Meta(ge=allowed.low, le=allowed.high)
 
 
-Name = Annotated[str, Meta(pattern=NAME_PATTERN)]
 Timestamp = Annotated[int, _within(limits.TIMESTAMP)]
 BackoffMs = Annotated[int, _within(limits.BACKOFF_MS)]
 BreakerOpenMs = Annotated[int, _within(limits.BREAKER_OPEN_MS)]

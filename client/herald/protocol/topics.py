@@ -1,6 +1,7 @@
-"""A topic's config on the wire, declared once: as a client sends it to create a topic
+"""A topic on the wire, declared once: its config as a client sends it to create a topic
 (`TopicConfig`, `PUT /v1/topics/{topic}`), which the server validates with, and as a
-server shows it (`TopicConfigView`, every field filled). /openapi.json publishes their
+server shows it (`TopicConfigView`, every field filled); a topic and the list of topics
+as a server shows them (`Topic`, `TopicList`). /openapi.json publishes their
 schemas (server/schemas.py); on a single node the replication ranges are narrowed to 1
 there (PROTOCOL §7), the model keeps a cluster's."""
 
@@ -12,6 +13,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from herald.protocol import limits
+from herald.protocol.names import Name
 
 # The defaults the server fills in (storage/config.py TopicConfig).
 DEFAULT_PARTITIONS = 1
@@ -92,3 +94,46 @@ class TopicConfigView(msgspec.Struct, frozen=True, kw_only=True):
     dedup_window_ms: DedupWindowMs
     replication_factor: ReplicationFactor
     min_insync_replicas: MinInsyncReplicas
+
+
+# ---------------------------------------------------------------- responses
+
+Count = Annotated[int, Meta(ge=0)]
+
+
+class PartitionView(msgspec.Struct, frozen=True, kw_only=True):
+    """One partition of a topic; PROTOCOL §7 adds its leader, epoch, replicas and ISR."""
+
+    partition: Count
+    start_offset: Count
+    end_offset: Count
+    bytes: Count
+
+
+class Topic(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/topics/{topic}` and a PUT's answer."""
+
+    name: Name
+    config: TopicConfigView
+    partitions: list[PartitionView]
+    messages_total: Count
+    bytes_total: Count
+    auto_created: (
+        Annotated[
+            bool,
+            Meta(description="Created by a publish or a subscription, not a PUT (an extension)."),
+        ]
+        | UnsetType
+    ) = UNSET
+
+
+class TopicSummary(msgspec.Struct, frozen=True, kw_only=True):
+    name: Name
+    config: TopicConfigView
+    auto_created: bool | UnsetType = UNSET
+
+
+class TopicList(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/topics`."""
+
+    topics: list[TopicSummary]
