@@ -129,59 +129,7 @@ def _message() -> dict[str, Any]:
     )
 
 
-def _pull_schemas() -> dict[str, Any]:
-    """PROTOCOL §8 pull, ack and nack."""
-    ids = {
-        "type": "array",
-        "items": {"type": "string"},
-        "description": "message ids; strings that are not in flight are unknown",
-    }
-    delivered = {
-        "allOf": [
-            _ref("Record"),
-            _object(
-                {"subscription": _NAME, "attempt": _int(limits.IntRange(1))},
-                ("subscription", "attempt"),
-                closed=False,
-            ),
-        ]
-    }
-    return {
-        "PullResponse": _object(
-            {"messages": {"type": "array", "items": delivered}}, ("messages",), closed=False
-        ),
-        "AckResponse": _object({"ok": ids, "unknown": ids}, ("ok", "unknown"), closed=False),
-    }
-
-
 # ------------------------------------------------------------------ responses
-
-
-def _record() -> dict[str, Any]:
-    return _object(
-        {
-            "topic": _NAME,
-            "id": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"},
-            "partition": _COUNT,
-            "offset": _COUNT,
-            "timestamp": _int(
-                limits.TIMESTAMP, description="broker append time, ms since the epoch"
-            ),
-            "deliver_at": _int(
-                limits.TIMESTAMP,
-                description="PROTOCOL §8: timestamp + delay_ms of a record published with a "
-                "delay_ms > 0 (absent otherwise); not sent to subscriptions before it",
-            ),
-            "key": {"type": ["string", "null"]},
-            "headers": _STRINGS,
-            "value": {"description": "any JSON value"},
-            "value_b64": _BASE64,
-        },
-        ("topic", "id", "partition", "offset", "timestamp", "key", "headers"),
-        closed=False,
-        description="exactly one of value and value_b64, in the form it was published in",
-        oneOf=[{"required": ["value"]}, {"required": ["value_b64"]}],
-    )
 
 
 def _subscription_view() -> dict[str, Any]:
@@ -243,32 +191,7 @@ def _schemas(cluster: bool) -> dict[str, Any]:
                 },
                 ("messages",),
             ),
-            "PublishResponse": _object(
-                {
-                    "results": {
-                        "type": "array",
-                        "items": _object(
-                            {
-                                "partition": _COUNT,
-                                "offset": _COUNT,
-                                "duplicate": {"type": "boolean"},
-                            },
-                            ("partition", "offset", "duplicate"),
-                            closed=False,
-                        ),
-                    }
-                },
-                ("results",),
-                closed=False,
-            ),
-            "Record": _record(),
-            "ReadResponse": _object(
-                {"messages": {"type": "array", "items": _ref("Record")}, "next_offset": _COUNT},
-                ("messages", "next_offset"),
-                closed=False,
-            ),
             **_subscription_view(),
-            **_pull_schemas(),
         },
         cluster=cluster,
     )

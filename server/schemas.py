@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from herald.protocol import actions, limits, pull, seek, tokens, topics
+from herald.protocol import actions, limits, pull, records, seek, tokens, topics
 from herald.protocol import subscriptions as wire
 from herald.protocol.stats import SubscriptionStats
 
@@ -31,7 +31,18 @@ MODELS: tuple[Any, ...] = (
     pull.NackRequest,
     tokens.TokenRequest,
     seek.Seek,
+    records.Record,
+    records.ReadResponse,
+    records.PublishResponse,
+    pull.PullResponse,
+    pull.AckResponse,
 )
+# What their types cannot say.
+EXTRA: dict[str, dict[str, Any]] = {
+    "Seek": seek.ONE_FORM,
+    "Record": records.ONE_VALUE,
+    "DeliveredRecord": records.ONE_VALUE,
+}
 
 
 _SINGLE_NODE = limits.IntRange(1, 1)  # PROTOCOL §7: a single node keeps one copy
@@ -43,7 +54,8 @@ def model_components(*, cluster: bool = False) -> dict[str, dict[str, Any]]:
     replication_factor and min_insync_replicas can only be 1 (the model takes a
     cluster's range; the server refuses more with validation_error)."""
     _, components = msgspec.json.schema_components(MODELS, ref_template=REF_TEMPLATE)
-    components["Seek"].update(seek.ONE_FORM)  # what its type cannot say
+    for name, extra in EXTRA.items():
+        components[name].update(extra)
     if not cluster:
         properties = components["TopicConfig"]["properties"]
         for name in ("replication_factor", "min_insync_replicas"):
