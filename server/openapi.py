@@ -132,52 +132,9 @@ def _message() -> dict[str, Any]:
 # ------------------------------------------------------------------ responses
 
 
-def _subscription_view() -> dict[str, Any]:
-    return {
-        "Subscription": _object(
-            {
-                "name": _NAME,
-                "config": _ref("SubscriptionConfigView"),
-                "stats": _ref("SubscriptionStats"),
-            },
-            ("name", "config", "stats"),
-            closed=False,
-        ),
-        "SubscriptionList": _object(
-            {
-                "subscriptions": {
-                    "type": "array",
-                    "items": _object(
-                        {"name": _NAME, "config": _ref("SubscriptionConfigView")},
-                        ("name", "config"),
-                        closed=False,
-                    ),
-                }
-            },
-            ("subscriptions",),
-            closed=False,
-        ),
-    }
-
-
 def _schemas(cluster: bool) -> dict[str, Any]:
     return with_models(
         {
-            "Problem": _object(
-                {
-                    "status": {"type": "integer"},
-                    "title": {"type": "string"},
-                    "detail": {"type": "string"},
-                    "code": {"type": "string"},
-                    "index": {
-                        "type": "integer",
-                        "description": "position of the first bad message of a batch",
-                    },
-                },
-                ("status", "title", "detail", "code"),
-                closed=False,
-                description="RFC 9457 problem details",
-            ),
             "JsonValue": _JSON_VALUE,
             "Message": _message(),
             "PublishRequest": _object(
@@ -191,7 +148,6 @@ def _schemas(cluster: bool) -> dict[str, Any]:
                 },
                 ("messages",),
             ),
-            **_subscription_view(),
         },
         cluster=cluster,
     )

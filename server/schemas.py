@@ -11,6 +11,7 @@ import msgspec
 
 from herald.protocol import actions, limits, pull, records, seek, tokens, topics
 from herald.protocol import subscriptions as wire
+from herald.protocol.errors import Problem
 from herald.protocol.stats import SubscriptionStats
 
 REF_TEMPLATE = "#/components/schemas/{name}"
@@ -36,6 +37,9 @@ MODELS: tuple[Any, ...] = (
     records.PublishResponse,
     pull.PullResponse,
     pull.AckResponse,
+    wire.Subscription,
+    wire.SubscriptionList,
+    Problem,
 )
 # What their types cannot say.
 EXTRA: dict[str, dict[str, Any]] = {
