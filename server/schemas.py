@@ -1,4 +1,4 @@
-"""The components of /openapi.json that are generated from the protocol's models
+"""The components of /openapi.json, every one generated from the protocol's models
 (herald/protocol/): the very types the server fills in and validates with, so their
 published schema cannot drift from them (issue 29: `delayed` was once missing from the
 hand-written SubscriptionStats, and `filter` from SubscriptionConfigView)."""
@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from herald.protocol import actions, limits, pull, records, seek, tokens, topics
+from herald.protocol import actions, limits, publish, pull, records, seek, tokens, topics
 from herald.protocol import subscriptions as wire
 from herald.protocol.errors import Problem
 from herald.protocol.stats import SubscriptionStats
@@ -40,12 +40,14 @@ MODELS: tuple[Any, ...] = (
     wire.Subscription,
     wire.SubscriptionList,
     Problem,
+    publish.PublishRequest,
 )
 # What their types cannot say.
 EXTRA: dict[str, dict[str, Any]] = {
     "Seek": seek.ONE_FORM,
     "Record": records.ONE_VALUE,
     "DeliveredRecord": records.ONE_VALUE,
+    "Message": publish.ONE_VALUE,
 }
 
 
@@ -60,19 +62,10 @@ def model_components(*, cluster: bool = False) -> dict[str, dict[str, Any]]:
     _, components = msgspec.json.schema_components(MODELS, ref_template=REF_TEMPLATE)
     for name, extra in EXTRA.items():
         components[name].update(extra)
+    components["JsonValue"] = publish.JSON_VALUE_SCHEMA  # a message's value, recursive
     if not cluster:
         properties = components["TopicConfig"]["properties"]
         for name in ("replication_factor", "min_insync_replicas"):
             number = properties[name]["anyOf"][0]
             number["minimum"], number["maximum"] = _SINGLE_NODE.low, _SINGLE_NODE.high
     return components
-
-
-def with_models(written: dict[str, Any], *, cluster: bool = False) -> dict[str, Any]:
-    """The components written by hand in server/openapi.py plus the generated ones; a
-    model may not take the name of a component written by hand (one would hide the
-    other)."""
-    generated = model_components(cluster=cluster)
-    if taken := generated.keys() & written.keys():
-        raise ValueError(f"components both generated and written by hand: {sorted(taken)}")
-    return {**written, **generated}

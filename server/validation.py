@@ -114,12 +114,6 @@ def _as_str(value: Any, field: str) -> str:
     return value
 
 
-def _as_bool(value: Any, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise BadRequest(f"{field} must be true or false")
-    return value
-
-
 def _as_object(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadRequest(f"{field} must be a JSON object")
@@ -130,12 +124,6 @@ def _check_fields(obj: Mapping[str, Any], allowed: frozenset[str], where: str) -
     unknown = obj.keys() - allowed
     if unknown:
         raise BadRequest(f"unknown field(s) in {where}: {', '.join(sorted(unknown))}")
-
-
-def _given(obj: Mapping[str, Any], field: str) -> Any:
-    """The field's value, or _MISSING when absent or null (PROTOCOL §2: null == absent)."""
-    value = obj.get(field)
-    return _MISSING if value is None else value
 
 
 def b64decode_strict(text: str, field: str) -> bytes:
