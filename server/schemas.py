@@ -5,6 +5,7 @@ hand-written SubscriptionStats, and `filter` from SubscriptionConfigView)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import msgspec
@@ -60,9 +61,9 @@ def model_components(*, cluster: bool = False) -> dict[str, dict[str, Any]]:
     replication_factor and min_insync_replicas can only be 1 (the model takes a
     cluster's range; the server refuses more with validation_error)."""
     _, components = msgspec.json.schema_components(MODELS, ref_template=REF_TEMPLATE)
-    for name, extra in EXTRA.items():
-        components[name].update(extra)
-    components["JsonValue"] = publish.JSON_VALUE_SCHEMA  # a message's value, recursive
+    for name, extra in EXTRA.items():  # copies: a document's reader may change its own
+        components[name].update(copy.deepcopy(extra))
+    components["JsonValue"] = copy.deepcopy(publish.JSON_VALUE_SCHEMA)  # a value, recursive
     if not cluster:
         properties = components["TopicConfig"]["properties"]
         for name in ("replication_factor", "min_insync_replicas"):
