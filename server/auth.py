@@ -59,7 +59,6 @@ _TOKEN_RE = re.compile(r"^hrd_([0-9a-f]{8})_([A-Za-z0-9_-]{20,100})$")
 _ID_RE = re.compile(r"^[0-9a-f]{8}$")
 BROWSER_PREFIX = "hrb_"
 _KEY_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
-MIN_TTL_MS, MAX_TTL_MS = 1_000, 86_400_000
 
 HMAC_SCHEME = "hmac-sha256"
 # scrypt at n=2**14, r=8: ~16 MiB and tens of ms per guess (auth files of older versions).

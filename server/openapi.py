@@ -1,22 +1,20 @@
 """The OpenAPI 3.1 description of the HTTP API (PROTOCOL §2, §5), served at /openapi.json.
 
-Built from what the server itself uses, so it cannot drift from it: the schemas of
-the subscription config (as sent and as shown) and of its stats are generated from the
-protocol's models the server validates with and answers from (server/schemas.py);
-every other range, pattern and enum comes from herald.protocol (``IntRange``
-constants, the name, base64 and push URL patterns), every default from the config
-dataclasses. Requests and responses have separate schemas (a push secret is
-required in a request and never shown in a response). PROTOCOL §2's "an optional
-field given as null is the same as the field left out" is written out: each
-optional request field also takes ``null``.
+Built from what the server itself uses, so it cannot drift from it: every schema in
+its components is generated from the protocol's models (herald/protocol/, through
+server/schemas.py), the ones the server validates requests with and answers from;
+the ``paths`` and ``x-websockets`` are made from the endpoint table
+(server/route_table.py, server/openapi_paths.py), with the small helpers below, and a
+test checks that the document's paths and methods are exactly the app's routes.
+Requests and responses have separate schemas (a push secret is required in a request
+and never shown in a response); PROTOCOL §2's "an optional field given as null is the
+same as the field left out" is written out: each optional request field also takes
+``null``.
 
 What JSON Schema cannot say, the descriptions say, and tests/security/test_fuzz_api.py
 allows explicitly: ``offset`` together with ``timestamp`` (bad_request), min <= max
 between two fields (validation_error), reads past a partition's end
 (offset_out_of_range) and partitions a topic does not have (state, not shape).
-The ``paths`` and ``x-websockets`` are made from the endpoint table
-(server/route_table.py, server/openapi_paths.py); a test checks that the document's
-paths and methods are exactly the app's routes.
 """
 
 from __future__ import annotations
@@ -27,15 +25,9 @@ from typing import Any
 import orjson
 
 from herald.protocol import limits, names
-from herald.protocol.patterns import base64_pattern
-from server import validation as v
-from server.auth import MAX_TTL_MS, MIN_TTL_MS
-from server.schemas import with_models
-from storage.config import TopicConfig
+from server.schemas import model_components
 
 _REF = "#/components/schemas/"
-
-_TOPIC_DEFAULTS = TopicConfig().to_dict()
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -51,18 +43,6 @@ def _int(allowed: limits.IntRange | None = None, **extra: Any) -> dict[str, Any]
 
 
 _COUNT = _int(limits.IntRange(0))
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """PROTOCOL §2: an optional field given as null is the same as the field left out."""
-    kind = schema.get("type")
-    if isinstance(kind, str):
-        return {**schema, "type": [kind, "null"]}
-    if "enum" in schema:
-        return {**schema, "enum": [*schema["enum"], None]}
-    annotations: dict[str, Any] = {k: schema[k] for k in ("default", "description") if k in schema}
-    core = {k: x for k, x in schema.items() if k not in annotations}
-    return {"anyOf": [core, {"type": "null"}], **annotations}
 
 
 def _object(
@@ -82,336 +62,12 @@ def _pattern(regex: str) -> str:
 
 
 _NAME = {"type": "string", "pattern": _pattern(names.NAME_PATTERN)}
-_BASE64 = {"type": "string", "pattern": _pattern(base64_pattern()), "contentEncoding": "base64"}
-_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 
 
 # ------------------------------------------------------------------ requests
 
 
-def _topic_config(cluster: bool) -> dict[str, Any]:
-    d = _TOPIC_DEFAULTS
-    replication = limits.REPLICATION_FACTOR if cluster else limits.IntRange(1, 1)
-    return _object(
-        {
-            "partitions": _nullable(_int(limits.PARTITIONS, default=d["partitions"])),
-            # PROTOCOL §2: for these two, null means unlimited rather than "absent".
-            "retention_ms": _nullable(
-                _int(limits.RETENTION_MS, default=d["retention_ms"], description="null: unlimited")
-            ),
-            "retention_bytes": _nullable(
-                _int(
-                    limits.RETENTION_BYTES,
-                    default=d["retention_bytes"],
-                    description="null: unlimited",
-                )
-            ),
-            "dedup_window_ms": _nullable(
-                _int(limits.DEDUP_WINDOW_MS, default=d["dedup_window_ms"])
-            ),
-            # PROTOCOL §7: a single node accepts only 1; a cluster up to its live nodes.
-            "replication_factor": _nullable(
-                _int(
-                    replication,
-                    description="default min(3, live nodes) in a cluster; 1 on a single node",
-                )
-            ),
-            "min_insync_replicas": _nullable(
-                _int(
-                    replication,
-                    description="default min(2, replication_factor); at most replication_factor",
-                )
-            ),
-        },
-        description="no body (or an empty one) is all defaults; JSON null is not an object",
-    )
-
-
-# Any JSON value, with integers within what the server stores exactly. Nesting is at
-# most MAX_VALUE_DEPTH levels deep, which JSON Schema cannot say short of unrolling it.
-_JSON_VALUE = {
-    "description": "any JSON value; integers within "
-    f"{limits.MIN_VALUE_INT}..{limits.MAX_VALUE_INT}, arrays and objects nested at most "
-    f"{limits.MAX_VALUE_DEPTH} levels (else 400 validation_error)",
-    "if": {"type": "integer"},
-    "then": {"minimum": limits.MIN_VALUE_INT, "maximum": limits.MAX_VALUE_INT},
-    "items": {"$ref": _REF + "JsonValue"},
-    "additionalProperties": {"$ref": _REF + "JsonValue"},
-}
-
-
-def _message() -> dict[str, Any]:
-    return _object(
-        {
-            "value": _ref("JsonValue"),
-            "value_b64": _nullable(_BASE64),
-            "key": {"type": ["string", "null"]},
-            "headers": _nullable(_STRINGS),
-            "partition": _nullable(
-                _int(
-                    limits.PARTITION,
-                    description="a partition the topic has (else 400 validation_error)",
-                )
-            ),
-            "id": _nullable({"type": "string", "minLength": 1, "maxLength": limits.MAX_ID_CHARS}),
-            "delay_ms": _nullable(
-                _int(
-                    limits.DELAY_MS,
-                    description="PROTOCOL §8 delayed delivery: appended at once, first sent to "
-                    "subscriptions no earlier than the record's timestamp + delay_ms "
-                    "(its deliver_at); 0 or absent: no delay",
-                )
-            ),
-        },
-        description="exactly one of value (null included) and value_b64",
-        # `"value": null` is a value; `"value_b64": null` is absent (PROTOCOL §1, §2).
-        oneOf=[
-            {"required": ["value"]},
-            {"required": ["value_b64"], "properties": {"value_b64": {"type": "string"}}},
-        ],
-    )
-
-
-def _pull_schemas() -> dict[str, Any]:
-    """PROTOCOL §8 pull, ack and nack."""
-    ids = {
-        "type": "array",
-        "items": {"type": "string"},
-        "description": "message ids; strings that are not in flight are unknown",
-    }
-    delivered = {
-        "allOf": [
-            _ref("Record"),
-            _object(
-                {"subscription": _NAME, "attempt": _int(limits.IntRange(1))},
-                ("subscription", "attempt"),
-                closed=False,
-            ),
-        ]
-    }
-    return {
-        "PullResponse": _object(
-            {"messages": {"type": "array", "items": delivered}}, ("messages",), closed=False
-        ),
-        "AckResponse": _object({"ok": ids, "unknown": ids}, ("ok", "unknown"), closed=False),
-    }
-
-
-def _seek() -> dict[str, Any]:
-    """Exactly one form; the other two may be given as null (absent)."""
-    forms = {
-        "to": {"enum": list(names.POSITIONS)},
-        "timestamp": _int(limits.TIMESTAMP),
-        "offsets": {
-            "type": "object",
-            "description": "partition number -> offset; a partition the topic does not "
-            "have -> 404 partition_not_found; past the end means the end",
-            "propertyNames": {"pattern": _pattern(v.INT_TEXT_RE.pattern)},
-            "additionalProperties": _int(limits.OFFSET),
-        },
-    }
-    branches = []
-    for form, schema in forms.items():
-        others = {name: {"type": "null"} for name in forms if name != form}
-        branches.append(_object({form: schema, **others}, (form,)))
-    return {"description": "exactly one form", "oneOf": branches}
-
-
 # ------------------------------------------------------------------ responses
-
-
-def _topic_view() -> dict[str, Any]:
-    config = _object(
-        {
-            "partitions": _int(limits.PARTITIONS),
-            "retention_ms": {"type": ["integer", "null"]},
-            "retention_bytes": {"type": ["integer", "null"]},
-            "dedup_window_ms": _int(limits.DEDUP_WINDOW_MS),
-            "replication_factor": _int(limits.REPLICATION_FACTOR),
-            "min_insync_replicas": _int(limits.MIN_INSYNC_REPLICAS),
-        },
-        tuple(_TOPIC_DEFAULTS),
-        closed=False,
-    )
-    partition = _object(
-        {"partition": _COUNT, "start_offset": _COUNT, "end_offset": _COUNT, "bytes": _COUNT},
-        ("partition", "start_offset", "end_offset", "bytes"),
-        closed=False,
-    )
-    return {
-        "TopicConfigView": config,
-        "Topic": _object(
-            {
-                "name": _NAME,
-                "config": _ref("TopicConfigView"),
-                "partitions": {"type": "array", "items": partition},
-                "messages_total": _COUNT,
-                "bytes_total": _COUNT,
-                "auto_created": {
-                    "type": "boolean",
-                    "description": "Created by a publish or a subscription, not a PUT (an extension).",
-                },
-            },
-            ("name", "config", "partitions", "messages_total", "bytes_total"),
-            closed=False,
-        ),
-        "TopicList": _object(
-            {
-                "topics": {
-                    "type": "array",
-                    "items": _object(
-                        {
-                            "name": _NAME,
-                            "config": _ref("TopicConfigView"),
-                            "auto_created": {"type": "boolean"},
-                        },
-                        ("name", "config"),
-                        closed=False,
-                    ),
-                }
-            },
-            ("topics",),
-            closed=False,
-        ),
-    }
-
-
-def _record() -> dict[str, Any]:
-    return _object(
-        {
-            "topic": _NAME,
-            "id": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"},
-            "partition": _COUNT,
-            "offset": _COUNT,
-            "timestamp": _int(
-                limits.TIMESTAMP, description="broker append time, ms since the epoch"
-            ),
-            "deliver_at": _int(
-                limits.TIMESTAMP,
-                description="PROTOCOL §8: timestamp + delay_ms of a record published with a "
-                "delay_ms > 0 (absent otherwise); not sent to subscriptions before it",
-            ),
-            "key": {"type": ["string", "null"]},
-            "headers": _STRINGS,
-            "value": {"description": "any JSON value"},
-            "value_b64": _BASE64,
-        },
-        ("topic", "id", "partition", "offset", "timestamp", "key", "headers"),
-        closed=False,
-        description="exactly one of value and value_b64, in the form it was published in",
-        oneOf=[{"required": ["value"]}, {"required": ["value_b64"]}],
-    )
-
-
-def _subscription_view() -> dict[str, Any]:
-    return {
-        "Subscription": _object(
-            {
-                "name": _NAME,
-                "config": _ref("SubscriptionConfigView"),
-                "stats": _ref("SubscriptionStats"),
-            },
-            ("name", "config", "stats"),
-            closed=False,
-        ),
-        "SubscriptionList": _object(
-            {
-                "subscriptions": {
-                    "type": "array",
-                    "items": _object(
-                        {"name": _NAME, "config": _ref("SubscriptionConfigView")},
-                        ("name", "config"),
-                        closed=False,
-                    ),
-                }
-            },
-            ("subscriptions",),
-            closed=False,
-        ),
-    }
-
-
-def _schemas(cluster: bool) -> dict[str, Any]:
-    return with_models(
-        {
-            "Problem": _object(
-                {
-                    "status": {"type": "integer"},
-                    "title": {"type": "string"},
-                    "detail": {"type": "string"},
-                    "code": {"type": "string"},
-                    "index": {
-                        "type": "integer",
-                        "description": "position of the first bad message of a batch",
-                    },
-                },
-                ("status", "title", "detail", "code"),
-                closed=False,
-                description="RFC 9457 problem details",
-            ),
-            "JsonValue": _JSON_VALUE,
-            "TopicConfig": _topic_config(cluster),
-            **_topic_view(),
-            "Message": _message(),
-            "PublishRequest": _object(
-                {
-                    "messages": {
-                        "type": "array",
-                        "minItems": 1,
-                        "maxItems": limits.MAX_BATCH,
-                        "items": _ref("Message"),
-                    }
-                },
-                ("messages",),
-            ),
-            "PublishResponse": _object(
-                {
-                    "results": {
-                        "type": "array",
-                        "items": _object(
-                            {
-                                "partition": _COUNT,
-                                "offset": _COUNT,
-                                "duplicate": {"type": "boolean"},
-                            },
-                            ("partition", "offset", "duplicate"),
-                            closed=False,
-                        ),
-                    }
-                },
-                ("results",),
-                closed=False,
-            ),
-            "Record": _record(),
-            "ReadResponse": _object(
-                {"messages": {"type": "array", "items": _ref("Record")}, "next_offset": _COUNT},
-                ("messages", "next_offset"),
-                closed=False,
-            ),
-            **_subscription_view(),
-            "Seek": _seek(),
-            **_pull_schemas(),
-            "TokenRequest": _token_request(),
-        }
-    )
-
-
-def _token_request() -> dict[str, Any]:
-    patterns = {
-        "type": "array",
-        "maxItems": 64,
-        "items": {"type": "string", "minLength": 1, "maxLength": 255},
-        "description": "fnmatch topic patterns, each provably within one of the caller's",
-    }
-    return _object(
-        {
-            "ttl_ms": {"type": "integer", "minimum": MIN_TTL_MS, "maximum": MAX_TTL_MS},
-            "publish": patterns,
-            "subscribe": patterns,
-        },
-        ("ttl_ms",),
-        description="a browser token's rights (at least one pattern) and lifetime",
-    )
 
 
 def document(
@@ -422,7 +78,8 @@ def document(
     websockets: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The document: ``paths`` and ``websockets`` (``x-websockets``) come from the
-    endpoint table (server/route_table.py), the schemas from here."""
+    endpoint table (server/route_table.py), the schemas from the protocol's models
+    (server/schemas.py)."""
     return {
         "openapi": "3.1.0",
         "info": {
@@ -433,7 +90,7 @@ def document(
             "the stats WebSocket is GET /v1/stats/ws; the browser console is /console/.",
         },
         "paths": dict(paths or {}),
-        "components": {"schemas": _schemas(cluster)},
+        "components": {"schemas": model_components(cluster=cluster)},
         "x-websockets": dict(websockets or {}),
     }
 

@@ -13,47 +13,27 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from herald.protocol.errors import BadRequest, Forbidden, NotFound, ValidationError
+from herald.protocol.errors import BadRequest, Forbidden, NotFound
+from herald.protocol.tokens import TokenRequest
 from server.access import AccessGuard
-from server.auth import MAX_TTL_MS, MIN_TTL_MS, Principal, pattern_within
+from server.auth import Principal, pattern_within
 from server.http import json_body, json_response
 from server.routing import Handler
-
-MAX_PATTERNS = 64
-MAX_PATTERN_LEN = 255
-_FIELDS = frozenset({"ttl_ms", "publish", "subscribe"})
+from server.validation import from_model
 
 
 def parse_mint(body: Any) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
-    """``(ttl_ms, publish, subscribe)`` of a mint request. PROTOCOL §2: a wrong JSON type,
-    a missing or unknown field is ``bad_request``; a value out of range (ttl, a pattern's
-    length, too many patterns) is ``validation_error``."""
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    unknown = sorted(set(body) - _FIELDS)
-    if unknown:
-        raise BadRequest(f"unknown field(s): {', '.join(unknown)}")
-    ttl = body.get("ttl_ms")
-    if type(ttl) is float and ttl.is_integer():
-        ttl = int(ttl)  # PROTOCOL §2: 60000.0 is an integer; 60000.5 is bad_request
-    if isinstance(ttl, bool) or not isinstance(ttl, int):
-        raise BadRequest("ttl_ms is required: an integer of milliseconds")
-    if not MIN_TTL_MS <= ttl <= MAX_TTL_MS:
-        raise ValidationError(f"ttl_ms must be an integer from {MIN_TTL_MS} to {MAX_TTL_MS}")
-    lists = []
-    for role in ("publish", "subscribe"):
-        patterns = body.get(role, [])
-        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
-            raise BadRequest(f"{role} must be a list of topic patterns (strings)")
-        if len(patterns) > MAX_PATTERNS or not all(0 < len(p) <= MAX_PATTERN_LEN for p in patterns):
-            raise ValidationError(
-                f"{role} must be a list of at most {MAX_PATTERNS} topic patterns "
-                f"(1 to {MAX_PATTERN_LEN} characters)"
-            )
-        lists.append(tuple(dict.fromkeys(patterns)))
-    if not lists[0] and not lists[1]:
+    """``(ttl_ms, publish, subscribe)`` of a mint request, each list without repeats.
+    PROTOCOL §2: a wrong JSON type, a missing or unknown field is ``bad_request``; a value
+    out of range (ttl, a pattern's length, too many patterns) is ``validation_error``."""
+    request = from_model(body, TokenRequest, "the token request")
+    publish, subscribe = (
+        tuple(dict.fromkeys(request.publish)),
+        tuple(dict.fromkeys(request.subscribe)),
+    )
+    if not publish and not subscribe:
         raise BadRequest("a browser token needs at least one publish or subscribe pattern")
-    return ttl, lists[0], lists[1]
+    return request.ttl_ms, publish, subscribe
 
 
 def check_within(caller: Principal, role: str, requested: tuple[str, ...]) -> None:

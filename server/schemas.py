@@ -1,21 +1,27 @@
-"""The components of /openapi.json that are generated from the protocol's models
+"""The components of /openapi.json, every one generated from the protocol's models
 (herald/protocol/): the very types the server fills in and validates with, so their
 published schema cannot drift from them (issue 29: `delayed` was once missing from the
 hand-written SubscriptionStats, and `filter` from SubscriptionConfigView)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import msgspec
 
-from herald.protocol import actions, pull
+from herald.protocol import actions, limits, publish, pull, records, seek, tokens, topics
 from herald.protocol import subscriptions as wire
+from herald.protocol.errors import Problem
 from herald.protocol.stats import SubscriptionStats
 
 REF_TEMPLATE = "#/components/schemas/{name}"
 
 MODELS: tuple[Any, ...] = (
+    topics.TopicConfig,
+    topics.TopicConfigView,
+    topics.Topic,
+    topics.TopicList,
     wire.SubscriptionConfig,
     wire.SubscriptionPatch,
     wire.SubscriptionConfigView,
@@ -25,21 +31,42 @@ MODELS: tuple[Any, ...] = (
     pull.PullRequest,
     pull.AckRequest,
     pull.NackRequest,
+    tokens.TokenRequest,
+    seek.Seek,
+    records.Record,
+    records.ReadResponse,
+    records.PublishResponse,
+    pull.PullResponse,
+    pull.AckResponse,
+    wire.Subscription,
+    wire.SubscriptionList,
+    Problem,
+    publish.PublishRequest,
 )
+# What their types cannot say.
+EXTRA: dict[str, dict[str, Any]] = {
+    "Seek": seek.ONE_FORM,
+    "Record": records.ONE_VALUE,
+    "DeliveredRecord": records.ONE_VALUE,
+    "Message": publish.ONE_VALUE,
+}
 
 
-def model_components() -> dict[str, dict[str, Any]]:
+_SINGLE_NODE = limits.IntRange(1, 1)  # PROTOCOL §7: a single node keeps one copy
+
+
+def model_components(*, cluster: bool = False) -> dict[str, dict[str, Any]]:
     """Each model's JSON Schema (and those of the models it refers to) under its class
-    name, which is the component name the paths refer to."""
+    name, which is the component name the paths refer to. On a single node a topic's
+    replication_factor and min_insync_replicas can only be 1 (the model takes a
+    cluster's range; the server refuses more with validation_error)."""
     _, components = msgspec.json.schema_components(MODELS, ref_template=REF_TEMPLATE)
+    for name, extra in EXTRA.items():  # copies: a document's reader may change its own
+        components[name].update(copy.deepcopy(extra))
+    components["JsonValue"] = copy.deepcopy(publish.JSON_VALUE_SCHEMA)  # a value, recursive
+    if not cluster:
+        properties = components["TopicConfig"]["properties"]
+        for name in ("replication_factor", "min_insync_replicas"):
+            number = properties[name]["anyOf"][0]
+            number["minimum"], number["maximum"] = _SINGLE_NODE.low, _SINGLE_NODE.high
     return components
-
-
-def with_models(written: dict[str, Any]) -> dict[str, Any]:
-    """The components written by hand in server/openapi.py plus the generated ones; a
-    model may not take the name of a component written by hand (one would hide the
-    other)."""
-    generated = model_components()
-    if taken := generated.keys() & written.keys():
-        raise ValueError(f"components both generated and written by hand: {sorted(taken)}")
-    return {**written, **generated}

@@ -44,12 +44,11 @@ from delivery.config import (
     SubscriptionPatch,
 )
 from delivery.start import StartAt
-from herald.protocol import actions, pull
+from herald.protocol import actions, pull, seek, topics
 from herald.protocol import subscriptions as wire
 from herald.protocol.errors import BadRequest, MessageTooLarge, ValidationError
 from herald.protocol.filter import check_filter
 from herald.protocol.limits import (
-    DEDUP_WINDOW_MS,
     DEFAULT_READ_LIMIT,
     DELAY_MS,
     MAX_BATCH,
@@ -58,22 +57,17 @@ from herald.protocol.limits import (
     MAX_URL_CHARS,
     MAX_VALUE_DEPTH,
     MAX_VALUE_INT,
-    MIN_INSYNC_REPLICAS,
     MIN_VALUE_INT,
     OFFSET,
     PARTITION,
-    PARTITIONS,
     READ_LIMIT,
     REDRIVE_DEFAULT_MAX_RECORDS,
     REDRIVE_DEFAULT_RATE,
-    REPLICATION_FACTOR,
-    RETENTION_BYTES,
-    RETENTION_MS,
     TIMESTAMP,
     WAIT_MS,
     IntRange,
 )
-from herald.protocol.names import POSITIONS, check_name
+from herald.protocol.names import check_name
 from herald.protocol.patterns import SECRET_BYTES, SECRET_PREFIX
 from storage.config import TopicConfig
 from storage.record import (
@@ -85,7 +79,7 @@ from storage.record import (
 )
 from storage.topic import PublishItem
 
-INT_TEXT_RE = re.compile(r"-?[0-9]+")  # an integer in a path, query or offsets key
+INT_TEXT_RE = re.compile(r"-?[0-9]+")  # an integer in a path or query
 
 T = TypeVar("T")
 
@@ -120,12 +114,6 @@ def _as_str(value: Any, field: str) -> str:
     return value
 
 
-def _as_bool(value: Any, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise BadRequest(f"{field} must be true or false")
-    return value
-
-
 def _as_object(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadRequest(f"{field} must be a JSON object")
@@ -136,12 +124,6 @@ def _check_fields(obj: Mapping[str, Any], allowed: frozenset[str], where: str) -
     unknown = obj.keys() - allowed
     if unknown:
         raise BadRequest(f"unknown field(s) in {where}: {', '.join(sorted(unknown))}")
-
-
-def _given(obj: Mapping[str, Any], field: str) -> Any:
-    """The field's value, or _MISSING when absent or null (PROTOCOL §2: null == absent)."""
-    value = obj.get(field)
-    return _MISSING if value is None else value
 
 
 def b64decode_strict(text: str, field: str) -> bytes:
@@ -191,42 +173,20 @@ def _shown(raw: str) -> str:
 
 # ---------------------------------------------------------------- topics
 
-_TOPIC_FIELDS = frozenset(
-    {
-        "partitions",
-        "retention_ms",
-        "retention_bytes",
-        "dedup_window_ms",
-        "replication_factor",
-        "min_insync_replicas",
-    }
-)
-
 
 def parse_topic_config(body: Any) -> tuple[TopicConfig, frozenset[str]]:
     """A TopicConfig and the set of fields the request gave (the ones a 200 compares).
 
     No body is ``{}`` (server/http.py); a JSON ``null`` body is not an object."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, _TOPIC_FIELDS, "the topic config")
+    request = from_model(body, topics.TopicConfig, "the topic config")
     values: dict[str, Any] = {}
-    if (v := _given(obj, "partitions")) is not _MISSING:
-        values["partitions"] = _int_in(v, "partitions", PARTITIONS)
-    if (v := _given(obj, "dedup_window_ms")) is not _MISSING:
-        values["dedup_window_ms"] = _int_in(v, "dedup_window_ms", DEDUP_WINDOW_MS)
-    if (v := _given(obj, "replication_factor")) is not _MISSING:
-        values["replication_factor"] = _int_in(v, "replication_factor", REPLICATION_FACTOR)
-    if (v := _given(obj, "min_insync_replicas")) is not _MISSING:
-        values["min_insync_replicas"] = _int_in(v, "min_insync_replicas", MIN_INSYNC_REPLICAS)
+    for name in ("partitions", "dedup_window_ms", "replication_factor", "min_insync_replicas"):
+        if (value := getattr(request, name)) is not None:
+            values[name] = value
     # PROTOCOL §2: for these two, an explicit null means unlimited, not "default".
-    if "retention_ms" in obj:
-        v = obj["retention_ms"]
-        values["retention_ms"] = None if v is None else _int_in(v, "retention_ms", RETENTION_MS)
-    if "retention_bytes" in obj:
-        v = obj["retention_bytes"]
-        values["retention_bytes"] = (
-            None if v is None else _int_in(v, "retention_bytes", RETENTION_BYTES)
-        )
+    for name in ("retention_ms", "retention_bytes"):
+        if (value := getattr(request, name)) is not UNSET:
+            values[name] = value
     return TopicConfig(**values), frozenset(values)
 
 
@@ -727,25 +687,14 @@ def parse_nack(body: Any) -> NackRequest:
 
 
 def parse_seek(body: Any) -> StartAt:
-    """PROTOCOL §2 seek: exactly one of its four forms. Partition numbers are checked
+    """PROTOCOL §2 seek: exactly one of its forms. Partition numbers are checked
     against the topic by the engine (StartAt.check_partitions)."""
-    obj = _as_object(body, "the request body")
-    _check_fields(obj, frozenset({"to", "timestamp", "offsets"}), "the seek request")
-    forms = [k for k in ("to", "timestamp", "offsets") if obj.get(k) is not None]
-    if len(forms) != 1:
+    request = from_model(body, seek.Seek, "the seek request")
+    if len(request.forms()) != 1:
         raise BadRequest('give exactly one of "to", "timestamp" and "offsets"')
-    form = forms[0]
-    if form == "to":
-        to = obj["to"]
-        if to not in POSITIONS:
-            raise BadRequest('to must be "earliest" or "latest"')
-        return _start_at(to)
-    if form == "timestamp":
-        return StartAt.at_timestamp(_int_in(obj["timestamp"], "timestamp", TIMESTAMP))
-    offsets = _as_object(obj["offsets"], "offsets")
-    parsed: dict[int, int] = {}
-    for key, offset in offsets.items():
-        if INT_TEXT_RE.fullmatch(key) is None:
-            raise BadRequest(f"offsets keys are partition numbers, not {_shown(key)!r}")
-        parsed[int_text(key)] = _int_in(offset, f"offsets.{_shown(key)}", OFFSET)
-    return StartAt.at_offsets(parsed)
+    if request.to is not None:
+        return _start_at(request.to)
+    if request.timestamp is not None:
+        return StartAt.at_timestamp(request.timestamp)
+    assert request.offsets is not None
+    return StartAt.at_offsets({int_text(key): offset for key, offset in request.offsets.items()})

@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-TWO_WEEKS_MS = 14 * 24 * 3600 * 1000
+from herald.protocol.topics import (
+    DEFAULT_DEDUP_WINDOW_MS,
+    DEFAULT_PARTITIONS,
+    DEFAULT_RETENTION_MS,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class TopicConfig:
-    partitions: int = 1
-    retention_ms: int | None = TWO_WEEKS_MS  # None: unlimited
+    partitions: int = DEFAULT_PARTITIONS
+    retention_ms: int | None = DEFAULT_RETENTION_MS  # None: unlimited
     retention_bytes: int | None = None  # per partition; None: unlimited
-    dedup_window_ms: int = 120_000
+    dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS
     # PROTOCOL §7: copies of each partition and how many must hold a record before an
     # acks=all answer. A single node keeps one; a cluster sets them at creation.
     replication_factor: int = 1

@@ -22,7 +22,6 @@ from herald.protocol.patterns import PUSH_URL_PATTERN, SECRET_PATTERN, SECRET_PR
 from herald.protocol.stats import SubscriptionStats
 from server import validation as v
 from server.openapi import document
-from server.schemas import with_models
 from tests.server import conformance
 
 SCHEMAS: dict[str, Any] = document()["components"]["schemas"]
@@ -51,12 +50,25 @@ def _bounds(schema: dict[str, Any]) -> tuple[int, int]:
         (("RedriveRequest", "rate"), limits.REDRIVE_RATE),
         (("RedriveRequest", "max_records"), limits.REDRIVE_MAX_RECORDS),
         (("SecretRotation", "previous_ttl_ms"), limits.PREVIOUS_TTL_MS),
+        (("TokenRequest", "ttl_ms"), limits.TOKEN_TTL_MS),
+        (("Seek", "timestamp"), limits.TIMESTAMP),
+        (("Message", "delay_ms"), limits.DELAY_MS),
     ],
 )
 def test_each_range_is_the_validators(path: tuple[str, str], allowed: limits.IntRange) -> None:
     schema, field = path
     assert _bounds(SCHEMAS[schema]["properties"][field]) == (allowed.low, allowed.high)
     assert allowed.high <= limits.MAX_INT64  # every bound fits int64 (issue 20 §4)
+
+
+@pytest.mark.parametrize("field", ["replication_factor", "min_insync_replicas"])
+def test_a_topics_replication_range_is_the_nodes(field: str) -> None:
+    """PROTOCOL §7: a single node takes only 1 (the model takes a cluster's range and the
+    server refuses more than 1 alone), a cluster up to REPLICATION_FACTOR's bound."""
+    alone = SCHEMAS["TopicConfig"]["properties"][field]
+    cluster = document(cluster=True)["components"]["schemas"]["TopicConfig"]["properties"][field]
+    assert _bounds(alone) == (1, 1)
+    assert _bounds(cluster) == (limits.REPLICATION_FACTOR.low, limits.REPLICATION_FACTOR.high)
 
 
 def test_the_document_is_valid_json_schema_2020_12() -> None:
@@ -169,8 +181,3 @@ def test_an_answer_the_document_does_not_describe_is_caught() -> None:
     response.read()
     response.elapsed = datetime.timedelta(0)
     assert conformance(response) is None
-
-
-def test_a_model_may_not_take_the_name_of_a_hand_written_component() -> None:
-    with pytest.raises(ValueError, match="SubscriptionStats"):
-        with_models({"SubscriptionStats": {"type": "object"}})

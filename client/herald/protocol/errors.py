@@ -5,11 +5,26 @@ in one place (server/errors.py), and every layer of the server can raise them.""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
 
 from herald.protocol.close_codes import CloseCode
 
 RETRY_AFTER_S = 1  # what a 503 without a better figure asks the client to wait
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True):
+    """RFC 9457 problem details: what a client gets of a HeraldError."""
+
+    status: int
+    title: str
+    detail: str
+    code: str
+    index: (
+        Annotated[int, Meta(description="position of the first bad message of a batch")] | UnsetType
+    ) = UNSET
 
 
 class HeraldError(Exception):

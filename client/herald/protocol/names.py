@@ -4,10 +4,14 @@ may start at or a seek may go to."""
 from __future__ import annotations
 
 import re
+from typing import Annotated
+
+from msgspec import Meta
 
 from herald.protocol.errors import InvalidName
 
 NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,248}$"
+Name = Annotated[str, Meta(pattern=NAME_PATTERN)]  # a name in a model the server fills in
 NAME_RE = re.compile(NAME_PATTERN[1:-1])
 POSITIONS = ("earliest", "latest")  # `start` and seek `to` (PROTOCOL §2)
 

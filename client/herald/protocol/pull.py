@@ -1,5 +1,5 @@
-"""PROTOCOL §8 pull over HTTP: the requests to pull, ack and nack. Declared once: the
-server converts bodies into them (server/validation.py ``from_model``), /openapi.json
+"""PROTOCOL §8 pull over HTTP: the requests to pull, ack and nack and their answers.
+Declared once: the server converts bodies into them (server/validation.py ``from_model``), /openapi.json
 publishes their schemas (server/schemas.py), and a client can build them."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from herald.protocol import limits
+from herald.protocol.records import DeliveredRecord
 
 DEFAULT_PULL_MAX_MESSAGES = 100
 
@@ -72,3 +73,14 @@ class NackRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         ]
         | None
     ) = None
+
+
+class PullResponse(msgspec.Struct, frozen=True):
+    messages: list[DeliveredRecord]
+
+
+class AckResponse(msgspec.Struct, frozen=True):
+    """The answer to an ack or a nack."""
+
+    ok: MessageIds
+    unknown: MessageIds

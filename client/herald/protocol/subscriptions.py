@@ -2,7 +2,7 @@
 (`SubscriptionConfig`) or change (`SubscriptionPatch`) a subscription, which the server
 validates with, and as a server shows it (`SubscriptionConfigView`: every field, defaults
 filled, no secret), which the server builds from the config it runs (delivery/config.py
-``public_dict``). /openapi.json publishes their schemas (server/schemas.py); a client
+``public_dict``), within a subscription's answer (`Subscription`, `SubscriptionList`). /openapi.json publishes their schemas (server/schemas.py); a client
 can build or decode them with ``msgspec``."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from herald.protocol import limits
-from herald.protocol.names import NAME_PATTERN
+from herald.protocol.names import NAME_PATTERN, Name
 from herald.protocol.patterns import PUSH_URL_PATTERN, SECRET_BYTES, SECRET_PATTERN, SECRET_PREFIX
+from herald.protocol.stats import SubscriptionStats
 
 
 def _within(allowed: limits.IntRange) -> Meta:
     return Meta(ge=allowed.low, le=allowed.high)
 
 
-Name = Annotated[str, Meta(pattern=NAME_PATTERN)]
 Timestamp = Annotated[int, _within(limits.TIMESTAMP)]
 BackoffMs = Annotated[int, _within(limits.BACKOFF_MS)]
 BreakerOpenMs = Annotated[int, _within(limits.BREAKER_OPEN_MS)]
@@ -86,6 +86,25 @@ class SubscriptionConfigView(msgspec.Struct, frozen=True, kw_only=True):
     ordered_by_key: bool
     push: PushConfigView | None
     filter: Annotated[str, Meta(max_length=limits.MAX_FILTER_CHARS)] | None
+
+
+class Subscription(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/subscriptions/{name}` and the answers that change a subscription."""
+
+    name: Name
+    config: SubscriptionConfigView
+    stats: SubscriptionStats
+
+
+class SubscriptionSummary(msgspec.Struct, frozen=True, kw_only=True):
+    name: Name
+    config: SubscriptionConfigView
+
+
+class SubscriptionList(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/subscriptions`."""
+
+    subscriptions: list[SubscriptionSummary]
 
 
 # ---------------------------------------------------------------- requests

@@ -1,0 +1,75 @@
+"""Records on the wire as a server shows them, declared once: a record
+(PROTOCOL §1, §2), a read's answer, a publish's answer, and a record delivered to a
+subscription. /openapi.json publishes their schemas (server/schemas.py); the server
+writes them with hand-tuned encoders (subscribers/wire.py record_json: the hot path of
+every delivery), which its tests check against these schemas."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from herald.protocol import limits
+from herald.protocol.names import Name
+from herald.protocol.patterns import base64_pattern
+
+Count = Annotated[int, Meta(ge=0)]
+Base64 = Annotated[
+    str, Meta(extra_json_schema={"pattern": f"^{base64_pattern()}$", "contentEncoding": "base64"})
+]
+Timestamp = Annotated[int, Meta(ge=limits.TIMESTAMP.low, le=limits.TIMESTAMP.high)]
+
+# What a type cannot say: a record holds its value in the form it was published in.
+ONE_VALUE: dict[str, Any] = {"oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}]}
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """Exactly one of value and value_b64, in the form it was published in."""
+
+    topic: Name
+    id: Annotated[str, Meta(pattern="^[0-9]+-[0-9]+$")]
+    partition: Count
+    offset: Count
+    timestamp: Annotated[Timestamp, Meta(description="broker append time, ms since the epoch")]
+    deliver_at: (
+        Annotated[
+            Timestamp,
+            Meta(
+                description="PROTOCOL §8: timestamp + delay_ms of a record published with a "
+                "delay_ms > 0 (absent otherwise); not sent to subscriptions before it"
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+    key: str | None
+    headers: dict[str, str]
+    value: Annotated[Any, Meta(description="any JSON value")] = UNSET
+    value_b64: Base64 | UnsetType = UNSET
+
+
+class ReadResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """`GET /v1/topics/{topic}/partitions/{partition}/messages`."""
+
+    messages: list[Record]
+    next_offset: Count
+
+
+class PublishResult(msgspec.Struct, frozen=True, kw_only=True):
+    partition: Count
+    offset: Count
+    duplicate: bool
+
+
+class PublishResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """`POST /v1/topics/{topic}/messages`: one result a message, in the batch's order."""
+
+    results: list[PublishResult]
+
+
+class DeliveredRecord(Record, frozen=True, kw_only=True):
+    """A record delivered to a subscription (PROTOCOL §8 pull)."""
+
+    subscription: Name
+    attempt: Annotated[int, Meta(ge=1)]
