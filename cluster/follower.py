@@ -13,7 +13,9 @@ On becoming a follower of epoch E (cluster/replication.py describes the protocol
    leader's high watermark bounded by my own end.
 3. **Errors**: ``fenced_leader_epoch`` / ``not_replica``: my view is stale, stop until
    etcd says who leads; ``unknown_leader_epoch``: the leader has not yet heard of E,
-   retry after a pause; ``offset_out_of_range`` or batches that do not append (not
+   retry after a pause; ``inconsistent_topic_id``: the leader's copy and mine are of
+   different topics of the same name (one of us has not yet seen a delete and create
+   again, KIP-516), retry after a pause and take nothing meanwhile; ``offset_out_of_range`` or batches that do not append (not
    contiguous, a stale epoch): back to step 1.
 
 Methods take what the caller observed and return what to do; the caller does the I/O
@@ -46,6 +48,7 @@ class EpochQuery:
     partition: int
     leader_epoch: int
     epoch: int
+    topic_id: int = 0  # the asking copy's topic id (cluster/topic_ids.py; 0: none recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,7 @@ class FetchRequest:
     fetch_offset: int  # my log end: what I have written
     fsynced_offset: int  # the end of what I have fsynced
     max_bytes: int
+    topic_id: int = 0  # the fetching copy's topic id (cluster/topic_ids.py; 0: none recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,7 @@ class FollowerReplica:
         log_end: int,
         high_watermark: int = 0,
         max_bytes: int = 1 << 20,
+        topic_id: int = 0,
     ) -> None:
         if leader == node_id:
             raise ValueError("a node does not follow itself")
@@ -117,13 +122,14 @@ class FollowerReplica:
         self.log_start, self.log_end = log_start, log_end
         self.high_watermark = min(high_watermark, log_end)
         self.max_bytes = max_bytes
+        self.topic_id = topic_id  # which topic of this name the local copy is of
         self.phase = Phase.TRUNCATING
         self._leader_hw = 0  # from the response being applied
 
     # -- step 1: the divergence check --------------------------------------------------
 
     def epoch_query(self) -> EpochQuery:
-        return EpochQuery(self.topic, self.partition, self.epoch, self.latest_epoch)
+        return EpochQuery(self.topic, self.partition, self.epoch, self.latest_epoch, self.topic_id)
 
     def on_epoch_answer(
         self, answer: EpochAnswer, own_end_for_epoch: Callable[[int], tuple[int, int]]
@@ -169,6 +175,7 @@ class FollowerReplica:
             self.log_end,
             min(fsynced_offset, self.log_end),
             self.max_bytes,
+            self.topic_id,
         )
 
     def on_fetch_response(self, response: FetchResponse) -> Step:
@@ -201,7 +208,7 @@ class FollowerReplica:
         if error in (FetchError.FENCED_LEADER_EPOCH, FetchError.NOT_REPLICA):
             self.phase = Phase.STOPPED
             return Step(Action.STOP)
-        if error is FetchError.UNKNOWN_LEADER_EPOCH:
+        if error in (FetchError.UNKNOWN_LEADER_EPOCH, FetchError.INCONSISTENT_TOPIC_ID):
             return Step(Action.RETRY)
         self.phase = Phase.TRUNCATING  # offset_out_of_range
         return Step(Action.QUERY)

@@ -46,7 +46,14 @@ class FollowerRole:
     """Follows ``partition`` of ``topic``, led by ``leader`` at ``epoch``."""
 
     def __init__(
-        self, *, node_id: str, topic: Topic, partition: Partition, leader: str, epoch: int
+        self,
+        *,
+        node_id: str,
+        topic: Topic,
+        partition: Partition,
+        leader: str,
+        epoch: int,
+        topic_id: int = 0,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -63,6 +70,7 @@ class FollowerRole:
             log_end=partition.log_end_offset,
             high_watermark=partition.end_offset,
             max_bytes=FETCH_MAX_BYTES,
+            topic_id=topic_id,
         )
         self.stopped = False
         self.retry_at = 0.0  # loop time before which it is left out of requests

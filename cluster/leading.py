@@ -74,9 +74,11 @@ class LeaderRole:
         counters: Counters,
         live: Callable[[], Collection[str]] = tuple,
         is_current: Callable[[str, int], bool] | None = None,
+        topic_id: int = 0,
     ) -> None:
         self.node_id = node_id
         self.topic = topic
+        self.topic_id = topic_id  # which topic of this name this copy is of
         self.partition = partition
         self.state = state
         self.key = key
@@ -312,11 +314,19 @@ class LeaderRole:
     # -- the followers ------------------------------------------------------------------
 
     def answer_epoch(self, query: EpochQuery) -> EpochAnswer:
-        error = self._epoch_error(query.leader_epoch)
+        error = self._topic_error(query.topic_id) or self._epoch_error(query.leader_epoch)
         if error is not None:
             return EpochAnswer(error, -1, -1, self.partition.start_offset)
         epoch, end = self.partition.end_offset_for_epoch(query.epoch)
         return EpochAnswer(None, epoch, end, self.partition.start_offset)
+
+    def _topic_error(self, topic_id: int) -> FetchError | None:
+        """A copy of another topic of this name asks (it or this node has not yet seen
+        a delete and create again): it gets nothing of this copy, and this copy nothing
+        of it — no truncation, no record, no place in the ISR (KIP-516)."""
+        if topic_id != self.topic_id:
+            return FetchError.INCONSISTENT_TOPIC_ID
+        return None
 
     def _epoch_error(self, epoch: int) -> FetchError | None:
         if epoch < self.epoch:
@@ -341,6 +351,8 @@ class LeaderRole:
         fetch long-polls: its report may commit records, which is news to answer now."""
         if not self.active:
             return FetchError.UNKNOWN_LEADER_EPOCH
+        if (error := self._topic_error(request.topic_id)) is not None:
+            return error
         if follower not in self.replica.followers:
             # An observer (a node running a subscription or a tail of the topic without
             # being a replica): fenced like a follower, never counted in the ISR.

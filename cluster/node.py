@@ -64,8 +64,10 @@ from cluster.topics import (
     assign_replicas,
     check_topic_room,
     cluster_prefix,
+    config_from_json,
     create_topic,
     delete_topic,
+    topic_key,
 )
 from cluster.trust import ClusterKeys
 from cluster.wire import Request
@@ -324,12 +326,14 @@ class ClusterNode:
         )
         takeovers: list[Change] = []
         for ref, versioned in list(self.states.items()):
-            if ref[0] not in topics:
+            if ref[0] not in topics or not self._copy_is_current(ref[0]):
                 continue
             local = self.storage.topic(ref[0])
             if local is None or ref[1] >= len(local.partitions):
                 continue
             await self.replicas.assign_role(local, ref, versioned, observed)
+            if not self._copy_is_current(ref[0]):
+                continue
             change = self.elections.takeover(ref, versioned)
             if change is not None:
                 takeovers.append(change)
@@ -339,6 +343,14 @@ class ClusterNode:
         await self.subscription_coordinator.reconcile(members)
         async with self._applied:
             self._applied.notify_all()
+
+    def _copy_is_current(self, topic: str) -> bool:
+        """Whether this node's copy of ``topic`` is of the topic its view of etcd has now.
+        The view moves on while a reconcile pass waits (a delete and create again
+        arrives as a partition's new state before the topic's key): a state of the new
+        topic is never given to, or taken over with, a copy of the old one."""
+        held = self.replicas.local_id(topic)
+        return held is not None and held == self.metadata.topic_ids.get(topic)
 
     async def wait_applied(self, predicate: Callable[[], bool]) -> bool:
         """Wait (bounded) until a reconcile pass made ``predicate`` true."""
@@ -476,6 +488,15 @@ class ClusterNode:
         return counts
 
     # ------------------------------------------------------------------ admin
+
+    async def topic_config(self, name: str) -> TopicConfig | None:
+        """The topic's config: this node's view of etcd's, or etcd's own when the view
+        does not have it (just created or created again, on its way here)."""
+        known = self.metadata.topics.get(name)
+        if known is not None:
+            return known
+        kv = await self.etcd.get(topic_key(self.name, name))
+        return config_from_json(kv.value) if kv is not None else None
 
     async def create_topic(
         self,

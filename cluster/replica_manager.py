@@ -138,6 +138,7 @@ class ReplicaManager:
         state = versioned.state
         role = self.roles.get(ref)
         partition = topic.partitions[ref[1]]
+        topic_id = self._local_ids.get(ref[0]) or 0  # which topic this copy is of
         if ref not in self._seen:
             # A partition opened from disk shows nothing until its role says how far it
             # is committed: its tail may be records no other replica has (Kafka starts
@@ -157,7 +158,12 @@ class ReplicaManager:
         if state.leader == self.node_id or follows:
             self._idle.discard(ref)
         if state.leader == self.node_id:
-            if isinstance(role, LeaderRole) and role.epoch == state.epoch and not role.deposed:
+            if (
+                isinstance(role, LeaderRole)
+                and role.epoch == state.epoch
+                and not role.deposed
+                and role.topic_id == topic_id
+            ):
                 role.state = (
                     versioned if versioned.mod_revision > role.state.mod_revision else role.state
                 )
@@ -176,6 +182,7 @@ class ReplicaManager:
                 counters=self.counters,
                 live=lambda: self.membership.members.keys(),
                 is_current=self.membership.is_current,
+                topic_id=topic_id,
             )
             self.roles[ref] = leader
             self.counters.leader_changes += 1
@@ -190,6 +197,7 @@ class ReplicaManager:
                 and role.epoch == state.epoch
                 and role.leader == state.leader
                 and not role.stopped
+                and role.replica.topic_id == topic_id
             ):
                 return
             await self.drop_role(ref)
@@ -199,6 +207,7 @@ class ReplicaManager:
                 partition=partition,
                 leader=state.leader,
                 epoch=state.epoch,
+                topic_id=topic_id,
             )
             partition.replicate(follower)
             self.roles[ref] = follower

@@ -60,6 +60,8 @@ class FetchError(StrEnum):
     UNKNOWN_LEADER_EPOCH = "unknown_leader_epoch"  # the follower's epoch is newer
     NOT_REPLICA = "not_replica"  # the fetching node does not replicate this partition
     OFFSET_OUT_OF_RANGE = "offset_out_of_range"  # past the leader's log end
+    # The leader's copy and the follower's are of different topics of one name (KIP-516).
+    INCONSISTENT_TOPIC_ID = "inconsistent_topic_id"
 
 
 class AppendRefusal(StrEnum):

@@ -5,14 +5,17 @@ in turn, one request naming every partition it follows there; the leader answers
 in order. A request is a JSON text frame::
 
     {"node": "n2", "incarnation": 1234, "max_wait_ms": 500,
-     "epochs": [{"topic", "partition", "leader_epoch", "epoch"}, ...],
-     "fetch": [{"topic", "partition", "epoch", "fetch_offset", "fsynced_offset",
-                "max_bytes", "high_watermark"}, ...]}
+     "epochs": [{"topic", "topic_id", "partition", "leader_epoch", "epoch"}, ...],
+     "fetch": [{"topic", "topic_id", "partition", "epoch", "fetch_offset",
+                "fsynced_offset", "max_bytes", "high_watermark"}, ...]}
 
 ``incarnation`` is the follower node's (cluster/state.py): a leader counts a follower in
 the ISR only as the incarnation it recorded there, so a restarted follower leaves the
 ISR at its first fetch and rejoins as its new incarnation once it has caught up.
-``high_watermark`` is the mark the follower knows: the leader answers at once when its
+``topic_id`` is the id of the topic the follower's copy is of (cluster/topic_ids.py): a
+leader whose copy is of another topic of that name answers ``inconsistent_topic_id``
+and nothing else, so no record crosses from a deleted topic into one created again
+(KIP-516). ``high_watermark`` is the mark the follower knows: the leader answers at once when its
 own is newer, so followers (and the readers they serve) learn a commit one round trip
 after it happens. The answer is a binary frame: a 4-byte big-endian length, a JSON
 header ``{"epochs": [{"topic", "partition", "error", "epoch", "end_offset",
@@ -64,6 +67,7 @@ def encode_request(request: Request) -> bytes:
             "epochs": [
                 {
                     "topic": q.topic,
+                    "topic_id": q.topic_id,
                     "partition": q.partition,
                     "leader_epoch": q.leader_epoch,
                     "epoch": q.epoch,
@@ -73,6 +77,7 @@ def encode_request(request: Request) -> bytes:
             "fetch": [
                 {
                     "topic": e.request.topic,
+                    "topic_id": e.request.topic_id,
                     "partition": e.request.partition,
                     "epoch": e.request.epoch,
                     "fetch_offset": e.request.fetch_offset,
@@ -98,6 +103,7 @@ def decode_request(data: bytes | str) -> Request:
                     _int(q["partition"]),
                     _int(q["leader_epoch"]),
                     _int(q["epoch"]),
+                    _int(q.get("topic_id", 0)),
                 )
                 for q in raw.get("epochs", ())
             ),
@@ -110,6 +116,7 @@ def decode_request(data: bytes | str) -> Request:
                         _int(f["fetch_offset"]),
                         _int(f["fsynced_offset"]),
                         min(max(_int(f["max_bytes"]), 1), 64 << 20),
+                        _int(f.get("topic_id", 0)),
                     ),
                     _int(f.get("high_watermark", -1)),
                 )
@@ -136,6 +143,7 @@ def encode_answer(
             "epochs": [
                 {
                     "topic": q.topic,
+                    "topic_id": q.topic_id,
                     "partition": q.partition,
                     "error": a.error,
                     "epoch": a.epoch,

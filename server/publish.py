@@ -51,6 +51,7 @@ log = logging.getLogger("herald.server")
 
 _RESULT = b'{"partition":%d,"offset":%d,"duplicate":%s}'
 _JSON_HEADERS = (b"content-type", b"application/json")
+_ANY_PARTITION = 1 << 31  # the parser's bound for a topic this node does not hold yet
 
 
 async def ensure_topic(
@@ -66,7 +67,13 @@ async def ensure_topic(
         if not running.config.auto_create:
             raise TopicNotFound(f"topic {name!r} does not exist")
         defaults = TopicConfig()
-        _check_partition(name, defaults.partitions, max_partition, index)
+        partitions = defaults.partitions
+        if running.cluster is not None and max_partition >= partitions:
+            # The topic may be in etcd with its copy here on its way (just created, or
+            # created again): its own partition count is the one to check.
+            known = await running.cluster.topic_config(name)
+            partitions = known.partitions if known is not None else partitions
+        _check_partition(name, partitions, max_partition, index)
         if running.cluster is not None:
             # PROTOCOL §7: etcd is the truth; the topic opens here once the node sees it.
             await running.cluster.create_topic(
@@ -154,7 +161,10 @@ async def publish_records(
     acks = parse_acks(acks_param)
     raw = await read_body(chunks, content_length, config.max_request_bytes)
     existing = running.storage.topic(name)
-    partitions = len(existing.partitions) if existing is not None else TopicConfig().partitions
+    # A topic not here yet: ensure_topic checks the partitions named against the count
+    # it is (or will be) created with — in a cluster, etcd's, which may not be the
+    # default (a topic created again, its copy here on its way).
+    partitions = len(existing.partitions) if existing is not None else _ANY_PARTITION
     batch = _parse_batch(raw, config.max_message_bytes, partitions)
     charge_publish(scope, len(batch.items), len(raw))  # PROTOCOL §6 rate limits
     topic = await ensure_topic(running, name, batch.max_partition, batch.max_partition_index)
@@ -199,12 +209,10 @@ async def _publish_cluster(
         groups.setdefault(partition, []).append(index)
     messages: list[Any] | None = None
     remote = [p for p in groups if not cluster.leads(topic.name, p)]
-    if remote:
-        if forwarded:  # the leader moved while the request travelled: the client retries
-            raise LeaderUnavailable(
-                f"this node no longer leads partition {remote[0]} of {topic.name!r}"
-            )
-        messages = _messages(raw)
+    if remote and forwarded:  # the leader moved while the request travelled: it retries
+        raise LeaderUnavailable(
+            f"this node no longer leads partition {remote[0]} of {topic.name!r}"
+        )
     authorization = _header(scope, b"authorization")
     client = client_address(scope)
     acks_text = {Acks.NONE: "0", Acks.LEADER: "1", Acks.ALL: "all"}[acks]
@@ -214,8 +222,14 @@ async def _publish_cluster(
             items = [publish_item(batch.items[i].record, partition) for i in indexes]
             results = await topic.publish(items, acks)
             return [(r.partition, r.offset, r.duplicate) for r in results]
+        # Led elsewhere — or no longer here: the role can go while the parts run.
+        if forwarded:
+            raise LeaderUnavailable(f"this node no longer leads partition {partition}")
         view = cluster.require_leader(topic.name, partition)
-        assert messages is not None and view.leader_url is not None
+        assert view.leader_url is not None  # require_leader: a live leader
+        nonlocal messages
+        if messages is None:
+            messages = _messages(raw)
         body = [{**messages[i], "partition": partition} for i in indexes]
         answered = await peers.publish(
             view.leader_url, topic.name, acks_text, body, authorization, client

@@ -7,7 +7,7 @@ from cluster.fetch_serving import FetchServer
 from cluster.follower import EpochQuery, FetchRequest
 from cluster.replication import FetchError
 from cluster.state import PartitionState, VersionedState
-from cluster.wire import FetchEntry, Request, decode_answer
+from cluster.wire import FetchEntry, Request, decode_answer, decode_request, encode_request
 
 REF = ("t", 0)
 
@@ -50,3 +50,14 @@ async def test_a_request_for_partitions_not_led_here_is_answered_with_their_erro
     assert [(t, p, a.error, a.batches) for t, p, a in fetches] == [
         ("t", 0, FetchError.UNKNOWN_LEADER_EPOCH, b"")
     ]
+
+
+def test_the_topic_id_crosses_the_wire() -> None:
+    request = Request(
+        node="n2",
+        max_wait_ms=0,
+        epochs=(EpochQuery("t", 0, leader_epoch=3, epoch=2, topic_id=41),),
+        fetch=(FetchEntry(FetchRequest("t", 0, 4, 10, 10, 1 << 20, topic_id=41), 8),),
+    )
+    decoded = decode_request(encode_request(request))
+    assert decoded.epochs[0].topic_id == 41 and decoded.fetch[0].request.topic_id == 41

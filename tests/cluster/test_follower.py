@@ -84,6 +84,8 @@ def test_an_answer_with_no_epoch_keeps_nothing_past_the_leaders_start() -> None:
         (FetchError.FENCED_LEADER_EPOCH, Action.STOP, Phase.STOPPED),
         (FetchError.NOT_REPLICA, Action.STOP, Phase.STOPPED),
         (FetchError.UNKNOWN_LEADER_EPOCH, Action.RETRY, Phase.FETCHING),
+        # A leader whose copy is of another topic of this name: nothing taken, retried.
+        (FetchError.INCONSISTENT_TOPIC_ID, Action.RETRY, Phase.FETCHING),
         (FetchError.OFFSET_OUT_OF_RANGE, Action.QUERY, Phase.TRUNCATING),
     ],
 )
@@ -92,6 +94,23 @@ def test_each_fetch_error_has_its_step(error: FetchError, action: Action, phase:
     f.truncated(15, 1)
     step = f.on_fetch_response(FetchResponse(error, b"", 0, 0))
     assert step.action is action and f.phase is phase
+
+
+def test_an_epoch_answer_from_a_copy_of_another_topic_truncates_nothing() -> None:
+    f = follower(latest_epoch=3, log_end=15)
+    answer = EpochAnswer(FetchError.INCONSISTENT_TOPIC_ID, -1, -1, 0)
+    step = f.on_epoch_answer(answer, lambda e: (3, 15))
+    assert step.action is Action.RETRY and f.phase is Phase.TRUNCATING
+
+
+def test_every_request_names_the_topic_id_of_the_local_copy() -> None:
+    f = FollowerReplica(
+        "b", topic="t", partition=0, leader="a", epoch=4, latest_epoch=1,
+        log_start=0, log_end=15, topic_id=77,
+    )  # fmt: skip
+    assert f.epoch_query().topic_id == 77
+    f.truncated(15, 1)
+    assert f.fetch_request(15).topic_id == 77
 
 
 def test_a_fetch_carries_the_epoch_the_end_and_the_fsynced_end() -> None:

@@ -332,3 +332,52 @@ def test_a_node_whose_view_lags_a_re_creation_serves_nothing_of_the_old_topic(
         return True
 
     cluster.wait_for(only_the_new_topic, 60.0, "n1 serving only the new topic once it catches up")
+
+
+@pytest.mark.timeout(300)
+def test_a_leader_whose_view_lags_a_re_creation_gives_its_followers_nothing_of_the_old_topic(
+    cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
+) -> None:
+    """The seed-202 nemesis finding: a topic deleted and created again with the same
+    placement is led by the same node at the same epoch (0). Its leader, whose view of
+    etcd lagged, still led the old topic; the new topic's followers fetched from it and
+    copied the old records into their fresh copies, then served them (and one of them
+    took the partition over with them). A fetch now carries the id of the topic the
+    follower's copy is of, and a leader of another topic of that name gives it nothing
+    (Kafka's topic ids, KIP-516)."""
+    cluster, link = cluster_with_a_cuttable_node
+    config = {"partitions": 3, "replication_factor": 3, "min_insync_replicas": 2}
+    cluster.create_topic("t", via="n2", **config)
+    placement = {p["partition"]: p["leader"] for p in cluster.topic("t", "n2")["partitions"]}
+    number = next(p for p, leader in placement.items() if leader == "n1")
+    for k in range(5):
+        publish(cluster, "n1", number, f"old-{k}")
+
+    link.freeze_watches()
+    try:
+        assert cluster.http.delete(cluster.nodes["n2"].url + "/v1/topics/t").status_code == 204
+        again = cluster.put("n2", "/v1/topics/t", config)
+        assert again.status_code in (200, 201), again.text
+        new = {p["partition"]: p for p in cluster.topic("t", "n2")["partitions"]}
+        # The scenario: the new topic's partition is led by n1 at epoch 0, as the old one
+        # was, and n1 (its watches held back) still leads the old one there.
+        assert new[number]["leader"] == "n1" and new[number]["epoch"] == 0, new
+        for node in ("n2", "n3"):
+            got, code = asyncio.run(tail_values(cluster.nodes[node].url, 4.0))
+            assert not [v for v in got if v.startswith(b"old-")], (
+                f"{node} copied records of the deleted topic from n1: {got}"
+            )
+            assert code in (None, 1012), code
+    finally:
+        link.thaw_watches()
+
+    publish(cluster, "n1", number, "new-0")
+
+    def every_copy_holds_only_the_new_topic() -> bool:
+        for node in ("n1", "n2", "n3"):
+            got, _ = asyncio.run(tail_values(cluster.nodes[node].url, 2.0))
+            if b"new-0" not in got or any(v.startswith(b"old-") for v in got):
+                return False
+        return True
+
+    cluster.wait_for(every_copy_holds_only_the_new_topic, 90.0, "every copy holding the new topic")
