@@ -1,6 +1,9 @@
-"""The faults: a seeded random schedule, one fault at a time, each healed and followed by
-a recovery pause (every node live and every partition's ISR full again, bounded) before
-the next.
+"""The faults: a seeded random schedule, each healed and followed by a recovery pause
+(every node live and every partition's ISR full again, bounded) before the next. Most come
+one at a time; a share (``COMBINED``) come two at once, the second starting a moment into
+the first and hitting another node or etcd member (Jepsen's composed nemeses): a node
+killed while another is cut off, two etcd members down (etcd without a quorum), a pause
+inside a partition. At most one data directory is lost at a time (min_insync_replicas - 1).
 
 Kinds: ``kill`` (kill -9 and restart at once), ``kill-later`` (kill -9, restart after
 twice the node TTL), ``pause`` (SIGSTOP past the node TTL, then SIGCONT), ``restart``
@@ -41,6 +44,7 @@ KINDS = (
 TTL_S = NODE_TTL_MS / 1000
 RECOVER_WITHIN_S = 60.0
 PAUSE_BETWEEN_S = (1.0, 4.0)
+COMBINED = 0.3  # the share of faults that come two at once
 
 
 @dataclass
@@ -65,16 +69,28 @@ class Nemesis:
             kind = self.rng.choice(self.kinds())
             if kind == "wipe" and not settled:
                 kind = "kill"  # a second lost disk before the first caught up: not allowed
-            await self.inject(kind)
+            busy: set[str] = set()  # the nodes and etcd members a fault in effect holds
+            if self.rng.random() < COMBINED:
+                second = self.rng.choice([k for k in self.kinds() if k != "wipe"])
+                later = self.rng.uniform(0, TTL_S)
+                await asyncio.gather(self.inject(kind, busy), self.inject(second, busy, later))
+            else:
+                await self.inject(kind, busy)
             settled = await self._settle()
             await asyncio.sleep(self.rng.uniform(*PAUSE_BETWEEN_S))
 
-    async def inject(self, kind: str) -> None:
+    async def inject(self, kind: str, busy: set[str], after_s: float = 0.0) -> None:
+        """One fault, on a node or etcd member not in ``busy`` (which it joins)."""
+        await asyncio.sleep(after_s)
         started = self.history.now()
         revision_before = await asyncio.to_thread(self.cluster.etcd_revision)
-        node = self.rng.choice(sorted(self.cluster.nodes))
+        free = sorted(set(self.cluster.nodes) - busy) or sorted(self.cluster.nodes)
+        node = self.rng.choice(free)
         if self.rng.random() < 0.5:  # half the time a partition's leader: where it hurts
-            node = await asyncio.to_thread(self._a_leader, node)
+            leader = await asyncio.to_thread(self._a_leader, node)
+            node = leader if leader not in busy else node
+        if not kind.startswith("etcd-"):
+            busy.add(node)
         target, note = node, ""
         process = self.cluster.nodes[node]
         if kind == "kill":
@@ -98,10 +114,12 @@ class Nemesis:
             process.wipe()
             await asyncio.to_thread(self._start, process)
         elif kind.startswith("etcd-"):
-            member = self.rng.choice(self.cluster.etcd)
+            members = [m for m in self.cluster.etcd if m.name not in busy] or self.cluster.etcd
+            member = self.rng.choice(members)
             leader = await asyncio.to_thread(self._etcd_leader)
-            if leader is not None and self.rng.random() < 0.5:
+            if leader is not None and leader.name not in busy and self.rng.random() < 0.5:
                 member = leader
+            busy.add(member.name)
             target = member.name + (" (leader)" if member is leader else "")
             await self._etcd_fault(kind, member)
         else:
@@ -122,13 +140,19 @@ class Nemesis:
         if kind == "etcd-kill":
             await asyncio.to_thread(member.kill)
             await asyncio.sleep(self.rng.uniform(1, 2 * TTL_S))
-            await asyncio.to_thread(self.cluster.restart_etcd, member)
+            await self._restart_etcd(member)
         elif kind == "etcd-pause":
             member.pause()
             await asyncio.sleep(self.rng.uniform(1, 2 * TTL_S))
             member.resume()
         else:
             await asyncio.to_thread(member.terminate)
+            await self._restart_etcd(member)
+
+    async def _restart_etcd(self, member: EtcdMember) -> None:
+        # With another member down meanwhile (a combined fault) it is healthy only once
+        # that one is back: the recovery wait counts it.
+        with contextlib.suppress(RuntimeError):
             await asyncio.to_thread(self.cluster.restart_etcd, member)
 
     def _a_leader(self, otherwise: str) -> str:
@@ -167,21 +191,23 @@ class Nemesis:
         gid = self.cluster.node_gid(process.name)
         held = TTL_S + self.rng.uniform(1, 4)
         others = [n for n in self.cluster.nodes.values() if n is not process]
+        cuts: list[tuple[int, str]] = []
         if kind == "cut-etcd":
-            for member in self.cluster.etcd:
-                self.firewall.cut(gid, member.address)
+            cuts = [(gid, member.address) for member in self.cluster.etcd]
             target = f"{process.name} | etcd"
         elif kind == "cut-nodes":
             for other in others:
-                self.firewall.cut(gid, other.address)
-                self.firewall.cut(self.cluster.node_gid(other.name), process.address)
+                cuts += [(gid, other.address), (self.cluster.node_gid(other.name), process.address)]
             target = f"{process.name} | nodes"
         else:
             other = self.rng.choice(others)
-            self.firewall.cut(gid, other.address)
+            cuts = [(gid, other.address)]
             target = f"{process.name} -/-> {other.name}"
+        for cut in cuts:
+            self.firewall.cut(*cut)
         await asyncio.sleep(held)
-        self.firewall.heal()
+        for cut in cuts:  # only this partition's: another may still be in effect
+            self.firewall.restore(*cut)
         return target, f"held {held:.1f} s"
 
     async def heal_all(self) -> None:

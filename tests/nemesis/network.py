@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections import Counter
 from types import TracebackType
 
 
@@ -27,7 +28,8 @@ class FirewallUnavailable(RuntimeError):
 class Firewall:
     def __init__(self) -> None:
         self.chain = f"HERALD-NEMESIS-{os.getpid()}"[:28]
-        self.rules: set[tuple[int, str]] = set()  # (owner gid, destination address)
+        # (owner gid, destination address) -> how many partitions in effect cut it
+        self.rules: Counter[tuple[int, str]] = Counter()
         binary = shutil.which("iptables")
         if binary is None:
             raise FirewallUnavailable("iptables is not installed (apt-get install -y iptables)")
@@ -68,14 +70,24 @@ class Firewall:
         self.rules.clear()
 
     def cut(self, gid: int, destination: str) -> None:
-        """Drop what the processes of group ``gid`` send to ``destination``."""
-        if (gid, destination) in self.rules:
+        """Drop what the processes of group ``gid`` send to ``destination`` (partitions
+        in effect together may cut one link twice: it is back once both restored it)."""
+        self.rules[gid, destination] += 1
+        if self.rules[gid, destination] == 1:
+            self._run("-A", self.chain, *self._rule(gid, destination))
+
+    def restore(self, gid: int, destination: str) -> None:
+        """Undo one :meth:`cut` of the link."""
+        if self.rules[gid, destination] <= 0:
             return
-        self._run(
-            "-A", self.chain, "-m", "owner", "--gid-owner", str(gid),
-            "-d", destination, "-j", "DROP",
-        )  # fmt: skip
-        self.rules.add((gid, destination))
+        self.rules[gid, destination] -= 1
+        if self.rules[gid, destination] == 0:
+            del self.rules[gid, destination]
+            self._run("-D", self.chain, *self._rule(gid, destination), check=False)
+
+    @staticmethod
+    def _rule(gid: int, destination: str) -> tuple[str, ...]:
+        return ("-m", "owner", "--gid-owner", str(gid), "-d", destination, "-j", "DROP")
 
     def heal(self) -> None:
         """Every link back."""
