@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import httpx
 import msgspec
 import orjson
 from msgspec import UNSET
@@ -46,7 +45,7 @@ from delivery.config import (
 from delivery.start import StartAt
 from herald.protocol import actions, pull, seek, topics
 from herald.protocol import subscriptions as wire
-from herald.protocol.errors import BadRequest, MessageTooLarge, ValidationError
+from herald.protocol.errors import BadRequest, MessageTooLarge, OutOfRange, ValidationError
 from herald.protocol.filter import check_filter
 from herald.protocol.limits import (
     DEFAULT_READ_LIMIT,
@@ -54,7 +53,6 @@ from herald.protocol.limits import (
     MAX_BATCH,
     MAX_ID_CHARS,
     MAX_PARTITIONS,
-    MAX_URL_CHARS,
     MAX_VALUE_DEPTH,
     MAX_VALUE_INT,
     MIN_VALUE_INT,
@@ -68,7 +66,6 @@ from herald.protocol.limits import (
     IntRange,
 )
 from herald.protocol.names import check_name
-from herald.protocol.patterns import SECRET_BYTES, SECRET_PREFIX
 from storage.config import TopicConfig
 from storage.record import (
     Acks,
@@ -436,8 +433,8 @@ def _integral(value: Any, depth: int = 0) -> Any:
 
 
 # msgspec says "Expected `int` >= 100", "Expected `array` of length <= 5": a well-formed
-# value out of range. Anything else (a wrong type, an unknown or missing field, a value
-# outside its enumerated set) is malformed.
+# value out of range, as is a model's own OutOfRange. Anything else (a wrong type, an
+# unknown or missing field, a value outside its enumerated set) is malformed.
 _OUT_OF_RANGE = re.compile(r"^Expected `[^`]*` (?:of length )?[<>]=")
 
 
@@ -449,8 +446,11 @@ def from_model(body: Any, model: type[T], what: str) -> T:
     except msgspec.ValidationError as exc:
         message, _, where = str(exc).partition(" - at `$")
         path = where.rstrip("`").lstrip(".")
-        detail = f"{path}: {message}" if path else f"{what}: {message}"
-        if _OUT_OF_RANGE.match(message):
+        if isinstance(exc.__cause__, ValueError):  # a model's own check names its field first
+            detail = f"{path}.{message}" if path else message
+        else:
+            detail = f"{path}: {message}" if path else f"{what}: {message}"
+        if isinstance(exc.__cause__, OutOfRange) or _OUT_OF_RANGE.match(message):
             raise ValidationError(detail) from None
         raise BadRequest(detail) from None
 
@@ -526,26 +526,22 @@ def _start_at(start: wire.Start) -> StartAt:
 
 def _backoff(given: wire.RetryBackoff) -> Backoff:
     default = Backoff()
-    min_ms = default.min_ms if given.min_ms is None else given.min_ms
-    max_ms = default.max_ms if given.max_ms is None else given.max_ms
-    if min_ms > max_ms:
-        raise ValidationError("retry_backoff.min_ms must not exceed retry_backoff.max_ms")
-    return Backoff(min_ms, max_ms)
+    return Backoff(
+        default.min_ms if given.min_ms is None else given.min_ms,
+        default.max_ms if given.max_ms is None else given.max_ms,
+    )
 
 
 def _push(given: wire.PushConfig | wire.PushConfigPatch) -> PushConfig:
     """A push config; a PATCH's without a secret leaves it empty for
     SubscriptionPatch.apply to fill with the current one."""
     values: dict[str, Any] = {
-        "url": _parse_push_url(given.url),
-        "secret": "" if given.secret is None else _parse_secret(given.secret, "push.secret"),
+        "url": given.url,
+        "secret": "" if given.secret is None else given.secret,
     }
     if given.previous_secrets is not None:
         values["previous_secrets"] = tuple(
-            PreviousSecret(
-                _parse_secret(p.secret, f"push.previous_secrets[{i}].secret"), p.expires_at
-            )
-            for i, p in enumerate(given.previous_secrets)
+            PreviousSecret(p.secret, p.expires_at) for p in given.previous_secrets
         )
     for name in ("max_in_flight", "timeout_ms"):
         if (value := getattr(given, name)) is not None:
@@ -560,52 +556,16 @@ def _push(given: wire.PushConfig | wire.PushConfigPatch) -> PushConfig:
         )
     if given.payload is not None:
         values["payload"] = PushPayload(given.payload)
-    push = PushConfig(**values)
-    if push.payload is PushPayload.RAW and push.batch.batched:
-        # PROTOCOL §8: a raw body is one record's value.
-        raise ValidationError('push.payload "raw" needs push.batch.max_records 1')
-    return push
+    return PushConfig(**values)
 
 
 def _breaker(given: wire.Breaker) -> Breaker:
     default = Breaker()
-    breaker = Breaker(
+    return Breaker(
         default.failures if given.failures is None else given.failures,
         default.open_ms if given.open_ms is None else given.open_ms,
         default.max_open_ms if given.max_open_ms is None else given.max_open_ms,
     )
-    if breaker.open_ms > breaker.max_open_ms:
-        raise ValidationError("push.breaker.open_ms must not exceed push.breaker.max_open_ms")
-    return breaker
-
-
-def _parse_push_url(value: Any) -> str:
-    """An absolute http(s) URL the webhook client can POST to: the very parser that
-    sends (httpx) reads it here, so a stored URL never fails at delivery time."""
-    url = _as_str(value, "push.url")
-    if len(url) > MAX_URL_CHARS:
-        raise ValidationError(f"push.url is over {MAX_URL_CHARS} characters")
-    if any(c.isspace() for c in url):
-        raise BadRequest("push.url must not contain whitespace")
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError):
-        raise BadRequest("push.url is not a valid URL") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise BadRequest("push.url must be an absolute http:// or https:// URL")
-    if parsed.port is not None and not 1 <= parsed.port <= 65535:
-        raise ValidationError(f"push.url port must be in 1..65535, not {parsed.port}")
-    return url
-
-
-def _parse_secret(value: Any, field: str) -> str:
-    secret = _as_str(value, field)
-    if not secret.startswith(SECRET_PREFIX):
-        raise BadRequest(f'{field} must be "{SECRET_PREFIX}" followed by base64')
-    low, high = SECRET_BYTES
-    if not low <= len(b64decode_strict(secret[len(SECRET_PREFIX) :], field)) <= high:
-        raise ValidationError(f"{field} must decode to {low}..{high} bytes of key")
-    return secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -620,7 +580,7 @@ def parse_secret_rotation(body: Any) -> SecretRotation:
     request = from_model(body, actions.SecretRotation, "the rotation request")
     ttl = request.previous_ttl_ms
     return SecretRotation(
-        _parse_secret(request.secret, "secret"),
+        request.secret,
         actions.DEFAULT_PREVIOUS_TTL_MS if ttl is None else ttl,
     )
 
