@@ -10,9 +10,10 @@ The rules, applied the same way everywhere:
 - an optional field given as ``null`` is the same as leaving it out, except
   ``retention_ms``/``retention_bytes`` where ``null`` means unlimited.
 
-A subscription config (PUT) or patch (PATCH) is first converted into its model
-(herald/protocol/subscriptions.py, ``from_model``), which applies the first three rules
-and names the field's path; what a type cannot say is checked after.
+Each body is converted into its model (herald/protocol/, ``from_model``; a publish body
+is decoded from bytes, ``decode_publish``), which applies the first two rules with the
+field's path, range and relations between fields included; names, the filter grammar
+and what depends on other records (a publish's size, its partitions) are checked after.
 
 Validation only builds values (TopicConfig, SubscriptionConfig, PublishItem);
 it never touches state, so a rejected request changes nothing.
@@ -25,7 +26,8 @@ import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import fields as dataclass_fields
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import orjson
@@ -78,9 +80,13 @@ from storage.record import (
 )
 from storage.topic import PublishItem
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 INT_TEXT_RE = re.compile(r"-?[0-9]+")  # an integer in a path or query
 
 T = TypeVar("T")
+D = TypeVar("D", bound="DataclassInstance")
 
 
 # ---------------------------------------------------------------- primitives
@@ -406,7 +412,7 @@ def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[
         if (value := getattr(request, name)) is not None:
             values[name] = value
     if request.retry_backoff is not None:
-        values["retry_backoff"] = _backoff(request.retry_backoff)
+        values["retry_backoff"] = _filled(Backoff, request.retry_backoff)
     if request.dead_letter_topic is not None:
         values["dead_letter_topic"] = check_name(request.dead_letter_topic, "dead_letter_topic")
     if request.push is not None:
@@ -463,65 +469,42 @@ def _start_at(start: wire.Start) -> StartAt:
     return StartAt.earliest() if start == "earliest" else StartAt.latest()
 
 
-def _backoff(given: wire.RetryBackoff) -> Backoff:
-    default = Backoff()
-    return Backoff(
-        default.min_ms if given.min_ms is None else given.min_ms,
-        default.max_ms if given.max_ms is None else given.max_ms,
-    )
+def _filled(made: type[D], given: Any, **values: Any) -> D:
+    """``made`` (a dataclass with defaults) from ``values`` and the request model's members
+    of the same names; a member left out (or null, PROTOCOL §2) keeps its default."""
+    for field in dataclass_fields(made):
+        if field.name not in values and (value := getattr(given, field.name, None)) is not None:
+            values[field.name] = value
+    return made(**values)
 
 
 def _push(given: wire.PushConfig | wire.PushConfigPatch) -> PushConfig:
     """A push config; a PATCH's without a secret leaves it empty for
     SubscriptionPatch.apply to fill with the current one."""
-    values: dict[str, Any] = {
-        "url": given.url,
-        "secret": "" if given.secret is None else given.secret,
-    }
+    values: dict[str, Any] = {"secret": "" if given.secret is None else given.secret}
     if given.previous_secrets is not None:
         values["previous_secrets"] = tuple(
             PreviousSecret(p.secret, p.expires_at) for p in given.previous_secrets
         )
-    for name in ("max_in_flight", "timeout_ms"):
-        if (value := getattr(given, name)) is not None:
-            values[name] = value
     if given.breaker is not None:
-        values["breaker"] = _breaker(given.breaker)
+        values["breaker"] = _filled(Breaker, given.breaker)
     if given.batch is not None:
-        default = PushBatch()
-        values["batch"] = PushBatch(
-            default.max_records if given.batch.max_records is None else given.batch.max_records,
-            default.max_wait_ms if given.batch.max_wait_ms is None else given.batch.max_wait_ms,
-        )
+        values["batch"] = _filled(PushBatch, given.batch)
     if given.payload is not None:
         values["payload"] = PushPayload(given.payload)
-    return PushConfig(**values)
-
-
-def _breaker(given: wire.Breaker) -> Breaker:
-    default = Breaker()
-    return Breaker(
-        default.failures if given.failures is None else given.failures,
-        default.open_ms if given.open_ms is None else given.open_ms,
-        default.max_open_ms if given.max_open_ms is None else given.max_open_ms,
-    )
+    return _filled(PushConfig, given, **values)
 
 
 @dataclass(frozen=True, slots=True)
 class SecretRotation:
     secret: str
-    previous_ttl_ms: int
+    previous_ttl_ms: int = actions.DEFAULT_PREVIOUS_TTL_MS
 
 
 def parse_secret_rotation(body: Any) -> SecretRotation:
     """`POST /v1/subscriptions/{name}/push/rotate-secret`:
     `{"secret": "whsec_…", "previous_ttl_ms": PREVIOUS_TTL_MS}`."""
-    request = from_model(body, actions.SecretRotation, "the rotation request")
-    ttl = request.previous_ttl_ms
-    return SecretRotation(
-        request.secret,
-        actions.DEFAULT_PREVIOUS_TTL_MS if ttl is None else ttl,
-    )
+    return _filled(SecretRotation, from_model(body, actions.SecretRotation, "the rotation request"))
 
 
 # ---------------------------------------------------------------- redrive
@@ -537,12 +520,7 @@ class RedriveRequest:
 def parse_redrive(body: Any) -> RedriveRequest:
     """`POST /v1/subscriptions/{name}/redrive` (docs/protocol.md): an optional body
     `{"rate": 1..10000, "max_records": 1..1000000, "reason": "…"}`."""
-    request = from_model(body, actions.RedriveRequest, "the redrive request")
-    return RedriveRequest(
-        REDRIVE_DEFAULT_RATE if request.rate is None else request.rate,
-        REDRIVE_DEFAULT_MAX_RECORDS if request.max_records is None else request.max_records,
-        request.reason,
-    )
+    return _filled(RedriveRequest, from_model(body, actions.RedriveRequest, "the redrive request"))
 
 
 # ---------------------------------------------------------------- pull (PROTOCOL §8)
@@ -564,11 +542,7 @@ class NackRequest:
 def parse_pull(body: Any) -> PullRequest:
     """`POST /v1/subscriptions/{name}/pull` `{"max_messages": 1..1000, "wait_ms": 0..30000}`;
     no body is all defaults."""
-    request = from_model(body, pull.PullRequest, "the pull request")
-    return PullRequest(
-        pull.DEFAULT_PULL_MAX_MESSAGES if request.max_messages is None else request.max_messages,
-        0 if request.wait_ms is None else request.wait_ms,
-    )
+    return _filled(PullRequest, from_model(body, pull.PullRequest, "the pull request"))
 
 
 def parse_ack(body: Any) -> tuple[str, ...]:
@@ -579,7 +553,7 @@ def parse_ack(body: Any) -> tuple[str, ...]:
 def parse_nack(body: Any) -> NackRequest:
     """`POST /v1/subscriptions/{name}/nack` `{"ids": [...], "delay_ms"?, "reason"?}`."""
     request = from_model(body, pull.NackRequest, "the nack request")
-    return NackRequest(tuple(request.ids), request.delay_ms, request.reason)
+    return _filled(NackRequest, request, ids=tuple(request.ids))
 
 
 # ---------------------------------------------------------------- seek
