@@ -12,7 +12,11 @@ from msgspec import UNSET
 
 from delivery.start import StartAt
 from herald.protocol.errors import BadRequest, SubscriptionConflict, ValidationError
-from herald.protocol.limits import MAX_PREVIOUS_SECRETS
+from herald.protocol.limits import (
+    DEFAULT_BACKOFF_MS,
+    DEFAULT_BREAKER_OPEN_MS,
+    MAX_PREVIOUS_SECRETS,
+)
 from herald.protocol.subscriptions import (
     BackoffView,
     BatchView,
@@ -32,15 +36,15 @@ class DeliveryMode(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    min_ms: int = 100
-    max_ms: int = 60_000
+    min_ms: int = DEFAULT_BACKOFF_MS[0]
+    max_ms: int = DEFAULT_BACKOFF_MS[1]
 
 
 @dataclass(frozen=True, slots=True)
 class Breaker:
     failures: int = 5
-    open_ms: int = 1_000
-    max_open_ms: int = 60_000
+    open_ms: int = DEFAULT_BREAKER_OPEN_MS[0]
+    max_open_ms: int = DEFAULT_BREAKER_OPEN_MS[1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Publish (PROTOCOL §2 ``POST /v1/topics/{topic}/messages``): the hot path.
 
-The body is parsed once, validated in one pass (validation.parse_publish), handed
+The body is decoded once into its model (validation.decode_publish), checked in one
+pass for what a type cannot say (validation.parse_publish), handed
 to Topic.publish as one batch and answered with bytes built directly; nothing is
 awaited per record.
 
@@ -37,9 +38,9 @@ from server.limits import charge_publish, client_address
 from server.peers import FORWARDED
 from server.runtime import Services, app_services, services
 from server.validation import (
-    InexactIntegers,
     PublishBatch,
     check_replication,
+    decode_publish,
     parse_acks,
     parse_publish,
 )
@@ -120,20 +121,15 @@ def _check_partition(name: str, partitions: int, wanted: int, index: int) -> Non
 
 
 def _parse_batch(raw: bytes, max_message_bytes: int, partitions: int) -> PublishBatch:
-    body = parse_json_body(raw)
-    try:
-        return parse_publish(body, max_message_bytes, publish_item, partitions)
-    except InexactIntegers:
-        # Rare: a value holds a float that may have been an integer beyond 64 bits. A
-        # body too deep for the exact parser is refused for its depth in any case.
+    body: Any = decode_publish(raw)
+    if body is None:
+        # Rare: not JSON (bad_request, as for every body), a bad message, or an integral
+        # float. Parsed again with every integer exact; a body too deep for that parser
+        # is refused for its depth in any case.
+        body = parse_json_body(raw)
         exact = parse_json_exact(raw)
-        return parse_publish(
-            body if exact is None else exact,
-            max_message_bytes,
-            publish_item,
-            partitions,
-            exact=True,
-        )
+        body = body if exact is None else exact
+    return parse_publish(body, max_message_bytes, publish_item, partitions)
 
 
 def results_body(results: list[PublishResult]) -> bytes:

@@ -26,6 +26,7 @@ from tests.webhooks.receiver import Receiver, body_json
 
 SECRET = "whsec_" + base64.b64encode(b"herald-test-secret-0123456789ab").decode()
 OTHER_SECRET = "whsec_" + base64.b64encode(b"herald-other-secret-0123456789a").decode()
+PUSH = {"url": "http://127.0.0.1:9/x", "secret": SECRET}  # nothing listens on port 9
 
 
 async def patch(http: httpx.AsyncClient, name: str, body: Any) -> httpx.Response:
@@ -108,6 +109,15 @@ async def test_fixed_fields_conflict_unless_unchanged(
         ({"ack_deadline_ms": 99}, 400, "validation_error"),
         ({"max_deliveries": 1001}, 400, "validation_error"),
         ({"retry_backoff": {"min_ms": 70000}}, 400, "validation_error"),
+        # PROTOCOL §2: an integral float is the integer it is, so inverted bounds given
+        # as floats are out of range (issue 29: the fuzz oracle took them for malformed).
+        ({"retry_backoff": {"min_ms": 5000.0, "max_ms": 1000.0}}, 400, "validation_error"),
+        (
+            {"push": {**PUSH, "breaker": {"open_ms": 5e3, "max_open_ms": 1e3}}},
+            400,
+            "validation_error",
+        ),
+        ({"push": {**PUSH, "breaker": {"failures": 2.5}}}, 400, "bad_request"),
         ({"dead_letter_topic": "no/slash"}, 400, "invalid_name"),
     ],
 )
@@ -125,6 +135,25 @@ async def test_bad_patches_are_refused_and_change_nothing(
     reply = await patch(http, name, body)
     assert (reply.status_code, reply.json()["code"]) == (status, code), reply.text
     assert await config_of(http, name) == before
+
+
+async def test_integral_floats_in_a_patch_are_the_integers_they_are(
+    shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
+) -> None:
+    topic, name = unique("ci"), unique("cis")
+    await make_subscription(http, name, topic)
+    breaker = {"failures": 3.0, "open_ms": 2000.0, "max_open_ms": 4000.0}
+    reply = await patch(
+        http,
+        name,
+        {"max_in_flight": 7.0, "retry_backoff": {"min_ms": 10.0, "max_ms": 20.0},
+         "push": {**PUSH, "breaker": breaker}},
+    )  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    config = reply.json()["config"]
+    assert config["max_in_flight"] == 7
+    assert config["retry_backoff"] == {"min_ms": 10, "max_ms": 20}
+    assert config["push"]["breaker"] == {"failures": 3, "open_ms": 2000, "max_open_ms": 4000}
 
 
 async def test_patch_of_a_missing_subscription_is_404(

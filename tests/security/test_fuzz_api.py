@@ -52,6 +52,14 @@ def _both_offset_and_timestamp(case: schemathesis.Case, response: Any) -> bool:
     return "offset" in query and "timestamp" in query and _problem_code(response) == "bad_request"
 
 
+def _integer(value: Any) -> int | None:
+    # PROTOCOL §2: an integral float is the integer it is (JSON Schema's "integer" takes
+    # 5000.0 too, and schemathesis sends it); true is no integer.
+    if type(value) is int or (type(value) is float and value.is_integer()):
+        return int(value)
+    return None
+
+
 def _min_above_max(case: schemathesis.Case, response: Any) -> bool:
     # retry_backoff.min_ms <= max_ms and push.breaker.open_ms <= max_open_ms: a
     # relation between two fields, which JSON Schema cannot state.
@@ -64,9 +72,8 @@ def _min_above_max(case: schemathesis.Case, response: Any) -> bool:
         (backoff.get("min_ms"), backoff.get("max_ms")),
         (breaker.get("open_ms"), breaker.get("max_open_ms")),
     )
-    inverted = any(
-        isinstance(low, int) and isinstance(high, int) and low > high for low, high in pairs
-    )
+    numbers = [(_integer(low), _integer(high)) for low, high in pairs]
+    inverted = any(low is not None and high is not None and low > high for low, high in numbers)
     # An absent bound is its default: min_ms 2000000 alone is above max_ms's 60000.
     unbalanced = any((low is None) != (high is None) for low, high in pairs)
     return (inverted or unbalanced) and _problem_code(response) == "validation_error"

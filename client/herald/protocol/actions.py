@@ -11,7 +11,7 @@ import msgspec
 from msgspec import Meta
 
 from herald.protocol import limits
-from herald.protocol.subscriptions import SecretText
+from herald.protocol.subscriptions import SecretText, check_secret
 
 DEFAULT_PREVIOUS_TTL_MS = 86_400_000  # 24 h: how long a replaced secret is still signed with
 
@@ -70,3 +70,6 @@ class SecretRotation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         ]
         | None
     ) = None
+
+    def __post_init__(self) -> None:
+        check_secret(self.secret)

@@ -27,6 +27,14 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True):
     ) = UNSET
 
 
+class OutOfRange(ValueError):
+    """A model's own check (its ``__post_init__``) found a well-formed value out of range,
+    as a relation between two fields. msgspec keeps it as the cause of the ValidationError
+    it raises, with the field's path; the server answers it with validation_error (PROTOCOL
+    §2). Any other ValueError a model raises means malformed: bad_request. Either names
+    its field first ("url must ..."): the server prefixes the path of the model."""
+
+
 class HeraldError(Exception):
     """Base of every error Herald reports to a client."""
 

@@ -66,6 +66,10 @@ BATCH_MAX_RECORDS = IntRange(1, 1000)  # PROTOCOL §8 push.batch
 BATCH_MAX_WAIT_MS = IntRange(0, 10_000)
 BREAKER_FAILURES = IntRange(1, 1000)
 BREAKER_OPEN_MS = IntRange(100, 3_600_000)  # breaker.open_ms / max_open_ms
+# The defaults of the two (low, high) pairs a request may give one side of (PROTOCOL §2):
+# retry_backoff (min_ms, max_ms) and push.breaker (open_ms, max_open_ms).
+DEFAULT_BACKOFF_MS = (100, 60_000)
+DEFAULT_BREAKER_OPEN_MS = (1_000, 60_000)
 PREVIOUS_TTL_MS = IntRange(0, 30 * 86_400_000)  # rotate-secret, 30 days
 REDRIVE_RATE = IntRange(1, REDRIVE_MAX_RATE)
 REDRIVE_MAX_RECORDS = IntRange(1, REDRIVE_MAX_RECORDS_LIMIT)

@@ -32,7 +32,7 @@ _PORT = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}
 _URL_CHARS = "[A-Za-z0-9._~!$&'()*+,;=:@%/-]"
 # The push URLs OpenAPI describes: http(s), a DNS name (its last label starting with a
 # letter) or an IPv4 address, an optional port 1..65535, a path and query without spaces.
-# A subset of what _parse_push_url accepts (it also takes IPv6 and IDNA hosts).
+# A subset of what check_push_url (subscriptions.py) accepts: it also takes IPv6 and IDNA hosts.
 PUSH_URL_PATTERN = (
     f"^https?://(?:(?:{_HOST_LABEL}\\.)*[A-Za-z](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?"
     f"|{_IPV4_PART}(?:\\.{_IPV4_PART}){{3}})(?::{_PORT})?"

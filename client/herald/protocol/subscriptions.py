@@ -7,14 +7,23 @@ can build or decode them with ``msgspec``."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
+import httpx
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from herald.protocol import limits
+from herald.protocol.errors import OutOfRange
 from herald.protocol.names import NAME_PATTERN, Name
-from herald.protocol.patterns import PUSH_URL_PATTERN, SECRET_BYTES, SECRET_PATTERN, SECRET_PREFIX
+from herald.protocol.patterns import (
+    PUSH_URL_PATTERN,
+    SECRET_BYTES,
+    SECRET_PATTERN,
+    SECRET_PREFIX,
+    base64_pattern,
+)
 from herald.protocol.stats import SubscriptionStats
 
 
@@ -111,14 +120,16 @@ class SubscriptionList(msgspec.Struct, frozen=True, kw_only=True):
 #
 # What a client sends to create (PUT) or change (PATCH) a subscription. The server
 # converts a body into these (server/validation.py: a type or shape error is
-# bad_request, a value out of range validation_error, with the field's path), then checks
-# what a type cannot say: names (invalid_name), the filter grammar, the push URL as the
-# webhook client parses it, a secret's key length, and the relations between fields.
+# bad_request, a value out of range validation_error, with the field's path). Their
+# ``__post_init__`` checks what a field's type cannot say, a secret's key length and the
+# relations between fields (OutOfRange: validation_error); the server then checks names
+# (invalid_name), the filter grammar and the push URL as the webhook client parses it.
 # PROTOCOL §2: an optional field given as null is the same as the field left out.
 
 _FIXED = "only with its current value (else 409 subscription_conflict)"
 
 NameText = Annotated[str, Meta(extra_json_schema={"pattern": NAME_PATTERN})]
+# Checked by check_secret; published: the pattern that says all it checks.
 SecretText = Annotated[
     str,
     Meta(
@@ -127,9 +138,9 @@ SecretText = Annotated[
         "bytes",
     ),
 ]
+# Enforced: the length; the rest by check_push_url. Published: a pattern of the URLs it takes.
 PushUrl = Annotated[
-    str,
-    Meta(extra_json_schema={"pattern": PUSH_URL_PATTERN, "maxLength": limits.MAX_URL_CHARS}),
+    str, Meta(max_length=limits.MAX_URL_CHARS, extra_json_schema={"pattern": PUSH_URL_PATTERN})
 ]
 FilterText = Annotated[
     str,
@@ -150,11 +161,56 @@ Payload = Annotated[
 ]
 
 
+def check_push_url(url: str) -> None:
+    """An absolute http(s) URL the webhook client can POST to: the very parser that sends
+    (httpx) reads it here, so a stored URL never fails at delivery time."""
+    if any(c.isspace() for c in url):
+        raise ValueError("url must not contain whitespace")
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError):
+        raise ValueError("url is not a valid URL") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError("url must be an absolute http:// or https:// URL")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise OutOfRange(f"url port must be in 1..65535, not {parsed.port}")
+
+
+_SECRET_TEXT = re.compile(f"{SECRET_PREFIX}{base64_pattern()}")
+
+
+def check_secret(secret: str | None) -> None:
+    """The prefix and canonical base64 (else bad_request), then a key of SECRET_BYTES
+    (else validation_error): 4 characters of base64 are 3 bytes, less its padding."""
+    if secret is None:
+        return
+    if _SECRET_TEXT.fullmatch(secret) is None:
+        raise ValueError(f'secret must be "{SECRET_PREFIX}" followed by canonical base64')
+    key = secret[len(SECRET_PREFIX) :]
+    low, high = SECRET_BYTES
+    if not low <= len(key) // 4 * 3 - key.count("=") <= high:
+        raise OutOfRange(f"secret must decode to {low}..{high} bytes of key")
+
+
+def check_ordered(
+    low: int | None, high: int | None, defaults: tuple[int, int], names: tuple[str, str]
+) -> None:
+    """PROTOCOL §2: a lower bound never exceeds its upper one, a side left out taking its
+    default (min_ms 2000000 alone is above max_ms's 60000)."""
+    low = defaults[0] if low is None else low
+    high = defaults[1] if high is None else high
+    if low > high:
+        raise OutOfRange(f"{names[0]} must not exceed {names[1]} ({low} > {high})")
+
+
 class RetryBackoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """min_ms <= max_ms (else 400 validation_error)."""
 
     min_ms: BackoffMs | None = None
     max_ms: BackoffMs | None = None
+
+    def __post_init__(self) -> None:
+        check_ordered(self.min_ms, self.max_ms, limits.DEFAULT_BACKOFF_MS, ("min_ms", "max_ms"))
 
 
 class Breaker(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -163,6 +219,14 @@ class Breaker(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     failures: Annotated[int, _within(limits.BREAKER_FAILURES)] | None = None
     open_ms: BreakerOpenMs | None = None
     max_open_ms: BreakerOpenMs | None = None
+
+    def __post_init__(self) -> None:
+        check_ordered(
+            self.open_ms,
+            self.max_open_ms,
+            limits.DEFAULT_BREAKER_OPEN_MS,
+            ("open_ms", "max_open_ms"),
+        )
 
 
 class PushBatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -177,6 +241,9 @@ class PushBatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class PreviousSecret(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     secret: SecretText
     expires_at: Timestamp
+
+    def __post_init__(self) -> None:
+        check_secret(self.secret)
 
 
 class PushOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -199,6 +266,11 @@ class PushOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         | None
     ) = None
 
+    def __post_init__(self) -> None:
+        # PROTOCOL §8: a raw body is one record's value.
+        if self.payload == "raw" and self.batch is not None and (self.batch.max_records or 1) > 1:
+            raise OutOfRange('payload "raw" needs batch.max_records 1')
+
 
 class PushConfig(PushOptions, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """PROTOCOL §4 push: where and how records are POSTed."""
@@ -206,12 +278,22 @@ class PushConfig(PushOptions, frozen=True, kw_only=True, forbid_unknown_fields=T
     url: PushUrl
     secret: SecretText
 
+    def __post_init__(self) -> None:
+        check_push_url(self.url)
+        check_secret(self.secret)
+        super().__post_init__()
+
 
 class PushConfigPatch(PushOptions, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Replaces the push config whole; without secret (or with null) the old one is kept."""
 
     url: PushUrl
     secret: SecretText | None = None
+
+    def __post_init__(self) -> None:
+        check_push_url(self.url)
+        check_secret(self.secret)
+        super().__post_init__()
 
 
 class SubscriptionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
