@@ -12,40 +12,75 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = (
-    "server",
-    "delivery",
-    "storage",
-    "subscribers",
-    "cluster",
-    "client",
-    "web_console",
-    "spark_bridge",
-)
+# Each package's folder and the name its modules are imported under: the SDK's modules
+# are `herald.*` (client/herald/), not `client.herald.*`.
+PACKAGES = {
+    "server": "server",
+    "delivery": "delivery",
+    "storage": "storage",
+    "subscribers": "subscribers",
+    "cluster": "cluster",
+    "client/herald": "herald",
+    "web_console": "web_console",
+    "spark_bridge": "spark_bridge",
+}
+# client/herald/spark is a link to spark_bridge/: one package under two names.
+ALIASES = {"herald.spark": "spark_bridge"}
 
 
 def _modules() -> dict[str, Path]:
     modules: dict[str, Path] = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+    for folder, name in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):  # rglob does not follow the link
+            parts = (name, *path.relative_to(ROOT / folder).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             modules[".".join(parts)] = path
     return modules
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+def _canonical(module: str) -> str:
+    for alias, name in ALIASES.items():
+        if module == alias or module.startswith(alias + "."):
+            return name + module[len(alias) :]
+    return module
+
+
+def _absolute(node: ast.ImportFrom, importer: str, path: Path) -> str:
+    """The module an import names, a relative one resolved against the importer's package."""
+    if node.level == 0:
+        return _canonical(node.module or "")
+    package = importer.split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    package = package[: len(package) - (node.level - 1)]
+    return ".".join([*package, *([node.module] if node.module else [])])
+
+
+def _known(module: str, modules: dict[str, Path]) -> str | None:
+    """The module itself, or the nearest package of ours that holds a name imported from it."""
+    while module and module not in modules:
+        module = module.rpartition(".")[0]
+    return module or None
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names if alias.name in modules)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module in modules:
-                found.add(node.module)
+            found.update(
+                known
+                for alias in node.names
+                if (known := _known(_canonical(alias.name), modules)) is not None
+            )
+        elif isinstance(node, ast.ImportFrom):
+            module = _absolute(node, name, path)
+            if (known := _known(module, modules)) is not None:
+                found.add(known)
             for alias in node.names:  # `from cluster import etcd` names a module too
-                if f"{node.module}.{alias.name}" in modules:
-                    found.add(f"{node.module}.{alias.name}")
+                if f"{module}.{alias.name}" in modules:
+                    found.add(f"{module}.{alias.name}")
+    found.discard(name)
     return found
 
 
@@ -99,6 +134,6 @@ def test_circles_are_found() -> None:
 
 def test_no_module_imports_itself_through_others() -> None:
     modules = _modules()
-    assert "cluster.etcd" in modules  # the walk found the packages
-    graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
+    assert {"cluster.etcd", "herald.protocol", "spark_bridge.arrow"} <= modules.keys()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert _circles(graph) == []
