@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
+from delivery.cursor import PartitionState
 from delivery.dead_letter import ACK_DEADLINE, BEFORE_RESTART, DISCONNECT, NACKED
 from delivery.events import DeadLetter, Delivery, ReadRequest, RefetchRequest
 from delivery.inflight import InFlight
@@ -452,7 +453,6 @@ class SubscriptionCore(SubscriptionState):
         prior_of = self._prior
         max_deliveries = self._max_deliveries
         match = self._match
-        delayed = self._delayed
         want = room - len(picked)
         consumed = 0
         while want > 0 and parts:
@@ -477,27 +477,15 @@ class SubscriptionCore(SubscriptionState):
                         if prior_of:
                             prior_of.pop((p, offset), None)
                         continue
-                    key = record.key
                     deliver_at = record.deliver_at
                     if deliver_at is not None and deliver_at > wall_now:
-                        # PROTOCOL §8: not sent before deliver_at; later records of other
-                        # keys go on, later records of its key wait behind it.
-                        if len(delayed) >= self._max_delayed:
+                        if not self._hold_delayed(record, deliver_at, state):
                             buffer.appendleft(record)  # no room: wait here, in the log
                             consumed -= 1
                             stalled = True
                             break
-                        if (
-                            gate is not None
-                            and key is not None
-                            and not gate.try_take(key, (p, offset))
-                        ):
-                            continue  # waits behind its key; its delay is checked again
-                        prior = prior_of.pop((p, offset), 0) if prior_of else 0
-                        delayed.schedule(
-                            deliver_at, RedeliveryRef(p, offset, prior, state.epoch, key)
-                        )
                         continue
+                    key = record.key
                     if gate is not None and key is not None and not gate.try_take(key, (p, offset)):
                         continue  # waits, as a ref, behind its key (PROTOCOL §2)
                     prior = prior_of.pop((p, offset), 0) if prior_of else 0
@@ -513,6 +501,20 @@ class SubscriptionCore(SubscriptionState):
                     break
             parts = still
         self._buffered -= consumed
+
+    def _hold_delayed(self, record: Record, deliver_at: int, state: PartitionState) -> bool:
+        """PROTOCOL §8: a record is not sent before ``deliver_at``; it is set aside as a ref,
+        later records of other keys go on, later records of its key wait behind it. False
+        when the delayed set is full: the record waits in the log."""
+        if len(self._delayed) >= self._max_delayed:
+            return False
+        p, offset, key = state.partition, record.offset, record.key
+        gate = self._gate
+        if gate is not None and key is not None and not gate.try_take(key, (p, offset)):
+            return True  # waits behind its key; its delay is checked again
+        prior = self._prior.pop((p, offset), 0) if self._prior else 0
+        self._delayed.schedule(deliver_at, RedeliveryRef(p, offset, prior, state.epoch, key))
+        return True
 
     def _send(
         self, picked: list[tuple[Record, int]], now: float
