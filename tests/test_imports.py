@@ -9,6 +9,7 @@ hidden in a function is still two modules that cannot be read, tested or moved a
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,3 +138,84 @@ def test_no_module_imports_itself_through_others() -> None:
     assert {"cluster.etcd", "herald.protocol", "spark_bridge.arrow"} <= modules.keys()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert _circles(graph) == []
+
+
+# --- the layering (docs/architecture.md, "Imports run …") ---------------------------------
+#
+# What each part may import of ours besides itself. The SDK counts as three parts: its
+# bottom package herald.protocol (every layer may import it), herald.lifecycle (every layer
+# that runs background work), and the rest of it, the client. Each part's ruff.toml bans
+# the rest, so that an editor shows the error where it is typed; the test below holds
+# those bans to this table.
+MAY_IMPORT: dict[str, set[str]] = {
+    "herald.protocol": set(),
+    "herald.lifecycle": {"herald.protocol"},
+    "herald": {"herald.protocol", "herald.lifecycle"},
+    "storage": {"herald.protocol"},
+    "delivery": {"storage", "herald.protocol", "herald.lifecycle"},
+    "subscribers": {"delivery", "storage", "herald.protocol", "herald.lifecycle"},
+    "cluster": {"storage", "herald.protocol", "herald.lifecycle"},
+    "server": {
+        "subscribers",
+        "delivery",
+        "storage",
+        "cluster",
+        "web_console",
+        "herald",
+        "herald.protocol",
+        "herald.lifecycle",
+    },
+    "web_console": {"herald", "herald.protocol", "herald.lifecycle"},
+    "spark_bridge": {"herald", "herald.protocol", "herald.lifecycle"},
+}
+RUFF_CONFIGS = {
+    "herald.protocol": "client/herald/protocol/ruff.toml",
+    "herald": "client/herald/ruff.toml",
+    "storage": "storage/ruff.toml",
+    "delivery": "delivery/ruff.toml",
+    "subscribers": "subscribers/ruff.toml",
+    "cluster": "cluster/ruff.toml",
+    "server": "server/ruff.toml",
+    "web_console": "web_console/ruff.toml",
+    "spark_bridge": "spark_bridge/ruff.toml",
+}
+
+
+def _part(module: str) -> str:
+    for part in ("herald.protocol", "herald.lifecycle"):
+        if module == part or module.startswith(part + "."):
+            return part
+    return module.partition(".")[0]
+
+
+def _names(part: str) -> set[str]:
+    """The import names that reach ``part`` (the names a ban must list)."""
+    if part == "spark_bridge":
+        return {"spark_bridge", "herald.spark"}
+    if part != "herald":
+        return {part}
+    sdk = ROOT / "client" / "herald"
+    modules = {p.stem for p in sdk.glob("*.py")} | {
+        p.name for p in sdk.iterdir() if (p / "__init__.py").is_file()
+    }
+    return {f"herald.{m}" for m in modules - {"__init__", "protocol", "lifecycle", "spark"}}
+
+
+def test_no_package_imports_against_the_layering() -> None:
+    modules = _modules()
+    climbs = sorted(
+        f"{name} imports {imported}"
+        for name, path in modules.items()
+        for imported in _imports(name, path, modules)
+        if _part(imported) != _part(name) and _part(imported) not in MAY_IMPORT[_part(name)]
+    )
+    assert climbs == []
+
+
+def test_each_part_bans_in_ruff_what_the_layering_forbids() -> None:
+    for part, config in RUFF_CONFIGS.items():
+        with (ROOT / config).open("rb") as file:
+            banned = set(tomllib.load(file)["lint"]["flake8-tidy-imports"]["banned-api"])
+        forbidden = set(MAY_IMPORT) - MAY_IMPORT[part] - {part}
+        missing = {name for other in forbidden for name in _names(other)} - banned
+        assert missing == set(), f"{config} lets {part} import {sorted(missing)}"
