@@ -16,7 +16,7 @@ import orjson
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from herald.consumer import Message
+from herald.message import Message
 
 from .schema import SCHEMA
 
