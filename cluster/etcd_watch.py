@@ -276,6 +276,31 @@ class Watch:
                     raise _StreamBroken(f"{endpoint} stopped answering")
                 self._last_heard = clock()
 
+    def _stream_error(self, error: dict[str, Any]) -> EtcdError:
+        """The error that ends the watch for good; raises _StreamBroken for one a reopened
+        stream gets past (etcd away, an expired token)."""
+        code = int(error.get("grpc_code", error.get("code", 0)))
+        if code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
+            raise _StreamBroken(str(error.get("message")))
+        if self._client.auth.enabled and token_refused(str(error.get("message"))):
+            self._client.auth.forget(self._token_sent)  # reopened with a new token
+            raise _StreamBroken(str(error.get("message")))
+        return EtcdError(code, str(error.get("message")))
+
+    def _cancellation(self, result: dict[str, Any]) -> EtcdError:
+        """Why etcd canceled the watch, for good; raises _StreamBroken when a reopened
+        stream gets past it (no leader, an expired token)."""
+        compacted = int(result.get("compact_revision", 0))
+        reason = str(result.get("cancel_reason", ""))
+        if compacted:
+            return WatchCompacted(compacted)
+        if "no leader" in reason:
+            raise _StreamBroken(reason)
+        if self._client.auth.enabled and token_refused(reason):
+            self._client.auth.forget(self._token_sent)  # reopened with a new token
+            raise _StreamBroken(reason)
+        return EtcdError(0, f"watch canceled: {reason or 'no reason given'}")
+
     async def _handle(self, line: str) -> bool:
         """Take one JSON line of the stream; True when the watch is over for good."""
         if not line.strip():
@@ -286,28 +311,11 @@ class Watch:
         except orjson.JSONDecodeError as exc:
             raise _StreamBroken(f"not JSON: {line[:200]!r}") from exc
         if "error" in message:  # the gateway's way of ending a stream on a gRPC error
-            error = message["error"]
-            code = int(error.get("grpc_code", error.get("code", 0)))
-            if code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
-                raise _StreamBroken(str(error.get("message")))
-            if self._client.auth.enabled and token_refused(str(error.get("message"))):
-                self._client.auth.forget(self._token_sent)  # reopened with a new token
-                raise _StreamBroken(str(error.get("message")))
-            self._terminal = EtcdError(code, str(error.get("message")))
+            self._terminal = self._stream_error(message["error"])
             return True
         result = message.get("result", {})
         if result.get("canceled"):
-            compacted = int(result.get("compact_revision", 0))
-            reason = str(result.get("cancel_reason", ""))
-            if compacted:
-                self._terminal = WatchCompacted(compacted)
-            elif "no leader" in reason:
-                raise _StreamBroken(reason)
-            elif self._client.auth.enabled and token_refused(reason):
-                self._client.auth.forget(self._token_sent)  # reopened with a new token
-                raise _StreamBroken(reason)
-            else:
-                self._terminal = EtcdError(0, f"watch canceled: {reason or 'no reason given'}")
+            self._terminal = self._cancellation(result)
             return True
         if result.get("created"):
             self._created_seen = True

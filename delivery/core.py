@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
+from delivery.cursor import PartitionState
 from delivery.dead_letter import ACK_DEADLINE, BEFORE_RESTART, DISCONNECT, NACKED
 from delivery.events import DeadLetter, Delivery, ReadRequest, RefetchRequest
 from delivery.inflight import InFlight
@@ -448,71 +449,78 @@ class SubscriptionCore(SubscriptionState):
             return
         start = self._part_rr % len(parts)
         parts = parts[start:] + parts[:start]
-        gate = self._gate
-        prior_of = self._prior
-        max_deliveries = self._max_deliveries
-        match = self._match
-        delayed = self._delayed
         want = room - len(picked)
         consumed = 0
         while want > 0 and parts:
             share = -(-want // len(parts))
             still = []
             for state in parts:
-                buffer = state.buffer
-                p = state.partition
-                done = state.done
-                limit = min(share, want)
-                taken = 0
-                stalled = False
-                while buffer and taken < limit:
-                    record = buffer.popleft()
-                    consumed += 1
-                    offset = record.offset
-                    if offset < state.ack_floor or (done and offset in done):
-                        continue  # acked before a restart
-                    if match is not None and not match(record):
-                        # PROTOCOL §8: acked without being sent, never dead-lettered.
-                        self._filter_out(record)
-                        if prior_of:
-                            prior_of.pop((p, offset), None)
-                        continue
-                    key = record.key
-                    deliver_at = record.deliver_at
-                    if deliver_at is not None and deliver_at > wall_now:
-                        # PROTOCOL §8: not sent before deliver_at; later records of other
-                        # keys go on, later records of its key wait behind it.
-                        if len(delayed) >= self._max_delayed:
-                            buffer.appendleft(record)  # no room: wait here, in the log
-                            consumed -= 1
-                            stalled = True
-                            break
-                        if (
-                            gate is not None
-                            and key is not None
-                            and not gate.try_take(key, (p, offset))
-                        ):
-                            continue  # waits behind its key; its delay is checked again
-                        prior = prior_of.pop((p, offset), 0) if prior_of else 0
-                        delayed.schedule(
-                            deliver_at, RedeliveryRef(p, offset, prior, state.epoch, key)
-                        )
-                        continue
-                    if gate is not None and key is not None and not gate.try_take(key, (p, offset)):
-                        continue  # waits, as a ref, behind its key (PROTOCOL §2)
-                    prior = prior_of.pop((p, offset), 0) if prior_of else 0
-                    if prior and max_deliveries and prior >= max_deliveries:
-                        self._dead_letter(record, prior, state.epoch)
-                        continue
-                    picked.append((record, prior + 1))
-                    taken += 1
+                taken, used, stalled = self._take_from(state, min(share, want), wall_now, picked)
+                consumed += used
                 want -= taken
-                if buffer and not stalled:
+                if state.buffer and not stalled:
                     still.append(state)
                 if want <= 0:
                     break
             parts = still
         self._buffered -= consumed
+
+    def _take_from(
+        self, state: PartitionState, limit: int, wall_now: int, picked: list[tuple[Record, int]]
+    ) -> tuple[int, int, bool]:
+        """Up to ``limit`` first deliveries from one partition's buffer, in offset order:
+        (taken, records consumed from the buffer, stalled: a delayed record found the
+        delayed set full and waits at the head of the buffer)."""
+        buffer = state.buffer
+        p = state.partition
+        done = state.done
+        gate = self._gate
+        prior_of = self._prior
+        max_deliveries = self._max_deliveries
+        match = self._match
+        taken = consumed = 0
+        while buffer and taken < limit:
+            record = buffer.popleft()
+            consumed += 1
+            offset = record.offset
+            if offset < state.ack_floor or (done and offset in done):
+                continue  # acked before a restart
+            if match is not None and not match(record):
+                # PROTOCOL §8: acked without being sent, never dead-lettered.
+                self._filter_out(record)
+                if prior_of:
+                    prior_of.pop((p, offset), None)
+                continue
+            deliver_at = record.deliver_at
+            if deliver_at is not None and deliver_at > wall_now:
+                if not self._hold_delayed(record, deliver_at, state):
+                    buffer.appendleft(record)  # no room: wait here, in the log
+                    return taken, consumed - 1, True
+                continue
+            key = record.key
+            if gate is not None and key is not None and not gate.try_take(key, (p, offset)):
+                continue  # waits, as a ref, behind its key (PROTOCOL §2)
+            prior = prior_of.pop((p, offset), 0) if prior_of else 0
+            if prior and max_deliveries and prior >= max_deliveries:
+                self._dead_letter(record, prior, state.epoch)
+                continue
+            picked.append((record, prior + 1))
+            taken += 1
+        return taken, consumed, False
+
+    def _hold_delayed(self, record: Record, deliver_at: int, state: PartitionState) -> bool:
+        """PROTOCOL §8: a record is not sent before ``deliver_at``; it is set aside as a ref,
+        later records of other keys go on, later records of its key wait behind it. False
+        when the delayed set is full: the record waits in the log."""
+        if len(self._delayed) >= self._max_delayed:
+            return False
+        p, offset, key = state.partition, record.offset, record.key
+        gate = self._gate
+        if gate is not None and key is not None and not gate.try_take(key, (p, offset)):
+            return True  # waits behind its key; its delay is checked again
+        prior = self._prior.pop((p, offset), 0) if self._prior else 0
+        self._delayed.schedule(deliver_at, RedeliveryRef(p, offset, prior, state.epoch, key))
+        return True
 
     def _send(
         self, picked: list[tuple[Record, int]], now: float

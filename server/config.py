@@ -111,39 +111,51 @@ class ServerConfig:
     peer_ca_file: Path | None = None  # the CA other nodes' https:// certificates chain to
 
     def __post_init__(self) -> None:
+        self._check_serving()
+        self._check_limits()
+        self._check_cluster()
+
+    def _check_serving(self) -> None:
+        """Logging, the listening socket, TLS, HTTP timeouts and who may connect."""
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log_format must be one of {', '.join(LOG_FORMATS)}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
         if not 0 <= self.port <= 65535:
             raise ConfigError("port must be in 0..65535")
-        if self.max_message_bytes < 1 or self.max_request_bytes < 1:
-            raise ConfigError("size limits must be positive")
-        if not 64 * 1024 <= self.segment_bytes <= 4 * 1024 * MIB - 1:
-            raise ConfigError("segment_bytes must be in 65536..4294967295")
-        if self.max_pending_unacked_publishes < 1:
-            raise ConfigError("max_pending_unacked_publishes must be positive")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together")
-        if self.max_topics < 1:
-            raise ConfigError("max_topics must be positive")
-        if self.max_open_files < 0:
-            raise ConfigError("max_open_files must be 0 (derived from the limit) or more")
-        if self.max_requests_per_client < 0:
-            raise ConfigError("max_requests_per_client must be 0 (no cap) or more")
         self.trusted_proxies  # noqa: B018 (validates)
         self.allowed_origins  # noqa: B018 (validates)
         if self.body_timeout_s <= 0 or self.body_deadline_s <= 0:
             raise ConfigError("body_timeout_s and body_deadline_s must be positive")
         if self.ws_ping_interval <= 0 or self.ws_ping_timeout <= 0:
             raise ConfigError("ws_ping_interval and ws_ping_timeout must be positive")
+        self.pinned_cpus  # noqa: B018 (validates)
+        self.webhook_allowed_networks  # noqa: B018 (validates)
+
+    def _check_limits(self) -> None:
+        """Sizes, counts and caps (PROTOCOL §6)."""
+        if self.max_message_bytes < 1 or self.max_request_bytes < 1:
+            raise ConfigError("size limits must be positive")
+        if not 64 * 1024 <= self.segment_bytes <= 4 * 1024 * MIB - 1:
+            raise ConfigError("segment_bytes must be in 65536..4294967295")
+        if self.max_pending_unacked_publishes < 1:
+            raise ConfigError("max_pending_unacked_publishes must be positive")
+        if self.max_topics < 1:
+            raise ConfigError("max_topics must be positive")
+        if self.max_open_files < 0:
+            raise ConfigError("max_open_files must be 0 (derived from the limit) or more")
+        if self.max_requests_per_client < 0:
+            raise ConfigError("max_requests_per_client must be 0 (no cap) or more")
+
+    def _check_cluster(self) -> None:
+        """This node's name and address, etcd and its credentials."""
         if not NODE_ID.fullmatch(self.node_id):
             raise ConfigError(
                 f"node_id must match {NODE_ID.pattern} (letters, digits, '.', '_', '-'), "
                 f"not {self.node_id!r}"
             )
-        self.pinned_cpus  # noqa: B018 (validates)
-        self.webhook_allowed_networks  # noqa: B018 (validates)
         self.etcd_endpoints  # noqa: B018 (validates)
         if not NODE_ID.fullmatch(self.cluster_name):
             raise ConfigError(f"cluster_name must match {NODE_ID.pattern}")

@@ -40,7 +40,7 @@ from server.endpoint import Endpoints
 from server.errors import herald_error_response
 from server.http import body_chunks, read_body
 from server.limits import client_address
-from server.peers import FORWARDED
+from server.peers import FORWARDED, Peers
 from server.runtime import Services, app_services
 
 log = logging.getLogger("herald.server")
@@ -158,13 +158,9 @@ async def _refuse(client: WebSocket, reason: str) -> None:
     await client.close(CloseCode.SERVICE_RESTART, reason[:120])
 
 
-async def _relay(state: Services, url: str, client: WebSocket) -> None:
-    """Copy a consumer's frames to the coordinator's socket and back."""
-    scope = client.scope
-    assert state.peers is not None
-    if not await state.peers.trusted(url):  # its token goes only to a proven node
-        await _refuse(client, "the subscription's coordinator is unreachable")
-        return
+def _upstream(peers: Peers, url: str, scope: Scope) -> tuple[str, dict[str, str]]:
+    """The coordinator's WebSocket URL for this consumer's path and query, and the headers
+    that carry the consumer's address and token to it."""
     target = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + scope["path"]
     # The token goes on as a header, however the client gave it (never in a URL: logs).
     query = [
@@ -174,11 +170,21 @@ async def _relay(state: Services, url: str, client: WebSocket) -> None:
     ]
     if query:
         target += "?" + urlencode(query)
-    assert state.peers is not None
-    headers = state.peers.on_behalf_of(client_address(scope))
+    headers = peers.on_behalf_of(client_address(scope))
     token = bearer_token(scope)
     if token is not None:
         headers["authorization"] = f"Bearer {token}"
+    return target, headers
+
+
+async def _relay(state: Services, url: str, client: WebSocket) -> None:
+    """Copy a consumer's frames to the coordinator's socket and back."""
+    scope = client.scope
+    assert state.peers is not None
+    if not await state.peers.trusted(url):  # its token goes only to a proven node
+        await _refuse(client, "the subscription's coordinator is unreachable")
+        return
+    target, headers = _upstream(state.peers, url, scope)
     try:
         upstream = await connect(
             target,

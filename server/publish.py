@@ -29,6 +29,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cluster.errors import LeaderUnavailable
+from cluster.node import ClusterNode
 from herald.protocol.errors import HeraldError, TopicNotFound, ValidationError
 from herald.protocol.names import check_name
 from server.endpoint import Endpoints
@@ -178,6 +179,25 @@ async def publish_records(
     return 200, body
 
 
+def _partition_groups(
+    cluster: ClusterNode, topic: Topic, batch: PublishBatch
+) -> dict[int, list[int]]:
+    """Partition -> the indexes of the batch's items that go there: as asked, by key, or
+    (keyless) the one partition the cluster's round robin gives this batch (PROTOCOL §1)."""
+    groups: dict[int, list[int]] = {}
+    spread: int | None = None
+    for index, item in enumerate(batch.items):
+        partition = item.partition
+        if partition is None:
+            partition = topic.choose_partition(item.record.key)
+        if partition is None:
+            if spread is None:
+                spread = cluster.next_spread(topic.name, len(topic.partitions))
+            partition = spread
+        groups.setdefault(partition, []).append(index)
+    return groups
+
+
 async def _publish_cluster(
     running: Services,
     scope: Scope,
@@ -192,17 +212,7 @@ async def _publish_cluster(
     cluster, peers = running.cluster, running.peers
     assert cluster is not None and peers is not None
     forwarded = _header(scope, FORWARDED.encode()) is not None
-    groups: dict[int, list[int]] = {}
-    spread: int | None = None
-    for index, item in enumerate(batch.items):
-        partition = item.partition
-        if partition is None:
-            partition = topic.choose_partition(item.record.key)
-        if partition is None:
-            if spread is None:
-                spread = cluster.next_spread(topic.name, len(topic.partitions))
-            partition = spread
-        groups.setdefault(partition, []).append(index)
+    groups = _partition_groups(cluster, topic, batch)
     messages: list[Any] | None = None
     remote = [p for p in groups if not cluster.leads(topic.name, p)]
     if remote and forwarded:  # the leader moved while the request travelled: it retries

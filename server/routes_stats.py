@@ -38,7 +38,8 @@ from server.http import (
 from server.peers import SUMMED_STATS
 from server.runtime import Services, services
 from server.validation import parse_redrive
-from storage.topic import Topic, wall_clock_ms
+from storage.topic import Topic
+from storage.writer import wall_clock_ms
 
 try:
     VERSION = metadata.version("herald")

@@ -14,7 +14,7 @@ from herald.protocol.names import check_name
 from server.http import json_body, json_response, subscription_body
 from server.runtime import services
 from server.validation import parse_secret_rotation
-from storage.topic import wall_clock_ms
+from storage.writer import wall_clock_ms
 
 
 async def get_attempts(request: Request) -> Response:

@@ -23,7 +23,7 @@ from typing import Any
 from delivery.engine import DeliveryEngine
 from herald.protocol.errors import SubscriptionNotFound
 from storage.engine import Storage
-from storage.topic import wall_clock_ms
+from storage.writer import wall_clock_ms
 
 SAMPLE_INTERVAL_S = 1.0  # the console's charts move once a second
 HISTORY_SAMPLES = 900  # 15 minutes at that resolution

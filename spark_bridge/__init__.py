@@ -16,33 +16,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
-from pyspark.sql.types import (
-    BinaryType,
-    IntegerType,
-    LongType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
+
+from .schema import SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), False),
-        StructField("partition", IntegerType(), False),
-        StructField("offset", LongType(), False),
-        StructField("id", StringType(), False),
-        StructField("timestamp", TimestampType(), False),
-        StructField("key", StringType(), True),
-        StructField("headers", MapType(StringType(), StringType(), False), False),
-        StructField("value", StringType(), True),
-        StructField("value_bytes", BinaryType(), False),
-    ]
-)
 
 
 class HeraldDataSource(DataSource):

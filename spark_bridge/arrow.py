@@ -16,11 +16,11 @@ import orjson
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from herald.consumer import Message
+from herald.message import Message
 
-from . import SCHEMA
+from .schema import SCHEMA
 
-# The Arrow form of spark_bridge.SCHEMA, exactly as Spark checks what `read` returns.
+# The Arrow form of spark_bridge.schema.SCHEMA, exactly as Spark checks what `read` returns.
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
 _HEADERS = ARROW_SCHEMA.field("headers").type
 _TIMESTAMP = ARROW_SCHEMA.field("timestamp").type

@@ -28,9 +28,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from herald.admin import Admin
-from herald.consumer import Consumer, Message
+from herald.consumer import Consumer
 from herald.errors import HeraldClientError
 from herald.lifecycle import periodic
+from herald.message import Message
 from herald.protocol.filter import FilterSyntaxError, Matcher, compile_filter, parse
 
 from .arrow import Encoded, encode, schema_batch, shipped_batch

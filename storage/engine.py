@@ -35,8 +35,8 @@ from storage.open_files import OpenFiles
 from storage.partition import Partition
 from storage.partition_log import LogConfig
 from storage.tail_cache import DEFAULT_CACHE_BYTES
-from storage.topic import Topic, wall_clock_ms
-from storage.writer import WriterPool
+from storage.topic import Topic
+from storage.writer import WriterPool, wall_clock_ms
 
 
 class Storage:

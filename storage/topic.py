@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import crc32c
 
@@ -45,6 +45,28 @@ _publish_result = slot_constructor(PublishResult)
 # What a publish in flight promises the publishes racing it for the same producer id:
 # (partition, offset) once appended, None if its append failed (the racer then appends).
 _Landing = asyncio.Future[tuple[int, int] | None]
+
+
+@dataclass(slots=True)
+class _PublishPlan:
+    """One publish, decided before anything is appended: an answer slot per item."""
+
+    results: list[PublishResult | None]
+    groups: dict[int, list[int]] = field(default_factory=dict)  # partition -> indexes there
+    repeats: list[tuple[int, int]] = field(default_factory=list)  # (index, first with its id)
+    racing: list[tuple[int, _Landing]] = field(default_factory=list)  # publish in flight
+    owned: dict[str, _Landing] = field(default_factory=dict)  # ids appended here, promised
+    originals: dict[int, int] = field(default_factory=dict)  # partition -> end of duplicates'
+
+    def answers(self, count: int) -> list[PublishResult]:
+        """The results in request order, a repeated id answered as its first item."""
+        for index, first in self.repeats:
+            original = self.results[first]
+            assert original is not None
+            self.results[index] = PublishResult(original.partition, original.offset, True)
+        final = [r for r in self.results if r is not None]
+        assert len(final) == count
+        return final
 
 
 class Topic:
@@ -190,6 +212,31 @@ class Topic:
         records of other partitions of the batch may have been written (and are then
         registered for dedup, so a retry by the producer does not duplicate them).
         """
+        await self._check_publishable(items)
+        plan = self._plan(items)
+        if plan.groups:
+            # Shielded: once records are handed to the writer they may land even if this
+            # request is cancelled, so the bookkeeping (dedup, promises, counters) must
+            # still run to completion. close() waits for these tasks.
+            task = asyncio.ensure_future(
+                self._append_groups(items, plan.groups, acks, plan.owned, plan.results)
+            )
+            self._appends.add(task)
+            task.add_done_callback(self._append_done)
+            await asyncio.shield(task)
+        await self._settle_racing(plan, items, acks)
+        if plan.originals and acks is Acks.ALL:
+            # The first publish of an id may have been acks=1 (or is still unsynced after a
+            # restart): a duplicate answered at acks=all promises that it is on disk too
+            # (replicated: committed, on every ISR member's disk).
+            await asyncio.gather(
+                *(self._make_durable(p, end, acks) for p, end in sorted(plan.originals.items()))
+            )
+        return plan.answers(len(items))
+
+    async def _check_publishable(self, items: Sequence[PublishItem]) -> None:
+        """The topic is open, its dedup index ready for the ids in ``items``, and every
+        explicit partition exists: checked before any producer id is claimed."""
         if self._closed:
             raise TopicNotFound(f"topic {self.name!r} does not exist")
         if (self._rebuilding is not None or self._rebuild_error is not None) and any(
@@ -198,84 +245,69 @@ class Topic:
             await self.dedup_ready()
             if self._closed:
                 raise TopicNotFound(f"topic {self.name!r} does not exist")
-        # Check every explicit partition before any producer id is claimed below.
         for item in items:
             if item.partition is not None and not 0 <= item.partition < len(self.partitions):
                 raise PartitionNotFound(f"partition {item.partition} of topic {self.name!r}")
+
+    def _plan(self, items: Sequence[PublishItem]) -> _PublishPlan:
+        """Answer the duplicates already known, claim the new producer ids and group the
+        rest by partition. Nothing is awaited: the claims are made in one step."""
         now = self._wall_ms()
         self._dedup.expire(now)
-        results: list[PublishResult | None] = [None] * len(items)
+        plan = _PublishPlan([None] * len(items))
         first_in_batch: dict[str, int] = {}  # producer id -> index of its first item here
-        repeats: list[tuple[int, int]] = []  # (index, index of the first item with its id)
-        racing: list[tuple[int, _Landing]] = []  # (index, publish in flight elsewhere)
-        owned: dict[str, _Landing] = {}  # ids this publish appends, promised to racers
-        groups: dict[int, list[int]] = {}  # partition -> indexes to append there
-        originals: dict[int, int] = {}  # partition -> end of the duplicates' records there
         spread: int | None = None
-
         for index, item in enumerate(items):
             producer_id = item.record.producer_id
             if producer_id is not None:
                 if producer_id in first_in_batch:
-                    repeats.append((index, first_in_batch[producer_id]))
+                    plan.repeats.append((index, first_in_batch[producer_id]))
                     continue
                 first_in_batch[producer_id] = index
-                entry = self._dedup.lookup(producer_id, now)
-                if entry is not None:
-                    results[index] = PublishResult(entry.partition, entry.offset, True)
-                    _note_original(originals, entry.partition, entry.offset)
+                if not self._claim(plan, index, producer_id, now):
                     continue
-                landing = self._pending.get(producer_id)
-                if landing is not None:
-                    racing.append((index, landing))
-                    continue
-                landing = asyncio.get_running_loop().create_future()
-                self._pending[producer_id] = landing
-                owned[producer_id] = landing
             partition = self._partition_for(item)
             if partition is None:
                 if spread is None:
                     spread = self._spread_partition()
                 partition = spread
-            groups.setdefault(partition, []).append(index)
+            plan.groups.setdefault(partition, []).append(index)
+        return plan
 
-        if groups:
-            # Shielded: once records are handed to the writer they may land even if this
-            # request is cancelled, so the bookkeeping (dedup, promises, counters) must
-            # still run to completion. close() waits for these tasks.
-            task = asyncio.ensure_future(self._append_groups(items, groups, acks, owned, results))
-            self._appends.add(task)
-            task.add_done_callback(self._append_done)
-            await asyncio.shield(task)
+    def _claim(self, plan: _PublishPlan, index: int, producer_id: str, now: int) -> bool:
+        """True if this publish appends the item with ``producer_id``; otherwise it is a
+        duplicate (answered now) or waits for the publish in flight with the same id."""
+        entry = self._dedup.lookup(producer_id, now)
+        if entry is not None:
+            plan.results[index] = PublishResult(entry.partition, entry.offset, True)
+            _note_original(plan.originals, entry.partition, entry.offset)
+            return False
+        landing = self._pending.get(producer_id)
+        if landing is not None:
+            plan.racing.append((index, landing))
+            return False
+        landing = asyncio.get_running_loop().create_future()
+        self._pending[producer_id] = landing
+        plan.owned[producer_id] = landing
+        return True
 
+    async def _settle_racing(
+        self, plan: _PublishPlan, items: Sequence[PublishItem], acks: Acks
+    ) -> None:
+        """Answer the items another publish was appending: with where it landed, or by
+        appending them here if that append failed."""
         retry: list[int] = []
-        for index, landing in racing:
+        for index, landing in plan.racing:
             landed = await landing
             if landed is None:
                 retry.append(index)  # the racing append failed: this publish appends it
             else:
-                results[index] = PublishResult(landed[0], landed[1], True)
-                _note_original(originals, landed[0], landed[1])
+                plan.results[index] = PublishResult(landed[0], landed[1], True)
+                _note_original(plan.originals, landed[0], landed[1])
         if retry:
             again = await self.publish([items[i] for i in retry], acks)
             for index, result in zip(retry, again, strict=True):
-                results[index] = result
-
-        if originals and acks is Acks.ALL:
-            # The first publish of an id may have been acks=1 (or is still unsynced after a
-            # restart): a duplicate answered at acks=all promises that it is on disk too
-            # (replicated: committed, on every ISR member's disk).
-            await asyncio.gather(
-                *(self._make_durable(p, end, acks) for p, end in sorted(originals.items()))
-            )
-
-        for index, first in repeats:
-            original = results[first]
-            assert original is not None
-            results[index] = PublishResult(original.partition, original.offset, True)
-        final = [r for r in results if r is not None]
-        assert len(final) == len(items)
-        return final
+                plan.results[index] = result
 
     async def _make_durable(self, partition: int, end: int, acks: Acks) -> None:
         target = self.partitions[partition]

@@ -106,7 +106,7 @@ class Reachability:
 def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
     """Wait n: min(maximum, initial·2^(n-1)), jittered within [0.5·d, d] so that
     clients cut off together do not come back together."""
-    delay = min(maximum, initial * 2 ** (attempt - 1))
+    delay = min(maximum, initial * 2.0 ** (attempt - 1))
     return delay * random.uniform(0.5, 1.0)
 
 

@@ -99,7 +99,8 @@ class _Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             raise TransportError("connection closed")
         self.reusable = False  # until this answer says otherwise
-        waiter = self._waiter = self._loop.create_future()
+        waiter: asyncio.Future[Response] = self._loop.create_future()
+        self._waiter = waiter
         if body:
             transport.writelines((head, body))
         else:

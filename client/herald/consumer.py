@@ -291,7 +291,7 @@ class Consumer:
         # The backoff starts again from min_backoff after every connection that got
         # as far as `ready`, so a long-lived consumer does not wait max_backoff.
         failures = max(1, state.attempt_number - self._ready_attempt - self._quick_retries)
-        delay = min(self.max_backoff, self.min_backoff * 2 ** (failures - 1))
+        delay = min(self.max_backoff, self.min_backoff * 2.0 ** (failures - 1))
         return delay * random.uniform(0.5, 1.0)
 
     async def _session(self, attempt: int) -> None:

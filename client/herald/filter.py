@@ -4,7 +4,6 @@ applies too."""
 
 from herald.protocol.filter import (
     KEYWORDS,
-    MAX_FILTER_CHARS,
     And,
     Condition,
     Filterable,
@@ -26,6 +25,7 @@ from herald.protocol.filter import (
     quote,
     to_text,
 )
+from herald.protocol.limits import MAX_FILTER_CHARS
 
 __all__ = [
     "KEYWORDS",

@@ -93,7 +93,7 @@ class _RestartDelay(wait_base):
         backoff = self.backoff
         if time.monotonic() - self._run_started >= backoff.healthy_s:
             self._streak = 0
-        delay = min(backoff.max_s, backoff.first_s * 2**self._streak)
+        delay = min(backoff.max_s, backoff.first_s * 2.0**self._streak)
         self._streak = min(self._streak + 1, 62)  # 2**62 * first_s is past any max_s
         return delay
 

@@ -20,8 +20,9 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from herald._http import DEFAULT_URL, node_urls, ws_ssl
-from herald.consumer import Message, as_client_error
+from herald.consumer import as_client_error
 from herald.errors import ConsumerClosedError
+from herald.message import Message
 from herald.protocol.close_codes import TERMINAL
 from herald.protocol.limits import MAX_CREDIT
 

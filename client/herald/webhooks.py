@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-from herald.consumer import Message
+from herald.message import Message
 from herald.protocol.patterns import SECRET_PREFIX
 
 HEADER_PREFIX = "herald-header-"  # a raw body's record headers (docs/protocol.md)

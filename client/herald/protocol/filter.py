@@ -255,6 +255,11 @@ def parse(text: str) -> Node:
         i += 1
     if expect_operand:
         raise FilterSyntaxError("expected a condition", len(text))
+    return _apply_remaining(operators, operands)
+
+
+def _apply_remaining(operators: list[_Token], operands: list[Node]) -> Node:
+    """The end of the expression: every operator still stacked applied, the one tree."""
     while operators:
         operator = operators.pop()
         if operator.kind == "(":
