@@ -340,7 +340,7 @@ class Credentials:
         self._verified: dict[bytes, Principal] = {}
         self._upgraded: dict[str, str] = {}  # token id -> HMAC hash of a verified scrypt one
         self._cache_key = os.urandom(32)
-        self._mtime: int | None = None
+        self._seen: tuple[int, int] | None = None  # (mtime, size) of the file as loaded
         self.signing: SigningKeys | None = None
         self.digest = ""  # of the file as loaded: credentials_digest
         self.load()
@@ -348,10 +348,14 @@ class Credentials:
     def load(self) -> None:
         """Read the file; raises AuthFileError (used at startup, where a bad file is fatal)."""
         try:
-            stat = self.path.stat()
-            text = self.path.read_text(encoding="utf-8")
+            data = self.path.read_bytes()
+            stat = self.path.stat()  # after the read: what was read is at most this new
         except OSError as exc:
             raise AuthFileError(f"cannot read {self.path}: {exc.strerror}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise AuthFileError(f"{self.path} is not UTF-8: {exc}") from None
         entries = parse_auth_file(text)
         signing = parse_signing_keys(text)
         self._entries = entries
@@ -359,7 +363,10 @@ class Credentials:
         self.digest = credentials_digest(text)
         self._verified = {}
         self._upgraded = {}
-        self._mtime = stat.st_mtime_ns
+        # A file rewritten in place (truncated, then written) can be read half-written
+        # within one tick of the clock that stamps its mtime: then its size differs from
+        # what was read, and the next check reads it again.
+        self._seen = (stat.st_mtime_ns, stat.st_size) if stat.st_size == len(data) else None
         log.info("auth file %s: %d tokens", self.path, len(entries))
 
     def reload(self) -> bool:
@@ -373,7 +380,8 @@ class Credentials:
 
     def changed(self) -> bool:
         try:
-            return self.path.stat().st_mtime_ns != self._mtime
+            stat = self.path.stat()
+            return (stat.st_mtime_ns, stat.st_size) != self._seen
         except OSError:
             return False  # a file being replaced; the next check sees the new one
 

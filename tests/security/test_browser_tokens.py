@@ -266,7 +266,7 @@ def test_signing_keys_rotate(herald_factory: Callable[..., HeraldProcess], tmp_p
     assert _payload(old)["k"] == "k1"
 
     def reloaded_to(key_id: str) -> None:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while (
             _payload(mint(s, "admin", {"ttl_ms": 60_000, "publish": ["t"]}).json()["token"])["k"]
             != key_id
@@ -278,7 +278,7 @@ def test_signing_keys_rotate(herald_factory: Callable[..., HeraldProcess], tmp_p
     reloaded_to("k2")
     assert publish(s, old, "t").status_code == 200  # k1 still listed
     auth_file.write_text(entries + f'\n[browser_tokens]\nkeys = {{ {k2} }}\nactive = "k2"\n')
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while publish(s, old, "t").status_code != 401:
         assert time.monotonic() < deadline, "a token of a dropped key still works"
         time.sleep(0.2)
