@@ -14,7 +14,8 @@ defaults); without it they offer none, as the SDK does by default.
 
 ``--trace N`` instead runs the server under tracemalloc (25 frames), opens N consumers
 (1,000) and prints what the server's Python heap grew by, per consumer, grouped by
-allocation site and by traceback: where each byte of a connection goes.
+allocation site and by traceback: where each byte of a connection goes; then the objects
+the collector tracks, counted by type before and after (gc.get_objects), per consumer.
 
 Run: ``python bench/consumer_memory.py [--consumers 10000] [--compression]``; the
 server's command line can be replaced with ``--serve`` (e.g. an older tree's python with
@@ -27,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import json
 import linecache
 import os
 import shlex
@@ -38,6 +40,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -48,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WARMUP = 200
 CREDIT = 100
 HANDSHAKES_AT_ONCE = 32  # per client process
-FRAMES = int(os.environ.get("HERALD_BENCH_TRACE_FRAMES", "12"))  # tracemalloc frames kept
+FRAMES = int(os.environ.get("HERALD_BENCH_TRACE_FRAMES", "25"))  # tracemalloc frames kept
 
 
 def vm_rss_kib(pid: int) -> int:
@@ -184,6 +187,8 @@ def traced_server_main(argv: list[str]) -> int:
                     tracemalloc.start(FRAMES)
                 gc.collect()  # what is held, not cycles waiting for the collector
                 tracemalloc.take_snapshot().dump(str(ask.with_suffix("")))
+                types = Counter(type(o).__qualname__ for o in gc.get_objects())
+                ask.with_suffix(".types").write_bytes(json.dumps(types).encode())
                 ask.unlink()
             time.sleep(0.2)
 
@@ -195,6 +200,19 @@ def traced_server_main(argv: list[str]) -> int:
     from server.cli import main
 
     return main(["serve", *argv])
+
+
+def object_counts(trace_dir: str, name: str) -> Counter[str]:
+    """The objects the collector tracked at snapshot ``name``, by type."""
+    return Counter(json.loads(Path(trace_dir, f"{name}.types").read_bytes()))
+
+
+def print_object_counts(before: Counter[str], after: Counter[str], n: int) -> None:
+    grown = {kind: after[kind] - before[kind] for kind in after}
+    total = sum(grown.values())
+    print(f"\nobjects the collector tracks, per consumer: {total / n:.1f}")
+    shown = sorted(((v, k) for k, v in grown.items() if v / n >= 0.5), reverse=True)
+    print("  " + ", ".join(f"{k} {v / n:.1f}" for v, k in shown))
 
 
 def snapshot(trace_dir: str, name: str) -> tracemalloc.Snapshot:
@@ -284,6 +302,9 @@ def trace(args: argparse.Namespace) -> None:
                 after = snapshot(trace_dir, "after")
         print(f"compression {'on' if args.compression else 'off'}")
         print_profile(before, after, args.trace)
+        print_object_counts(
+            object_counts(trace_dir, "before"), object_counts(trace_dir, "after"), args.trace
+        )
         if args.keep:
             before.dump(f"{args.keep}.before")
             after.dump(f"{args.keep}.after")

@@ -5,6 +5,7 @@ and the one route a node answers without credentials, ``POST /v1/cluster/proof``
 from __future__ import annotations
 
 import ssl
+from collections.abc import Awaitable
 from pathlib import Path
 
 import orjson
@@ -80,10 +81,14 @@ class PeerProofEndpoint:
         self._keys = keys
         self._url = url
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] != "http" or scope["path"] != PROOF_PATH or self._keys is None:
-            await self.app(scope, receive, send)
-            return
+            # The next layer's own coroutine: no frame of this one is held for as long
+            # as a WebSocket stays open (issue 27 §3: memory per idle consumer).
+            return self.app(scope, receive, send)
+        return self._prove(self._keys, scope, receive, send)
+
+    async def _prove(self, keys: ClusterKeys, scope: Scope, receive: Receive, send: Send) -> None:
         body = b""
         while True:
             message = await receive()
@@ -104,7 +109,7 @@ class PeerProofEndpoint:
                 "code": "bad_request", "detail": 'POST {"nonce": "<16 to 128 characters>"}',
             })  # fmt: skip
             return
-        await _answer(send, 200, {"url": self._url, "proofs": self._keys.proofs(nonce, self._url)})
+        await _answer(send, 200, {"url": self._url, "proofs": keys.proofs(nonce, self._url)})
 
 
 async def _answer(send: Send, status: int, body: dict[str, object]) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from urllib.parse import parse_qsl, urlencode
 
 import websockets
@@ -36,7 +37,7 @@ from cluster.trust import peer_ssl
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import HeraldError
 from server.access import bearer_token
-from server.endpoint import Endpoints
+from server.endpoint import Endpoint, Endpoints
 from server.errors import herald_error_response
 from server.http import body_chunks, read_body
 from server.limits import client_address
@@ -56,17 +57,28 @@ class CoordinatorRouting:
         self.app = app
         self.endpoints = endpoints
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         endpoint, params = self.endpoints.route_of(scope)
         state = app_services(scope["app"]) if endpoint and endpoint.coordinated else None
         if endpoint is None or state is None or state.cluster is None:
-            await self.app(scope, receive, send)
-            return
-        name = params["name"]
+            # The next layer's own coroutine: no frame of this one is held for as long
+            # as a WebSocket stays open (issue 27 §3: memory per idle consumer).
+            return self.app(scope, receive, send)
+        return self._coordinated(endpoint, params["name"], state, scope, receive, send)
+
+    async def _coordinated(
+        self,
+        endpoint: Endpoint,
+        name: str,
+        state: Services,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
         cluster = state.cluster
+        assert cluster is not None  # __call__ came here only in a cluster
         if name not in cluster.subscriptions:
             await self.app(scope, receive, send)  # 404 or a creation: the routes decide
             return

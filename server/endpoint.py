@@ -16,13 +16,15 @@ scope, and every later layer reads it from there.
 
 from __future__ import annotations
 
+import inspect
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.routing import BaseRoute, Mount, Router, WebSocketRoute
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from server.http import ADMIN_BODY_LIMIT
 from server.routing import Handler, method_route
@@ -109,6 +111,7 @@ class Endpoint:
 # its path parameters, as the router matches them (``[^/]+``). A plain tuple: made for
 # every request, it costs a fraction of a class's instance.
 Matched = tuple[Endpoint | None, dict[str, str]]
+AppCall = Coroutine[Any, Any, None]  # an ASGI call or endpoint call, not yet awaited
 
 
 def rule_of(endpoint: Endpoint | None) -> Rule:
@@ -270,8 +273,19 @@ class EndpointRouter(Router):
                 same = not endpoint.prefix and getattr(route, "path", None) == endpoint.path
                 if same and isinstance(route, WebSocketRoute) == (endpoint.method == WEBSOCKET):
                     self._route_of[endpoint] = route
+        # The WebSocket endpoints (functions of a WebSocket, as the table declares them,
+        # routes without middleware of their own) are called as themselves: the route's
+        # wrappers would stay suspended for the connection's life (issue 27 §3), and the
+        # exception handlers they apply are the app's ExceptionMiddleware's, still above.
+        self._socket_endpoint: dict[Endpoint, Callable[[WebSocket], AppCall]] = {
+            endpoint: route.endpoint
+            for endpoint, route in self._route_of.items()
+            if isinstance(route, WebSocketRoute) and inspect.isfunction(route.endpoint)
+        }
 
-    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def app(self, scope: Scope, receive: Receive, send: Send) -> AppCall:
+        # Returns the next layer's coroutine rather than awaiting it: no frame of the
+        # router is held for as long as a WebSocket stays open (issue 27 §3).
         if scope["type"] in ("http", "websocket") and not scope.get("root_path"):
             endpoint, params = self.endpoints.route_of(scope)
             route = None if endpoint is None else self._route_of.get(endpoint)
@@ -281,6 +295,8 @@ class EndpointRouter(Router):
                 scope["route"] = route
                 scope["endpoint"] = route.endpoint  # type: ignore[attr-defined]
                 scope["path_params"] = {**scope.get("path_params", {}), **params}
-                await route.handle(scope, receive, send)
-                return
-        await super().app(scope, receive, send)
+                socket_endpoint = self._socket_endpoint.get(endpoint)  # type: ignore[arg-type]
+                if socket_endpoint is not None and scope["type"] == "websocket":
+                    return socket_endpoint(WebSocket(scope, receive=receive, send=send))
+                return route.handle(scope, receive, send)
+        return super().app(scope, receive, send)

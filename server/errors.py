@@ -9,6 +9,7 @@ says nothing about the server's internals (the traceback goes to the log).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -117,10 +118,14 @@ class InternalErrorMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+            # The next layer's own coroutine: no frame of this one is held for as long
+            # as a WebSocket stays open (issue 27 §3: memory per idle consumer).
+            return self.app(scope, receive, send)
+        return self._guarded(scope, receive, send)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def send_tracking(message: Message) -> None:

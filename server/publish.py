@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -301,13 +301,14 @@ class PublishEndpoint:
         self.app = app
         self.endpoints = endpoints
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] == "http":
             endpoint, params = self.endpoints.route_of(scope)
             if endpoint is not None and endpoint.handler is publish_route:
-                await self._publish(scope, receive, send, params["topic"])
-                return
-        await self.app(scope, receive, send)
+                return self._publish(scope, receive, send, params["topic"])
+        # The next layer's own coroutine: no frame of this one is held for as long as a
+        # WebSocket stays open (issue 27 §3: memory per idle consumer).
+        return self.app(scope, receive, send)
 
     async def _publish(self, scope: Scope, receive: Receive, send: Send, topic: str) -> None:
         try:

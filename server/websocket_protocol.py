@@ -8,7 +8,8 @@ more than one waiter. This subclass changes no behaviour on the wire:
   and an `asyncio.Event` (a deque, 0.8 KiB) for a single reader, replaced by a list
   that exists while messages wait and a `Flag`;
 * the handshake's request and response (their headers, about 3 KiB) are let go once the
-  handshake is answered;
+  handshake is answered, including the request websockets' parser generator keeps in a
+  local variable for the connection's life (about 2 KiB);
 * permessage-deflate as uvicorn negotiates it (window bits 12, memLevel 5), but its zlib
   streams made at the first message that needs them, and messages under 256 bytes sent
   uncompressed until then (the `ready` frame): a compressor of those settings holds
@@ -29,6 +30,8 @@ from websockets.extensions.permessage_deflate import (
     ServerPerMessageDeflateFactory,
 )
 from websockets.frames import Frame, Opcode
+from websockets.http11 import Request
+from websockets.protocol import Protocol
 from websockets.server import ServerProtocol
 from websockets.typing import ExtensionParameter
 
@@ -56,6 +59,18 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
                 max_size=self.config.ws_max_size,
                 logger=logging.getLogger("uvicorn.error"),
             )
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        conn = self.conn
+        # ServerProtocol.parse reads the request into a local variable, then parses frames
+        # in the same generator, which keeps the request (and its headers) alive for the
+        # connection's life. uvicorn hands over exactly the request's bytes, so here the
+        # parser has nothing buffered and waits for a frame's first byte: a fresh frame
+        # parser is in the same state. Not after a rejection (the parser discards then).
+        if self.response.status_code == 101 and not conn.reader.buffer:
+            conn.parser = Protocol.parse(conn)
+            next(conn.parser)
 
     def start_keepalive(self) -> None:
         # uvicorn calls this once, right after the handshake's response is written: the

@@ -1,9 +1,11 @@
 """The frame I/O of one WebSocket consumer connection (PROTOCOL §3), shared by the
 durable session and the ephemeral tail.
 
-A reader task parses client frames and hands them to a handler; a writer task
-drains two bounded outboxes: control frames (`acked`, `error`) and encoded
-records, which leave batched into as few `deliver` frames as fit. Records are
+The reader parses client frames and hands them to a handler, in the connection's own
+task; a writer task drains two bounded outboxes: control frames (`acked`, `error`)
+and encoded records, which leave batched into as few `deliver` frames as fit. The
+writer exists only while something waits to be written: an idle consumer holds one
+task, not three (issue 27 §3: a task and its frames cost about 1 KiB). Records are
 queued only against credit the client granted, so that outbox is bounded by the
 credit (≤ 1,000,000 records); the control outbox is bounded by count and the
 reader waits for room, so a client that stops reading stops being read.
@@ -54,10 +56,13 @@ class ConsumerConnection:
         self._records: list[bytes] = []
         self._records_bytes = 0
         self._control: list[bytes] = []
-        self._wakeup = Flag()  # something to write, or a close to send
+        self._group: asyncio.TaskGroup | None = None  # while `run` runs
+        self._writer: asyncio.Task[None] | None = None  # while something waits to be written
+        self._on_disconnect: Callable[[], None] | None = None
         self._control_room = Flag(True)
         self._drained = Flag(True)  # the record outbox is empty
         self._close: tuple[int, str] | None = None
+        self._close_sent = False
         self.disconnected = False  # the client went away (or a send failed)
         self.bad_frames = 0
         self.on_written: Callable[[], None] | None = None  # after each deliver frame left
@@ -75,13 +80,13 @@ class ConsumerConnection:
             self._records_bytes += len(item)
         if len(records) != before:
             self._drained.clear()
-            self._wakeup.set()
+            self._start_writer()
 
     def request_close(self, code: int, reason: str) -> None:
         """Close once what is queued has been written; the first request wins."""
         if self._close is None:
             self._close = (code, reason)
-            self._wakeup.set()
+            self._start_writer()
 
     @property
     def closing(self) -> bool:
@@ -104,14 +109,27 @@ class ConsumerConnection:
     async def run(self, handle: FrameHandler, on_disconnect: Callable[[], None]) -> None:
         """Read and write until the client goes away or a requested close is sent.
 
-        STYLE 4: both tasks live in this connection's TaskGroup; whichever ends
-        first cancels the other, so neither outlives the connection.
+        STYLE 4: the writer lives in this connection's TaskGroup, so it never outlives
+        the connection. Reading ends at the `websocket.disconnect` the ASGI server
+        delivers once the client goes away or the writer has sent the close.
         """
-        async with asyncio.TaskGroup() as group:
-            reader = group.create_task(self._read_loop(handle, on_disconnect))
-            writer = group.create_task(self._write_loop(on_disconnect))
-            writer.add_done_callback(lambda _: reader.cancel())
-            reader.add_done_callback(lambda _: self.disconnected and writer.cancel())
+        self._on_disconnect = on_disconnect
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                self._start_writer()  # what was queued before (after the `ready` frame)
+                await self._read_loop(handle, on_disconnect)
+                if self.disconnected and self._writer is not None:
+                    self._writer.cancel()  # blocked on a send that cannot complete
+        finally:
+            self._group = None
+
+    def _start_writer(self) -> None:
+        group = self._group
+        if group is None or self._writer is not None or self._close_sent:
+            return
+        if self._control or self._records or self._close is not None:
+            self._writer = group.create_task(self._write_loop())
 
     async def _read_loop(self, handle: FrameHandler, on_disconnect: Callable[[], None]) -> None:
         while not self.closing:
@@ -137,36 +155,35 @@ class ConsumerConnection:
             self._control_room.clear()
             await self._control_room.wait()
         self._control.append(frame)
-        self._wakeup.set()
+        self._start_writer()
 
-    async def _write_loop(self, on_disconnect: Callable[[], None]) -> None:
+    async def _write_loop(self) -> None:
+        """Write what is queued, then the close if one was requested; ends when nothing
+        is left (the next push starts a writer again)."""
         try:
-            while True:
-                await self._wakeup.wait()
-                self._wakeup.clear()
-                while self._control or self._records:
-                    if self._control:
-                        frame = self._control.pop(0)  # at most max_control_frames
-                        self._control_room.set()
-                        await self.send_now(frame)
-                    if self._records:
-                        await self.send_now(self._next_deliver_frame())
-                        if self.on_written is not None:
-                            self.on_written()
-                if not self._records:
-                    self._drained.set()
-                if self.disconnected:
-                    return
-                if self._close is not None:
-                    code, reason = self._close
-                    # A close reason is at most 123 bytes (RFC 6455 §5.5).
-                    await self.websocket.close(code, reason.encode()[:123].decode(errors="ignore"))
-                    return
+            while self._control or self._records:
+                if self._control:
+                    frame = self._control.pop(0)  # at most max_control_frames
+                    self._control_room.set()
+                    await self.send_now(frame)
+                if self._records:
+                    await self.send_now(self._next_deliver_frame())
+                    if self.on_written is not None:
+                        self.on_written()
+            self._drained.set()
+            if self._close is not None and not self.disconnected:
+                code, reason = self._close
+                self._close_sent = True
+                # A close reason is at most 123 bytes (RFC 6455 §5.5).
+                await self.websocket.close(code, reason.encode()[:123].decode(errors="ignore"))
         except (WebSocketDisconnect, WebSocketDisconnected, OSError) as exc:
             # uvicorn raises ClientDisconnected (an OSError) or Starlette turns it into
             # WebSocketDisconnect; a send after the close is WebSocketDisconnected.
             log.debug("consumer connection lost while writing: %r", exc)
-            self._lost(on_disconnect)
+            if self._on_disconnect is not None:
+                self._lost(self._on_disconnect)
+        finally:
+            self._writer = None
 
     def _next_deliver_frame(self) -> bytes:
         """As many queued records as fit one frame; always at least one (PROTOCOL §3:
@@ -187,6 +204,5 @@ class ConsumerConnection:
             self._records.clear()
             self._records_bytes = 0
             self._drained.set()
-            self._wakeup.set()
             self._control_room.set()
             on_disconnect()  # PROTOCOL §3: in-flight records are given back at once
