@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?= -m "not soak" --durations=30
+# Two workers (pytest-xdist), each module whole on one; the modules that start their own
+# Herald cluster, and the Spark tests, each one after the other (tests/conftest.py).
+PYTEST_WORKERS ?= -n 2 --dist loadgroup
 
 .PHONY: run test lint bench compare clean chromium etcd nemesis soak
 
@@ -31,7 +34,7 @@ test: $(VENV)/.installed-test chromium etcd
 	@command -v java >/dev/null || { echo "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 ## The browser the console tests drive (Debian's chromium; Playwright downloads nothing).
 chromium:
