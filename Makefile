@@ -7,7 +7,7 @@ PYTEST_ARGS ?= -m "not soak" --durations=30
 # Herald cluster, and the Spark tests, each one after the other (tests/conftest.py).
 PYTEST_WORKERS ?= -n 2 --dist loadgroup
 
-.PHONY: run test lint bench compare clean chromium etcd nemesis soak
+.PHONY: run test lint bench compare clean chromium etcd iptables nemesis soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ run: $(VENV)/.installed
 	$(BIN)/herald serve
 
 ## Install everything the tests need, lint, type-check and run the whole suite.
-test: $(VENV)/.installed-test chromium etcd
+test: $(VENV)/.installed-test chromium etcd iptables
 	@command -v java >/dev/null || { echo "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -46,6 +46,11 @@ etcd:
 	@command -v etcd >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server; }
 
+## The partitions of the nemesis (tests/nemesis: iptables on loopback, as root).
+iptables:
+	@command -v iptables >/dev/null || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables; }
+
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -57,7 +62,7 @@ soak: $(VENV)/.installed-test etcd
 ## A Jepsen-style run against a real cluster (issue 25; root: iptables). Exit 1 on a violation.
 SEED    ?= 1
 MINUTES ?= 60
-nemesis: $(VENV)/.installed-test etcd
+nemesis: $(VENV)/.installed-test etcd iptables
 	$(BIN)/python -m tests.nemesis --seed $(SEED) --minutes $(MINUTES) $(if $(OUT),--out $(OUT))
 
 ## Benchmarks print figures (they are not tests): storage engine, then end to end.
