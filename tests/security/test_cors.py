@@ -25,7 +25,7 @@ def preflight(url: str, origin: str, method: str = "POST") -> httpx.Response:
             "Access-Control-Request-Method": method,
             "Access-Control-Request-Headers": "authorization, content-type",
         },
-        timeout=10,
+        timeout=30,
     )
 
 
@@ -49,15 +49,19 @@ def test_configured_origins_get_preflights_and_headers(
     assert "access-control-allow-origin" not in refused.headers
 
     admin = {"Authorization": f"Bearer {tokens['admin']}", "Origin": APP}
-    published = httpx.post(url, json={"messages": [{"value": 1}]}, headers=admin, timeout=10)
+    published = httpx.post(url, json={"messages": [{"value": 1}]}, headers=admin, timeout=30)
     assert published.status_code == 200, published.text
     assert published.headers["access-control-allow-origin"] == APP
     assert "x-request-id" in published.headers["access-control-expose-headers"].lower()
     # A refusal is readable by the page too (it must see 401 to fetch a fresh token).
-    anonymous = httpx.post(url, json={"messages": [{"value": 1}]}, headers={"Origin": APP})
+    anonymous = httpx.post(
+        url, json={"messages": [{"value": 1}]}, headers={"Origin": APP}, timeout=30
+    )
     assert anonymous.status_code == 401
     assert anonymous.headers["access-control-allow-origin"] == APP
-    other = httpx.get(f"{server.url}/healthz", headers={"Origin": "https://evil.example"})
+    other = httpx.get(
+        f"{server.url}/healthz", headers={"Origin": "https://evil.example"}, timeout=30
+    )
     assert other.status_code == 200 and "access-control-allow-origin" not in other.headers
 
 
