@@ -223,7 +223,7 @@ async def _relay(state: Services, url: str, client: WebSocket) -> None:
         except websockets.ConnectionClosed:
             pass
         received = upstream.close_code
-        if received is not None and received not in (1006, 1011):
+        if received is not None and received not in (CloseCode.ABNORMAL, CloseCode.INTERNAL):
             code, reason = received, upstream.close_reason or ""
 
     async def up() -> None:
