@@ -25,7 +25,10 @@ ONE_FORM: dict[str, Any] = {
 }
 
 
-class Seek(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+# omit_defaults: as the SDK encodes it, a field not given is left out (not null).
+class Seek(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """Exactly one of to, timestamp and offsets (else 400 bad_request)."""
 
     to: Literal["earliest", "latest"] | None = None
