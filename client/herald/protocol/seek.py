@@ -16,6 +16,7 @@ from herald.protocol import limits
 
 FORMS = ("to", "timestamp", "offsets")
 PARTITION_KEY_PATTERN = "^-?[0-9]+$"  # a partition number as an object's key
+SeekTo = Literal["earliest", "latest"]
 
 # Exactly one form, not null; the other two absent or null.
 ONE_FORM: dict[str, Any] = {
@@ -31,7 +32,7 @@ class Seek(
 ):
     """Exactly one of to, timestamp and offsets (else 400 bad_request)."""
 
-    to: Literal["earliest", "latest"] | None = None
+    to: SeekTo | None = None
     timestamp: Annotated[int, Meta(ge=limits.TIMESTAMP.low, le=limits.TIMESTAMP.high)] | None = None
     offsets: (
         Annotated[
