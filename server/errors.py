@@ -82,16 +82,11 @@ def herald_error_response(exc: HeraldError) -> Response:
     return problem_response(exc.status, exc.title, exc.code, exc.detail, headers=headers, **extra)
 
 
-# RFC 6455 §5.5: a close frame's reason is at most 123 bytes.
-_MAX_REASON_BYTES = 123
-
-
 def close_message(exc: HeraldError, reason: str | None = None) -> Message:
-    """The close a WebSocket gets for ``exc``: its close code (PROTOCOL §3), and ``reason``
-    (else the error's detail) cut to what a close frame holds."""
-    text = exc.detail if reason is None else reason
-    clipped = text.encode()[:_MAX_REASON_BYTES].decode(errors="ignore")
-    return {"type": "websocket.close", "code": exc.close_code, "reason": clipped}
+    """The close a WebSocket gets for ``exc`` (``HeraldError.close_frame``: its close
+    code, and ``reason``, else the error's detail)."""
+    code, text = exc.close_frame(reason)
+    return {"type": "websocket.close", "code": code, "reason": text}
 
 
 async def refuse(
