@@ -23,12 +23,11 @@ from urllib.parse import parse_qsl, unquote
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import Forbidden, HeraldError, SubscriptionNotFound, Unauthorized
 from server import audit
 from server.auth import BROWSER_PREFIX, Credentials, Principal
 from server.endpoint import OPEN, Endpoints, Rule, rule_of
-from server.errors import herald_error_response
+from server.errors import close_message, refuse
 from server.limits import PublishLimiter
 from server.peers import CLIENT, PEER_AUTHORIZATION
 from server.runtime import app_services
@@ -228,10 +227,7 @@ class AccessGuard:
             except HeraldError as exc:
                 audit.auth_failure(socket.scope, exc)
                 self._sockets.discard(socket)
-                code = (
-                    CloseCode.UNAUTHORIZED if isinstance(exc, Unauthorized) else CloseCode.FORBIDDEN
-                )
-                await socket.revoke(code, exc.code)
+                await socket.revoke(exc)
                 closed += 1
         if closed:
             log.info("closed %d WebSocket(s) no longer allowed", closed)
@@ -312,7 +308,8 @@ class AccessControlMiddleware:
                 )
             except HeraldError as exc:
                 audit.auth_failure(scope, exc)
-                await _refuse(scope, receive, send, exc)
+                # PROTOCOL §3/§6: a WebSocket is accepted, then closed 4401 / 4403.
+                await refuse(scope, receive, send, exc, reason=_reason(exc))
                 return
             state = scope.setdefault("state", {})
             state["principal"] = principal
@@ -375,14 +372,21 @@ class OpenSocket:
             return  # its accept or close: the guard's close frame went out already
         await self._send(message)
 
-    async def revoke(self, code: int, reason: str) -> None:
-        """Close with ``code``; the endpoint sees a disconnect (its in-flight records go
-        back at once, as for any consumer that goes away)."""
+    async def revoke(self, exc: HeraldError) -> None:
+        """Close with the close code of ``exc`` (4401 / 4403); the endpoint sees a
+        disconnect (its in-flight records go back at once, as for any consumer that goes
+        away)."""
         if self.revoked:
             return
         self.revoked = True
         with contextlib.suppress(Exception):  # the peer may be gone already
-            await self._send({"type": "websocket.close", "code": code, "reason": reason})
+            await self._send(close_message(exc, _reason(exc)))
+
+
+def _reason(exc: HeraldError) -> str:
+    """What an access refusal's close says: the problem code alone (its detail names the
+    token's rights, and a close reason is no place to spell them out)."""
+    return exc.code
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -411,19 +415,6 @@ def _subscription_of(scope: Scope, subscription: str) -> tuple[str, bool]:
         # Fails closed: a 403 to non-admins.
         raise SubscriptionNotFound(f"subscription {subscription!r} does not exist")
     return stored["topic"], stored.get("push") is not None
-
-
-async def _refuse(scope: Scope, receive: Receive, send: Send, exc: HeraldError) -> None:
-    if scope["type"] == "http":
-        await herald_error_response(exc)(scope, receive, send)
-        return
-    # PROTOCOL §3/§6: a WebSocket is refused by accepting it and closing 4401 / 4403.
-    message = await receive()
-    if message["type"] != "websocket.connect":
-        return
-    await send({"type": "websocket.accept"})
-    code = CloseCode.UNAUTHORIZED if isinstance(exc, Unauthorized) else CloseCode.FORBIDDEN
-    await send({"type": "websocket.close", "code": code, "reason": exc.code})
 
 
 def access_guard(auth_file: Path | None) -> AccessGuard | None:

@@ -18,7 +18,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
 from server.access import AccessControlMiddleware, access_guard, watching
-from server.cluster_trust import PeerProofEndpoint, cluster_keys
+from server.cluster_trust import cluster_keys
 from server.config import ServerConfig
 from server.coordinated import CoordinatorRouting
 from server.endpoint import EndpointRouter
@@ -54,7 +54,8 @@ def create_app(
             await runtime.close()
             log.info("stopped")
 
-    table = endpoints(guard)  # server/route_table.py: every route, declared once
+    # server/route_table.py: every route, declared once
+    table = endpoints(guard, cluster_keys(config) if config.clustered else None, config.node_url)
     # CORS (docs/browser.md): outside the access check, so that preflights need no token
     # and refusals carry the headers a page needs to read them. None configured: no layer.
     cors = [
@@ -81,12 +82,6 @@ def create_app(
                 peer_client=guard.peer_client if guard is not None else None,
             ),
             *cors,
-            # A node proving itself to another (cluster/trust.py): before any token is sent.
-            Middleware(
-                PeerProofEndpoint,
-                keys=cluster_keys(config) if config.clustered else None,
-                url=config.node_url,
-            ),
             Middleware(AccessControlMiddleware, guard=guard, endpoints=table),
             Middleware(InternalErrorMiddleware),
             # PROTOCOL §7: a subscription's requests go to its coordinator.

@@ -5,18 +5,22 @@ and the one route a node answers without credentials, ``POST /v1/cluster/proof``
 from __future__ import annotations
 
 import ssl
-from collections.abc import Awaitable
 from pathlib import Path
 
 import orjson
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.requests import Request
+from starlette.responses import Response
 
 from cluster.etcd import EtcdAccess
-from cluster.trust import PROOF_PATH, ClusterKeys
+from cluster.trust import ClusterKeys
+from herald.protocol.errors import BadRequest, NotFound
 from server.config import ServerConfig
+from server.http import json_response, read_body
+from server.routing import Handler
 from storage import encryption
 
-_MAX_NONCE = 128
+_MIN_NONCE, _MAX_NONCE = 16, 128
+PROOF_BODY_LIMIT = 4 * _MAX_NONCE  # {"nonce": …} and room for spaces
 
 
 def etcd_access(config: ServerConfig) -> EtcdAccess:
@@ -71,52 +75,23 @@ def peer_verify(config: ServerConfig) -> ssl.SSLContext | bool:
     return ssl.create_default_context(cafile=str(config.peer_ca_file))
 
 
-class PeerProofEndpoint:
-    """ASGI layer answering ``POST /v1/cluster/proof`` before any credential check: a
-    node asked by another proves it holds the cluster's keys and is at the URL it
-    advertises (cluster/trust.py). 404 on a node without keys."""
+def peer_proof_route(keys: ClusterKeys | None, url: str) -> Handler:
+    """``POST /v1/cluster/proof``, open (server/route_table.py): a node asked by another
+    proves it holds the cluster's keys and is at the URL it advertises (cluster/trust.py),
+    before any credential is sent to it. 404 on a node without keys."""
 
-    def __init__(self, app: ASGIApp, keys: ClusterKeys | None, url: str) -> None:
-        self.app = app
-        self._keys = keys
-        self._url = url
-
-    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        if scope["type"] != "http" or scope["path"] != PROOF_PATH or self._keys is None:
-            # The next layer's own coroutine: no frame of this one is held for as long
-            # as a WebSocket stays open (issue 27 §3: memory per idle consumer).
-            return self.app(scope, receive, send)
-        return self._prove(self._keys, scope, receive, send)
-
-    async def _prove(self, keys: ClusterKeys, scope: Scope, receive: Receive, send: Send) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body", False) or len(body) > 4 * _MAX_NONCE:
-                break
+    async def peer_proof(request: Request) -> Response:
+        if keys is None:
+            raise NotFound("this node has no cluster keys to prove")
+        raw = await read_body(
+            request.stream(), request.headers.get("content-length"), PROOF_BODY_LIMIT
+        )
         try:
-            nonce = orjson.loads(body)["nonce"]
+            nonce = orjson.loads(raw)["nonce"]
         except (orjson.JSONDecodeError, KeyError, TypeError):
             nonce = None
-        if (
-            scope["method"] != "POST"
-            or not isinstance(nonce, str)
-            or not 16 <= len(nonce) <= _MAX_NONCE
-        ):
-            await _answer(send, 400, {
-                "type": "about:blank", "title": "Bad Request", "status": 400,
-                "code": "bad_request", "detail": 'POST {"nonce": "<16 to 128 characters>"}',
-            })  # fmt: skip
-            return
-        await _answer(send, 200, {"url": self._url, "proofs": keys.proofs(nonce, self._url)})
+        if not isinstance(nonce, str) or not _MIN_NONCE <= len(nonce) <= _MAX_NONCE:
+            raise BadRequest('POST {"nonce": "<16 to 128 characters>"}')
+        return json_response({"url": url, "proofs": keys.proofs(nonce, url)})
 
-
-async def _answer(send: Send, status: int, body: dict[str, object]) -> None:
-    content = orjson.dumps(body)
-    kind = b"application/json" if status == 200 else b"application/problem+json"
-    await send({
-        "type": "http.response.start", "status": status,
-        "headers": [(b"content-type", kind), (b"content-length", str(len(content)).encode())],
-    })  # fmt: skip
-    await send({"type": "http.response.body", "body": content})
+    return peer_proof

@@ -35,10 +35,10 @@ from websockets.asyncio.client import connect
 from cluster.errors import LeaderUnavailable
 from cluster.trust import peer_ssl
 from herald.protocol.close_codes import CloseCode
-from herald.protocol.errors import HeraldError
+from herald.protocol.errors import HeraldError, NodeCannotServe
 from server.access import bearer_token
 from server.endpoint import Endpoint, Endpoints
-from server.errors import herald_error_response
+from server.errors import close_socket, herald_error_response, refuse
 from server.http import body_chunks, read_body
 from server.limits import client_address
 from server.peers import FORWARDED, Peers
@@ -85,10 +85,9 @@ class CoordinatorRouting:
         try:
             url = await _coordinator(state, name)
         except HeraldError as exc:
-            if scope["type"] == "http":
-                await herald_error_response(exc)(scope, receive, send)
-            else:
-                await _refuse(WebSocket(scope, receive, send), exc.detail)
+            # PROTOCOL §7: a consumer comes back (1012) whatever kept its coordinator unknown.
+            refusal = exc if scope["type"] == "http" else NodeCannotServe(exc.detail)
+            await refuse(scope, receive, send, refusal)
             return
         if url is None:
             await self.app(scope, receive, send)  # this node coordinates it
@@ -104,7 +103,7 @@ class CoordinatorRouting:
             except Exception:
                 log.exception("relaying a consumer of %s to %s failed", name, url)
                 if client.client_state.name == "CONNECTING":
-                    await _refuse(client, "the subscription's coordinator is unreachable")
+                    await close_socket(client, _UNREACHABLE)
 
 
 async def _coordinator(state: Services, name: str) -> str | None:
@@ -163,11 +162,10 @@ async def _forward_http(
     await send({"type": "http.response.body", "body": answer.content})
 
 
-async def _refuse(client: WebSocket, reason: str) -> None:
-    """1012 (service restart): the consumer comes back shortly. Accepted first: a close
-    before the handshake would be an HTTP 403, which clients take as final."""
-    await client.accept()
-    await client.close(CloseCode.SERVICE_RESTART, reason[:120])
+# 1012 (service restart): the consumer comes back shortly. Accepted first
+# (server/errors.py close_socket): a close before the handshake would be an HTTP 403,
+# which clients take as final.
+_UNREACHABLE = NodeCannotServe("the subscription's coordinator is unreachable")
 
 
 def _upstream(peers: Peers, url: str, scope: Scope) -> tuple[str, dict[str, str]]:
@@ -194,7 +192,7 @@ async def _relay(state: Services, url: str, client: WebSocket) -> None:
     scope = client.scope
     assert state.peers is not None
     if not await state.peers.trusted(url):  # its token goes only to a proven node
-        await _refuse(client, "the subscription's coordinator is unreachable")
+        await close_socket(client, _UNREACHABLE)
         return
     target, headers = _upstream(state.peers, url, scope)
     try:
@@ -207,7 +205,7 @@ async def _relay(state: Services, url: str, client: WebSocket) -> None:
         )
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
         log.info("relaying a consumer to %s: %s", url, exc)
-        await _refuse(client, "the subscription's coordinator is unreachable")
+        await close_socket(client, _UNREACHABLE)
         return
     await client.accept()
     code, reason = int(CloseCode.SERVICE_RESTART), "the subscription's coordinator went away"
@@ -223,7 +221,7 @@ async def _relay(state: Services, url: str, client: WebSocket) -> None:
         except websockets.ConnectionClosed:
             pass
         received = upstream.close_code
-        if received is not None and received not in (1006, 1011):
+        if received is not None and received not in (CloseCode.ABNORMAL, CloseCode.INTERNAL):
             code, reason = received, upstream.close_reason or ""
 
     async def up() -> None:

@@ -1,6 +1,10 @@
-"""The one place where errors become RFC 9457 problem JSON (STYLE principle 5).
+"""The one place where errors become RFC 9457 problem JSON or a WebSocket close (STYLE
+principle 5).
 
-``HeraldError`` (herald/protocol/errors.py) carries its wire code and status; Starlette's
+``HeraldError`` (herald/protocol/errors.py) carries its problem code, status and close
+code. A route raises it and the app's handler answers; a layer that answers before the
+router (access, limits) calls :func:`refuse`; a WebSocket endpoint that ends with an
+error calls :func:`close_socket`. Nothing else writes a refusal by hand. Starlette's
 routing errors (unknown path, wrong method) are mapped to the ``not_found`` /
 ``method_not_allowed`` codes of PROTOCOL §2; anything else is a 500 whose body
 says nothing about the server's internals (the traceback goes to the log).
@@ -17,7 +21,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket, WebSocketState
 
+from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import RETRY_AFTER_S, HeraldError
 from storage.errors import resource_exhausted
 
@@ -30,6 +36,13 @@ class ServiceStopping(HeraldError):
     """The server is shutting down and no longer serves this request."""
 
     code, status, title = "storage_unavailable", 503, "Service Unavailable"
+
+
+class InvalidFrame(HeraldError):
+    """A node sent a frame that is not a message of cluster/wire.py."""
+
+    code, status, title = "bad_request", 400, "Bad Request"
+    close_code = CloseCode.INVALID_DATA
 
 
 # Members of a problem object that ``extra`` may never overwrite.
@@ -67,6 +80,39 @@ def herald_error_response(exc: HeraldError) -> Response:
         headers = {"Retry-After": str(retry_after)}
     extra = {k: v for k, v in exc.extra.items() if k != "retry_after"}
     return problem_response(exc.status, exc.title, exc.code, exc.detail, headers=headers, **extra)
+
+
+def close_message(exc: HeraldError, reason: str | None = None) -> Message:
+    """The close a WebSocket gets for ``exc`` (``HeraldError.close_frame``: its close
+    code, and ``reason``, else the error's detail)."""
+    code, text = exc.close_frame(reason)
+    return {"type": "websocket.close", "code": code, "reason": text}
+
+
+async def refuse(
+    scope: Scope, receive: Receive, send: Send, exc: HeraldError, *, reason: str | None = None
+) -> None:
+    """Answers a request no endpoint will see: problem JSON for HTTP; a WebSocket is
+    accepted, then closed with the error's close code (PROTOCOL §3: the server accepts the
+    upgrade, then speaks; a close before it would be an HTTP 403, which says nothing)."""
+    if scope["type"] == "http":
+        await herald_error_response(exc)(scope, receive, send)
+        return
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return  # the client went away first
+    await send({"type": "websocket.accept"})
+    await send(close_message(exc, reason))
+
+
+async def close_socket(
+    websocket: WebSocket, exc: HeraldError, *, reason: str | None = None
+) -> None:
+    """Ends a WebSocket endpoint's connection for ``exc`` (accepted first if it is not yet,
+    as :func:`refuse` does)."""
+    if websocket.application_state is WebSocketState.CONNECTING:
+        await websocket.accept()
+    await websocket.send(close_message(exc, reason))
 
 
 def log_server_error(method: str, path: str, exc: HeraldError) -> None:

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from herald.protocol.errors import RateLimited, RequestTimeout
 from server.auth import Principal
-from server.errors import herald_error_response
+from server.errors import refuse
 
 MAX_REQUESTS_PER_CLIENT = 256
 BODY_TIMEOUT_S = 10.0
@@ -200,11 +200,6 @@ class ClientLimitsMiddleware:
 
 
 async def _refuse_busy(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-    if scope["type"] == "http":
-        exc = RateLimited(f"at most {limit} requests at once per client address", retry_after=1)
-        await herald_error_response(exc)(scope, receive, send)
-        return
-    message = await receive()
-    if message["type"] == "websocket.connect":
-        await send({"type": "websocket.accept"})
-        await send({"type": "websocket.close", "code": 1013, "reason": "too many connections"})
+    # PROTOCOL §6: 429 with Retry-After, and for a WebSocket close 1013 (try again later).
+    exc = RateLimited(f"at most {limit} requests at once per client address", retry_after=1)
+    await refuse(scope, receive, send, exc, reason="too many connections")

@@ -511,6 +511,23 @@ LEASE: dict[str, Any] = {
 }
 
 
+# POST /v1/cluster/proof (cluster/trust.py), open: asked before any credential is sent
+_NONCE = {"type": "string", "minLength": 16, "maxLength": 128}
+PEER_PROOF: dict[str, Any] = {
+    "summary": "Node to node (PROTOCOL §7): an HMAC per cluster key of the nonce and this "
+    "node's URL; 404 on a node without cluster keys",
+    "requestBody": {"required": True, "content": {"application/json": {"schema": _object(
+        {"nonce": _NONCE}, ("nonce",), closed=False)}}},
+    "responses": {
+        "200": _json(_object({"url": {"type": "string"}, "proofs": {"type": "object"}},
+                             ("url", "proofs")), "the proofs, by key id"),
+        "400": _problem("bad_request: no nonce of 16 to 128 characters"),
+        "404": _problem("not a cluster"),
+        "413": _TOO_LARGE,
+    },
+}  # fmt: skip
+
+
 # ------------------------------------------------------------------ WebSockets
 
 _AUTH = (

@@ -16,9 +16,11 @@ import functools
 from starlette.requests import Request
 from starlette.responses import Response
 
+from cluster.trust import PROOF_PATH, ClusterKeys
 from server import console, openapi
 from server import openapi_paths as api
 from server.access import AccessGuard
+from server.cluster_trust import PROOF_BODY_LIMIT, peer_proof_route
 from server.endpoint import (
     ANY_TOKEN,
     METRICS,
@@ -79,9 +81,12 @@ def openapi_document(cluster: bool) -> bytes:
 _CONSUMES = on_subscription("subscribe", operates=True)
 
 
-def endpoints(guard: AccessGuard | None) -> Endpoints:
+def endpoints(
+    guard: AccessGuard | None, keys: ClusterKeys | None = None, url: str = ""
+) -> Endpoints:
     """The table. ``guard``: the credentials in force (minting browser tokens signs with
-    them); None: an open server."""
+    them); None: an open server. ``keys``: the cluster's shared keys, which the node at
+    ``url`` proves it holds (cluster/trust.py); None: not a cluster, or one without."""
     return Endpoints(
         (
             Endpoint("GET", "/healthz", healthz, OPEN, doc=api.HEALTHZ),
@@ -234,6 +239,15 @@ def endpoints(guard: AccessGuard | None) -> Endpoints:
             Endpoint("GET", "/v1/cluster/replication", get_replication, doc=api.REPLICATION),
             Endpoint("GET", "/v1/cluster/lease", get_lease, doc=api.LEASE),
             Endpoint(WEBSOCKET, "/v1/cluster/fetch", fetch_socket, doc=api.CLUSTER_FETCH_SOCKET),
+            # A node proving itself to another: before the asker sends it any credential.
+            Endpoint(
+                "POST",
+                PROOF_PATH,
+                peer_proof_route(keys, url),
+                OPEN,
+                body_limit=PROOF_BODY_LIMIT,
+                doc=api.PEER_PROOF,
+            ),
             # Minting a browser token: any token, for rights within its own.
             Endpoint("POST", "/v1/tokens", mint_route(guard), ANY_TOKEN, doc=api.MINT_TOKEN),
             # The console's static files and the browser SDK (docs/browser.md): public

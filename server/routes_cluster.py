@@ -21,8 +21,8 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from cluster.wire import BadMessage, decode_request
-from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import NotFound
+from server.errors import InvalidFrame, close_socket
 from server.runtime import Services, app_services, services
 
 log = logging.getLogger("herald.server")
@@ -197,7 +197,7 @@ async def get_lease(request: Request) -> Response:
 async def fetch_socket(websocket: WebSocket) -> None:
     state = app_services(websocket.app)
     if state.cluster is None:
-        await websocket.close(code=CloseCode.NOT_FOUND, reason="not a cluster")
+        await close_socket(websocket, NotFound("not a cluster"))
         return
     await websocket.accept()
     node = state.cluster
@@ -212,7 +212,7 @@ async def fetch_socket(websocket: WebSocket) -> None:
             try:
                 fetch = decode_request(data)
             except BadMessage as exc:
-                await websocket.close(code=1007, reason=str(exc)[:120])
+                await close_socket(websocket, InvalidFrame(str(exc)))
                 return
             await websocket.send_bytes(await node.serve_fetch(fetch))
     except WebSocketDisconnect:

@@ -18,8 +18,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
-from herald.protocol.close_codes import CloseCode
-from herald.protocol.errors import SubscriptionNotFound
+from herald.protocol.errors import (
+    BadRequest,
+    HeraldError,
+    NodeCannotServe,
+    PushSubscription,
+    SubscriptionNotFound,
+    TopicNotFound,
+)
 from storage.errors import resource_exhausted
 from subscribers.connection import ConnectionSettings, ConsumerConnection
 from subscribers.frames import parse_credit_param, parse_from_param
@@ -55,16 +61,6 @@ def socket_services(websocket: WebSocket) -> SocketServices:
     return sockets
 
 
-class Refused(Exception):
-    """A consumer connection refused with a close code (PROTOCOL §3: the server accepts
-    the upgrade, then speaks; every refusal is a close code)."""
-
-    def __init__(self, code: CloseCode, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
 async def subscription_socket(websocket: WebSocket) -> None:
     """`GET /v1/subscriptions/{name}/ws[?credit=N]`: a durable consumer."""
     await _serve(websocket, _consume_subscription)
@@ -80,13 +76,13 @@ async def _consume_subscription(websocket: WebSocket) -> None:
     engine = sockets.engine
     name = websocket.path_params["name"]
     credit = _query(websocket, "credit", parse_credit_param)
-    gone = Refused(CloseCode.NOT_FOUND, f"subscription {name!r} does not exist")
+    gone = SubscriptionNotFound(f"subscription {name!r} does not exist")
     try:
         config = engine.get(name)
     except SubscriptionNotFound:
         raise gone from None
     if config.push is not None:
-        raise Refused(CloseCode.PUSH_SUBSCRIPTION, f"subscription {name!r} is a push subscription")
+        raise PushSubscription(f"subscription {name!r} is a push subscription")
     session = ConsumerSession(engine, name, ConsumerConnection(websocket, sockets.settings))
     if websocket.client is not None:
         session.address = f"{websocket.client.host}:{websocket.client.port}"
@@ -104,15 +100,14 @@ async def _tail_topic(websocket: WebSocket) -> None:
     start = _query(websocket, "from", parse_from_param)
     topic = storage.topic(name)
     if topic is None:  # PROTOCOL §3: tails never auto-create
-        raise Refused(CloseCode.NOT_FOUND, f"topic {name!r} does not exist")
+        raise TopicNotFound(f"topic {name!r} does not exist")
     if sockets.may_tail is not None and not await sockets.may_tail(name):
-        raise Refused(
-            CloseCode.SERVICE_RESTART,
-            f"this node cannot serve topic {name!r} now; reconnect (to another node)",
+        raise NodeCannotServe(
+            f"this node cannot serve topic {name!r} now; reconnect (to another node)"
         )
     topic = storage.topic(name)  # a copy of a re-created topic was replaced meanwhile
     if topic is None:
-        raise Refused(CloseCode.NOT_FOUND, f"topic {name!r} does not exist")
+        raise TopicNotFound(f"topic {name!r} does not exist")
     connection = ConsumerConnection(websocket, sockets.settings)
     tail = TailSession(storage, topic, connection, sockets.tails)
     await tail.run(start, credit)
@@ -122,25 +117,28 @@ def _query(websocket: WebSocket, name: str, parse: Callable[[str | None], T]) ->
     try:
         return parse(websocket.query_params.get(name))
     except ValueError as exc:
-        raise Refused(CloseCode.BAD_QUERY, str(exc)) from None
+        raise BadRequest(str(exc)) from None  # PROTOCOL §3: 4400
 
 
 async def _serve(websocket: WebSocket, consume: Callable[[WebSocket], Awaitable[None]]) -> None:
-    """Accept, then run ``consume``; the one place refusals and failures become close
-    codes (STYLE 5)."""
+    """Accept, then run ``consume``; the one place a consumer socket's refusals (the
+    HeraldErrors it raises, each with its close code) and failures become closes (STYLE
+    5; ``HeraldError.close_frame``: the code and reason)."""
     await websocket.accept()
     try:
         await consume(websocket)
-    except Refused as refused:
-        await _refuse(websocket, refused.code, refused.reason)
+    except HeraldError as refused:
+        if refused.status >= 500:
+            log.warning("consumer connection closed: %s", refused.detail)
+        await _close(websocket, refused)
     except Exception as exc:
         await _failed(websocket, exc)
 
 
-async def _refuse(websocket: WebSocket, code: int, reason: str) -> None:
-    # A close reason is at most 123 bytes (RFC 6455 §5.5).
+async def _close(websocket: WebSocket, exc: HeraldError, reason: str | None = None) -> None:
+    code, text = exc.close_frame(reason)
     with contextlib.suppress(*_CLIENT_GONE):
-        await websocket.close(code, reason.encode()[:123].decode(errors="ignore"))
+        await websocket.close(code, text)
 
 
 async def _failed(websocket: WebSocket, exc: Exception) -> None:
@@ -149,10 +147,10 @@ async def _failed(websocket: WebSocket, exc: Exception) -> None:
         return
     if (exhausted := resource_exhausted(exc)) is not None:  # PROTOCOL §6: never 1011
         log.warning("consumer connection refused: %s", exhausted.detail)
-        await _refuse(websocket, CloseCode.TRY_AGAIN_LATER, "out of resources; try again")
+        await _close(websocket, exhausted, "out of resources; try again")  # 1013
         return
     log.error("consumer connection failed", exc_info=exc)
-    await _refuse(websocket, CloseCode.INTERNAL, "internal error")
+    await _close(websocket, HeraldError("internal error"))  # 1011
 
 
 def _client_gone(exc: BaseException) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
+import msgspec
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
@@ -157,11 +158,19 @@ async def request_json(
     params: dict[str, Any] | None = None,
     attempts: int = 5,
     max_wait: float = 10.0,
+    answer: type[Any] | None = None,
 ) -> Any:
-    """One JSON call; returns the parsed body (None for an empty one). Each attempt
-    tries every node once, in turn from the current one, while they cannot be reached
-    or answer 503 `cluster_unavailable` (as Producer does: PROTOCOL §7)."""
-    content = None if body is None else orjson.dumps(body)
+    """One JSON call; returns the parsed body (None for an empty one), decoded into
+    ``answer`` when given (a model of herald.protocol). ``body``: a model of
+    herald.protocol, encoded by msgspec, or plain JSON. Each attempt tries every node
+    once, in turn from the current one, while they cannot be reached or answer 503
+    `cluster_unavailable` (as Producer does: PROTOCOL §7)."""
+    if body is None:
+        content = None
+    elif isinstance(body, msgspec.Struct):
+        content = msgspec.json.encode(body)
+    else:
+        content = orjson.dumps(body)
     headers = {"content-type": "application/json"} if content is not None else None
 
     async def call() -> Any:
@@ -186,6 +195,11 @@ async def request_json(
                     continue
                 raise error
             break
+        if answer is not None:
+            try:
+                return msgspec.json.decode(response.content, type=answer)
+            except msgspec.DecodeError:  # a ValidationError too: not the model's shape
+                raise HeraldConnectionError(url, "the answer is not Herald's") from None
         try:
             return orjson.loads(response.content) if response.content else None
         except orjson.JSONDecodeError:

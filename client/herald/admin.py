@@ -7,7 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
+from msgspec import UNSET
+
 from herald._http import DEFAULT_URL, Nodes, Reachability, request_json
+from herald.protocol.actions import RedriveRequest
+from herald.protocol.seek import Seek
+from herald.protocol.topics import TopicConfig
 
 _UNSET: Any = object()  # `retention_ms=None` means unlimited, so "not given" needs its own value
 
@@ -59,15 +64,12 @@ class Admin:
         dedup_window_ms: int | None = None,
     ) -> dict[str, Any]:
         """Create (or confirm) a topic; 409 topic_conflict if it differs."""
-        body: dict[str, Any] = {}
-        if partitions is not None:
-            body["partitions"] = partitions
-        if retention_ms is not _UNSET:
-            body["retention_ms"] = retention_ms
-        if retention_bytes is not _UNSET:
-            body["retention_bytes"] = retention_bytes
-        if dedup_window_ms is not None:
-            body["dedup_window_ms"] = dedup_window_ms
+        body = TopicConfig(
+            partitions=partitions,
+            retention_ms=UNSET if retention_ms is _UNSET else retention_ms,
+            retention_bytes=UNSET if retention_bytes is _UNSET else retention_bytes,
+            dedup_window_ms=dedup_window_ms,
+        )
         result: dict[str, Any] = await self._call("PUT", _topic(name), body=body)
         return result
 
@@ -156,13 +158,9 @@ class Admin:
         forms = [form for form in (to, timestamp, offsets) if form is not None]
         if len(forms) != 1:
             raise ValueError("seek takes exactly one of to=, timestamp=, offsets=")
-        body: dict[str, Any]
-        if to is not None:
-            body = {"to": to}
-        elif timestamp is not None:
-            body = {"timestamp": timestamp}
-        else:
-            body = {"offsets": {str(p): o for p, o in (offsets or {}).items()}}
+        keyed = None if offsets is None else {str(p): o for p, o in offsets.items()}
+        # A `to` other than earliest/latest goes as given: the server's 400 is the answer.
+        body = Seek(to=to, timestamp=timestamp, offsets=keyed)  # type: ignore[arg-type]
         result: dict[str, Any] = await self._call("POST", f"{_subscription(name)}/seek", body=body)
         return result
 
@@ -177,8 +175,7 @@ class Admin:
         """Republish the subscription's dead-letter topic to its topic (docs/protocol.md):
         `{"scanned", "republished", "duplicates", "skipped", "other_reasons", …}`. With
         ``reason``, only the dead letters whose `herald-source-last-error` is exactly it."""
-        given = (("rate", rate), ("max_records", max_records), ("reason", reason))
-        body = {field: value for field, value in given if value is not None}
+        body = RedriveRequest(rate=rate, max_records=max_records, reason=reason)
         result: dict[str, Any] = await self._call(
             "POST", f"{_subscription(name)}/redrive", body=body
         )

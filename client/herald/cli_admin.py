@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 
 from herald.admin import Admin
 from herald.cli_runner import Subparsers, leaf
 from herald.errors import HeraldClientError
+from herald.protocol import limits
+from herald.protocol.seek import SeekTo
+from herald.protocol.subscriptions import DeliveryName, PayloadName
 
 _ABSENT: Any = object()  # "not given": `--retention-ms none` means unlimited (null) instead
 
@@ -49,7 +52,7 @@ def add_subscriptions(subparsers: Subparsers) -> None:
     create.add_argument("subscription")
     create.add_argument("--topic", required=True)
     create.add_argument("--start", help="earliest, latest (default) or a timestamp in ms")
-    create.add_argument("--delivery", choices=["at_least_once", "at_most_once"])
+    create.add_argument("--delivery", choices=get_args(DeliveryName))
     create.add_argument("--ack-deadline-ms", type=int)
     create.add_argument("--max-in-flight", type=int)
     create.add_argument("--max-deliveries", type=int, help="0 = never dead-letter")
@@ -78,7 +81,7 @@ def add_subscriptions(subparsers: Subparsers) -> None:
     seek = leaf(actions, "seek", "move a subscription's cursor", _subs_seek)
     seek.add_argument("subscription")
     where = seek.add_mutually_exclusive_group(required=True)
-    where.add_argument("--to", choices=["earliest", "latest"])
+    where.add_argument("--to", choices=get_args(SeekTo))
     where.add_argument("--timestamp", type=int, help="ms since the epoch")
     where.add_argument(
         "--offset",
@@ -141,18 +144,24 @@ def _push_body_arguments(push: argparse._ArgumentGroup) -> None:
     push.add_argument(
         "--push-batch-max-records",
         type=int,
-        help='records per request (1..1000, default 1); over 1 the body is {"messages":[…]}',
+        help=f"records per request ({_range(limits.BATCH_MAX_RECORDS)}, default 1); over 1 "
+        'the body is {"messages":[…]}',
     )
     push.add_argument(
         "--push-batch-max-wait-ms",
         type=int,
-        help="send a batch that is not full this long after its first record (0..10000)",
+        help="send a batch that is not full this long after its first record "
+        f"({_range(limits.BATCH_MAX_WAIT_MS)})",
     )
     push.add_argument(
         "--push-payload",
-        choices=["envelope", "raw"],
+        choices=get_args(PayloadName),
         help="raw: the body is the record's value, the rest in herald-* headers",
     )
+
+
+def _range(allowed: limits.IntRange) -> str:
+    return f"{allowed.low}..{allowed.high}"
 
 
 # -- handlers -----------------------------------------------------------------------------

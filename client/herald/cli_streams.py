@@ -15,7 +15,7 @@ import orjson
 
 from herald.cli_runner import Subparsers, leaf, print_json
 from herald.consumer import Consumer
-from herald.producer import Producer
+from herald.producer import ACKS, Producer
 from herald.puller import Puller
 from herald.tail import Tail
 
@@ -35,7 +35,7 @@ def add_publish(subparsers: Subparsers) -> None:
     publish.add_argument("--key", help="record key (same key, same partition)")
     publish.add_argument(
         "--acks",
-        choices=["0", "1", "all"],
+        choices=ACKS,
         default="all",
         help="all: fsynced (default); 1: written; 0: fire and forget",
     )

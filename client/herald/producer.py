@@ -14,14 +14,19 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
+import msgspec
 import orjson
 
 from herald._http import DEFAULT_URL, Reachability, with_retries
 from herald._transport import ConnectionPool, TransportError
 from herald.errors import HeraldClientError, HeraldConnectionError, ProducerBufferFullError
 from herald.protocol.limits import MAX_BATCH
+from herald.protocol.publish import Message
+from herald.protocol.records import PublishResponse
 
 ACKS = ("0", "1", "all")
+_encode_message = msgspec.json.Encoder().encode
+_decode_answer = msgspec.json.Decoder(PublishResponse).decode
 
 
 class SendResult(NamedTuple):
@@ -405,12 +410,10 @@ class Producer:
         if response.status == 202 or not response.body:
             return [None] * len(messages)  # acks=0: answered before the write
         try:
-            results = orjson.loads(response.body)["results"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+            results = _decode_answer(response.body).results
+        except msgspec.DecodeError:  # a ValidationError too: not a PublishResponse
             raise HeraldConnectionError(self._reach.url, "the answer is not Herald's") from None
-        return [
-            SendResult(r["partition"], r["offset"], r.get("duplicate") is True) for r in results
-        ]
+        return [SendResult(r.partition, r.offset, r.duplicate) for r in results]
 
 
 def _encode(
@@ -430,26 +433,22 @@ def _encode(
         and not delay_ms
         and not bytes_value
     ):
-        # The common record, without a dict: a new bytes object of its own size.
+        # The common record, hand-built: a new bytes object of its own size, in 0.5 µs
+        # against the model's 1.4 (issue 29: a hand-tuned path only where it wins).
         return b'{"value":' + orjson.dumps(value) + b"}"
-    message: dict[str, Any] = {}
-    if bytes_value:
-        message["value_b64"] = base64.b64encode(bytes(value)).decode("ascii")
-    else:
-        message["value"] = value
-    if key is not None:
-        message["key"] = key
-    if headers:
-        message["headers"] = dict(headers)
-    if partition is not None:
-        message["partition"] = partition
-    if id is not None:
-        message["id"] = id
-    if delay_ms:
-        message["delay_ms"] = delay_ms
-    # A copy of its own size: orjson's result keeps its whole build buffer (>= 4 KiB),
-    # and up to max_pending of these wait in batches that count only their lengths.
-    return bytes(memoryview(orjson.dumps(message)))
+    # The model of PROTOCOL §2 (herald/protocol/publish.py), fields not given left out;
+    # a JSON value is orjson's text of it, as on the common path (what it accepts, and
+    # how it writes it, is part of the SDK's contract).
+    message = Message(
+        value=msgspec.UNSET if bytes_value else msgspec.Raw(orjson.dumps(value)),
+        value_b64=base64.b64encode(bytes(value)).decode("ascii") if bytes_value else None,
+        key=key,
+        headers=dict(headers) if headers else None,
+        partition=partition,
+        id=id,
+        delay_ms=delay_ms or None,
+    )
+    return _encode_message(message)
 
 
 def _settle(waiter: _Waiter, outcome: SendResult | Exception | None) -> None:

@@ -22,10 +22,12 @@ from urllib.parse import quote
 
 from herald._http import DEFAULT_URL, Nodes, Reachability, request_json
 from herald.message import Message
+from herald.protocol import limits
+from herald.protocol.pull import AckRequest, AckResponse, NackRequest, PullRequest
 
-MAX_MESSAGES = 1000  # PROTOCOL §8: max_messages 1..1000
-MAX_WAIT_MS = 30_000  # wait_ms 0..30000
-MAX_REASON = 256
+MAX_MESSAGES = limits.PULL_MAX_MESSAGES.high  # PROTOCOL §8: max_messages 1..1000
+MAX_WAIT_MS = limits.WAIT_MS.high  # wait_ms 0..30000
+MAX_REASON = limits.MAX_NACK_REASON
 
 
 class Puller:
@@ -98,19 +100,21 @@ class Puller:
         """Up to `max_messages` records (default: the puller's), long-polling up to
         `wait_ms` while there are none; [] when none came."""
         await self.flush()
-        body = {
-            "max_messages": self.max_messages if max_messages is None else max_messages,
-            "wait_ms": self.wait_ms if wait_ms is None else wait_ms,
-        }
+        body = PullRequest(
+            max_messages=self.max_messages if max_messages is None else max_messages,
+            wait_ms=self.wait_ms if wait_ms is None else wait_ms,
+        )
         result = await self._call("POST", f"{self._path}/pull", body)
+        # The records stay the JSON objects the server sent: a Message reads its fields on
+        # access, as it does of a consumer's deliveries (herald/message.py).
         return [Message(data, self) for data in result["messages"]]
 
     async def ack(self, ids: Sequence[str]) -> dict[str, list[str]]:
         """`{"ok": [...], "unknown": [...]}` (unknown: not in flight any more)."""
-        result: dict[str, list[str]] = await self._call(
-            "POST", f"{self._path}/ack", {"ids": list(ids)}
+        result: AckResponse = await self._call(
+            "POST", f"{self._path}/ack", AckRequest(list(ids)), AckResponse
         )
-        return result
+        return {"ok": result.ok, "unknown": result.unknown}
 
     async def nack(
         self, ids: Sequence[str], delay_ms: int | None = None, reason: str | None = None
@@ -119,12 +123,8 @@ class Puller:
         is what a dead letter of these records says went wrong."""
         if reason is not None and len(reason) > MAX_REASON:
             raise ValueError(f"reason is over {MAX_REASON} characters")
-        body: dict[str, Any] = {"ids": list(ids)}
-        if delay_ms is not None:
-            body["delay_ms"] = delay_ms
-        if reason is not None:
-            body["reason"] = reason
-        await self._call("POST", f"{self._path}/nack", body)
+        body = NackRequest(ids=list(ids), delay_ms=delay_ms, reason=reason)
+        await self._call("POST", f"{self._path}/nack", body)  # 204: no answer
 
     async def flush(self) -> None:
         """Send the acks and nacks that messages queued."""
@@ -162,7 +162,15 @@ class Puller:
             raise RuntimeError(f"a pulled message cannot {frame.get('type')}: ack or nack it")
         self._pending_nacks.append(frame)
 
-    async def _call(self, method: str, path: str, body: Any) -> Any:
+    async def _call(
+        self, method: str, path: str, body: Any, answer: type[Any] | None = None
+    ) -> Any:
         return await request_json(
-            self._nodes, self._reach, method, path, body=body, attempts=self.retries
+            self._nodes,
+            self._reach,
+            method,
+            path,
+            body=body,
+            attempts=self.retries,
+            answer=answer,
         )

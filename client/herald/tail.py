@@ -23,7 +23,7 @@ from herald._http import DEFAULT_URL, node_urls, ws_ssl
 from herald.consumer import as_client_error
 from herald.errors import ConsumerClosedError
 from herald.message import Message
-from herald.protocol.close_codes import TERMINAL
+from herald.protocol.close_codes import TERMINAL, CloseCode
 from herald.protocol.limits import MAX_CREDIT
 
 
@@ -101,7 +101,10 @@ class Tail:
                 received = closed.rcvd
                 if received is not None and received.code in TERMINAL:
                     raise ConsumerClosedError(received.code, received.reason) from closed
-                if received is not None and received.code in (1000, 1001):
+                if received is not None and received.code in (
+                    CloseCode.NORMAL,
+                    CloseCode.GOING_AWAY,
+                ):
                     raise StopAsyncIteration from None  # the server went away cleanly
                 raise as_client_error(closed, self.url)  # noqa: B904 (its context is kept)
             frame = orjson.loads(raw)

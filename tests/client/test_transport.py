@@ -16,7 +16,9 @@ from herald import HeraldClientError, HeraldConnectionError, Producer
 from tests.security.conftest import Secured, secured  # noqa: F401 (a fixture)
 from tests.security.test_tls import TlsHerald, tls_herald  # noqa: F401 (a fixture)
 
-RESULTS = b'{"results":[{"partition":0,"offset":7}]}'
+# PROTOCOL §2: every result says whether it was a duplicate (the SDK decodes the answer
+# into herald/protocol/records.py PublishResponse).
+RESULTS = b'{"results":[{"partition":0,"offset":7,"duplicate":false}]}'
 
 
 @dataclass

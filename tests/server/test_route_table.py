@@ -76,13 +76,15 @@ def test_each_method_and_path_is_declared_once() -> None:
     assert len(seen) == len(set(seen))
 
 
-def test_only_health_the_document_and_static_files_are_open() -> None:
+def test_only_health_the_document_static_files_and_the_peer_proof_are_open() -> None:
     opened = {(e.method, e.path) for e in TABLE.all if e.rule is OPEN}
     assert opened == {
         ("GET", "/healthz"),
         ("GET", "/openapi.json"),
         ("GET", "/console"),
         ("GET", "/sdk"),
+        # A node proves itself before anyone sends it a credential (cluster/trust.py).
+        ("POST", "/v1/cluster/proof"),
     }
 
 

@@ -16,7 +16,10 @@ from herald.protocol.subscriptions import SecretText, check_secret
 DEFAULT_PREVIOUS_TTL_MS = 86_400_000  # 24 h: how long a replaced secret is still signed with
 
 
-class RedriveRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+# omit_defaults: as the SDK encodes it, a field not given is left out (not null).
+class RedriveRequest(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """Optional: no body is all defaults."""
 
     rate: (

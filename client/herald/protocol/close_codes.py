@@ -10,6 +10,8 @@ import enum
 class CloseCode(enum.IntEnum):
     NORMAL = 1000
     GOING_AWAY = 1001  # the server is shutting down
+    ABNORMAL = 1006  # never sent: the connection dropped without a close frame
+    INVALID_DATA = 1007  # a node's frame is not a message of cluster/wire.py
     POLICY = 1008  # too many bad frames
     INTERNAL = 1011  # an unexpected server error
     SERVICE_RESTART = 1012  # PROTOCOL §7: the subscription moved to another node

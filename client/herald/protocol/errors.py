@@ -13,6 +13,7 @@ from msgspec import UNSET, Meta, UnsetType
 from herald.protocol.close_codes import CloseCode
 
 RETRY_AFTER_S = 1  # what a 503 without a better figure asks the client to wait
+MAX_CLOSE_REASON_BYTES = 123  # RFC 6455 §5.5: what a close frame's reason holds
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,6 +48,12 @@ class HeraldError(Exception):
         super().__init__(detail)
         self.detail = detail
         self.extra = extra  # extra problem members, e.g. ``index`` for a bad batch
+
+    def close_frame(self, reason: str | None = None) -> tuple[int, str]:
+        """What a WebSocket is closed with for this error (PROTOCOL §3): its close code,
+        and ``reason`` (else the detail) cut to what a close frame holds."""
+        text = self.detail if reason is None else reason
+        return self.close_code, text.encode()[:MAX_CLOSE_REASON_BYTES].decode(errors="ignore")
 
 
 class BadRequest(HeraldError):
@@ -84,6 +91,23 @@ class PartitionNotFound(NotFound):
 class OffsetOutOfRange(HeraldError):
     code, status, title = "offset_out_of_range", 400, "Bad Request"
     close_code = CloseCode.BAD_QUERY
+
+
+class PushSubscription(HeraldError):
+    """A WebSocket consumer of a push subscription: its records are its endpoint's
+    (PROTOCOL §4); only ever a close (4409)."""
+
+    code, status, title = "push_subscription", 409, "Conflict"
+    close_code = CloseCode.PUSH_SUBSCRIPTION
+
+
+class NodeCannotServe(HeraldError):
+    """This node cannot serve the request now, another node can (PROTOCOL §7: cut off
+    from etcd, or holding the copy of a topic deleted and created again since); to a
+    WebSocket, 1012: reconnect."""
+
+    code, status, title = "cluster_unavailable", 503, "Service Unavailable"
+    close_code = CloseCode.SERVICE_RESTART
 
 
 class MessageTooLarge(HeraldError):

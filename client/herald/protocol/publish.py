@@ -39,7 +39,10 @@ ONE_VALUE: dict[str, Any] = {
 JsonValue = Annotated[Any, Meta(extra_json_schema={"$ref": REF_JSON_VALUE})]
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+# omit_defaults: as the SDK's producer encodes it, a field not given is left out.
+class Message(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """Exactly one of value (null included) and value_b64."""
 
     value: JsonValue = UNSET

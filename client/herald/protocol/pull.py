@@ -19,7 +19,12 @@ MessageIds = Annotated[
 ]
 
 
-class PullRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+# omit_defaults: as the SDK encodes them, a field not given is left out (not null).
+
+
+class PullRequest(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """Optional: no body is all defaults."""
 
     max_messages: (
@@ -50,7 +55,9 @@ class AckRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ids: MessageIds
 
 
-class NackRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class NackRequest(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     ids: MessageIds
     delay_ms: (
         Annotated[

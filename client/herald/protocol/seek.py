@@ -16,6 +16,7 @@ from herald.protocol import limits
 
 FORMS = ("to", "timestamp", "offsets")
 PARTITION_KEY_PATTERN = "^-?[0-9]+$"  # a partition number as an object's key
+SeekTo = Literal["earliest", "latest"]
 
 # Exactly one form, not null; the other two absent or null.
 ONE_FORM: dict[str, Any] = {
@@ -25,10 +26,13 @@ ONE_FORM: dict[str, Any] = {
 }
 
 
-class Seek(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+# omit_defaults: as the SDK encodes it, a field not given is left out (not null).
+class Seek(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """Exactly one of to, timestamp and offsets (else 400 bad_request)."""
 
-    to: Literal["earliest", "latest"] | None = None
+    to: SeekTo | None = None
     timestamp: Annotated[int, Meta(ge=limits.TIMESTAMP.low, le=limits.TIMESTAMP.high)] | None = None
     offsets: (
         Annotated[

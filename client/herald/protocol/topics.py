@@ -32,7 +32,10 @@ MinInsyncReplicas = Annotated[int, _within(limits.MIN_INSYNC_REPLICAS)]
 _UNLIMITED = "null: unlimited"
 
 
-class TopicConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+# omit_defaults: as the SDK encodes it, a field not given is left out (not null).
+class TopicConfig(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """No body (or an empty one) is all defaults; JSON null is not an object. PROTOCOL §2:
     a field given as null takes its default, except retention_ms and retention_bytes,
     where null means unlimited."""
