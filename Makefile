@@ -67,8 +67,8 @@ nemesis: $(VENV)/.installed-test etcd iptables
 
 ## Benchmarks print figures (they are not tests): storage engine, then end to end.
 bench: $(VENV)/.installed-test
-	$(BIN)/python bench/storage.py
-	$(BIN)/python bench/herald_bench.py
+	$(BIN)/python -m bench.storage
+	$(BIN)/python -m bench.herald_bench
 
 ## Herald beside Redis Streams, NATS JetStream and RabbitMQ (their servers from apt-get).
 compare: $(VENV)/.installed
@@ -77,7 +77,7 @@ compare: $(VENV)/.installed
 		&& [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq redis-server nats-server rabbitmq-server; }
-	$(BIN)/python bench/compare.py
+	$(BIN)/python -m bench.compare
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -16,7 +16,7 @@ Server RSS per browser connection: the server's VmRSS (/proc/PID/status) with th
 loaded and no tail open, then with the tails open (every one ``open``, then 1 s to
 settle), divided by the number of tails. Also the RSS at the end of the traffic.
 
-Run: ``python bench/browser.py [--tails 100] [--rate 1000] [--seconds 10]``. The page
+Run: ``python -m bench.browser [--tails 100] [--rate 1000] [--seconds 10]``. The page
 and the server share the host: the figures include the browser's own work (100 tails
 times 1,000 records/s = 100,000 renders a second) competing with the server for the CPUs.
 """
@@ -27,11 +27,7 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,7 +37,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import sync_playwright
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import cpu_seconds, herald_server, percentile, vm_rss_kib
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [  # as tests/console/conftest.py
     "--headless",
@@ -119,59 +116,6 @@ class Figures:
     browser_cpu_s: float
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def vm_rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
-@contextlib.contextmanager
-def herald_server() -> Iterator[tuple[str, int]]:
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="herald-browser-bench-") as data:
-        cmd = [
-            sys.executable, "-m", "server.cli", "serve",
-            "--host", "127.0.0.1", "--port", str(port), "--data-dir", data,
-        ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError("herald serve exited at start")
-                with contextlib.suppress(httpx.TransportError):
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("herald serve did not become healthy in 30 s")
-                time.sleep(0.05)
-            yield url, proc.pid
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def browser_cpu_seconds(server_pid: int) -> float:
     """CPU time of this process's descendants but the server: Chromium and Playwright's driver."""
     parents: dict[int, int] = {}
@@ -188,12 +132,8 @@ def browser_cpu_seconds(server_pid: int) -> float:
     total = 0.0
     for pid in mine - {os.getpid()}:
         with contextlib.suppress(OSError, IndexError):
-            total += cpu_seconds(pid)
+            total += cpu_seconds(pid) or 0.0
     return total
-
-
-def percentile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def wait_page(page: object, expression: str, what: str, timeout_s: float = 60) -> None:
@@ -227,7 +167,7 @@ def run(
     cpus = sorted(os.sched_getaffinity(0))
     server_cpus = {cpus[0]} if split and len(cpus) > 1 else None
     browser_cpus = set(cpus[1:]) if server_cpus is not None else None
-    with on_cpus(server_cpus), herald_server() as (url, pid):
+    with on_cpus(server_cpus), herald_server(prefix="herald-browser-bench-") as (url, pid):
         with on_cpus(browser_cpus):
             p = sync_playwright().start()
         try:
@@ -254,7 +194,7 @@ def _measure(
 
         published = 0
         interval = batch / rate
-        cpu_start = cpu_seconds(pid)
+        cpu_start = cpu_seconds(pid) or 0.0
         browser_start = browser_cpu_seconds(pid)
         with httpx.Client(base_url=url, timeout=10) as http:
             start = time.monotonic()
@@ -275,7 +215,7 @@ def _measure(
             timeout_s=120,
         )
         drained_at = time.monotonic()
-        server_cpu = cpu_seconds(pid) - cpu_start
+        server_cpu = (cpu_seconds(pid) or 0.0) - cpu_start
         browser_cpu = browser_cpu_seconds(pid) - browser_start
         rss_end = vm_rss_kib(pid)
         per_tail: list[list[float]] = page.evaluate("window.latencies")

@@ -1,7 +1,7 @@
 """A Herald cluster's figures (issue 14): three `herald serve --cluster` nodes and one etcd
 on this machine, started by the tests' harness (tests/cluster/nodes.py).
 
-    python bench/cluster.py [--seconds 5] [--rate 2000] [--sends 200] [--failovers 3]
+    python -m bench.cluster [--seconds 5] [--rate 2000] [--sends 200] [--failovers 3]
                             [--catchup-mib 1024] [--node-ttl-ms 5000] [--only FIGURE]
 
 Figures:
@@ -48,35 +48,20 @@ import asyncio
 import base64
 import contextlib
 import os
-import shutil
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-# Run as `python bench/cluster.py`, this file's folder comes first on sys.path and this
-# very file would hide the cluster package (and bench/storage.py the storage one): look
-# in the repository instead, the SDK beside it.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent / "client"))
-sys.path.insert(0, str(_HERE.parent))
-
-from bench.cluster_subscriptions import consume_throughput, coordinator_failover  # noqa: E402
-from herald import Producer, Tail  # noqa: E402
-from tests.cluster.nodes import HeraldCluster  # noqa: E402
-from tests.conftest import HeraldProcess  # noqa: E402
+from bench.cluster_subscriptions import consume_throughput, coordinator_failover
+from bench.common import percentile, temp_dir
+from herald import Producer, Tail
+from tests.cluster.nodes import HeraldCluster
+from tests.conftest import HeraldProcess
 
 VALUE = "x" * 98  # a 100-byte JSON value with its quotes
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 # -- throughput ----------------------------------------------------------------------
@@ -377,9 +362,8 @@ def main() -> None:
     parser.add_argument("--only", choices=figures, action="append")
     args = parser.parse_args()
     only = set(args.only or figures)
-    root = Path(tempfile.mkdtemp(prefix="herald-cluster-bench-"))
-    print(f"3 nodes + etcd on {os.cpu_count()} CPUs, data under {root}", flush=True)
-    try:
+    with temp_dir("herald-cluster-bench-") as root:
+        print(f"3 nodes + etcd on {os.cpu_count()} CPUs, data under {root}", flush=True)
         with HeraldCluster(
             root / "cluster", 3, node_ttl_ms=args.node_ttl_ms, replica_lag_ms=10_000
         ) as cluster:
@@ -397,8 +381,6 @@ def main() -> None:
                 coordinator_failover(cluster, args.failovers)
             if "catchup" in only:
                 catch_up(cluster, args.catchup_mib)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ Also the CPU time per record of the client (this process: producer and consumer)
 of the server process, in each phase. Herald's records are 1 KiB JSON strings (the
 peers' are 1 KiB of bytes, which they carry as is; Herald would carry bytes base64'd).
 The server's own capacity, with a client that costs nothing, is
-``python bench/herald_bench.py``'s figure, not this one.
+``python -m bench.herald_bench``'s figure, not this one.
 
 Durability as each is usually run: Herald acks=1 and acks=all; Redis with AOF fsync
 every second, and with fsync before every answer (``always``, the peer of acks=all);
@@ -24,7 +24,7 @@ persistent messages and publisher confirms (fsynced before confirm).
 
 Needs the servers (``apt-get install redis-server nats-server rabbitmq-server``) and
 the clients (``pip install -e '.[bench]'``); a system whose server is missing is
-skipped with a note. Run: ``python bench/compare.py [--records N] [--rounds R]``.
+skipped with a note. Run: ``python -m bench.compare [--records N] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -36,19 +36,24 @@ import functools
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
-import herald_bench  # bench/herald_bench.py, beside this script
+from bench import herald_bench
+from bench.common import (
+    cpu_seconds,
+    free_port,
+    herald_server,
+    percentile,
+    temp_dir,
+    wait_for_port,
+)
 
 RECORD = b"x" * 1024
 BATCH = 500
@@ -84,50 +89,29 @@ class System(Protocol):
 # --- shared pieces ----------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, limit: float) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"{what} did not listen on {port} within {limit:g} s")
-
-
 @contextlib.contextmanager
 def server_process(
     what: str, cmd: list[str], port: int, env: dict[str, str] | None = None, limit: float = 30
 ) -> Iterator[int]:
     """Run a server in its own process group and temp dir until the block ends; yields
     its pid."""
-    data = Path(tempfile.mkdtemp(prefix=f"bench-{what}-"))
-    full = [part.replace("{data}", str(data)) for part in cmd]
-    env = {k: v.replace("{data}", str(data)) for k, v in (env or {}).items()}
-    log = (data / "server.log").open("wb")
-    proc = subprocess.Popen(
-        full, env={**os.environ, **env}, stdout=log, stderr=log, start_new_session=True
-    )
-    try:
-        wait_for_port(port, proc, what, limit)
-        yield proc.pid
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+    with temp_dir(f"bench-{what}-") as data, (data / "server.log").open("wb") as log:
+        full = [part.replace("{data}", str(data)) for part in cmd]
+        env = {k: v.replace("{data}", str(data)) for k, v in (env or {}).items()}
+        proc = subprocess.Popen(
+            full, env={**os.environ, **env}, stdout=log, stderr=log, start_new_session=True
+        )
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
-        shutil.rmtree(data, ignore_errors=True)
+            wait_for_port(port, proc, what, limit)
+            yield proc.pid
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 async def open_loop(
@@ -539,10 +523,6 @@ SERVERS: dict[str, tuple[str, Callable[[], contextlib.AbstractContextManager[Sys
 }
 
 
-def percentile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def tree_cpu_seconds(pid: int | None) -> float | None:
     """CPU seconds of a process and every descendant alive (RabbitMQ's start script runs
     its Erlang VM as a child)."""
@@ -551,7 +531,7 @@ def tree_cpu_seconds(pid: int | None) -> float | None:
     total, stack = 0.0, [pid]
     while stack:
         current = stack.pop()
-        total += herald_bench.cpu_seconds(current) or 0.0
+        total += cpu_seconds(current) or 0.0
         with contextlib.suppress(OSError):
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as children:
@@ -616,7 +596,7 @@ def main() -> int:
     runner = getattr(__import__("uvloop"), "run", asyncio.run)
 
     with contextlib.ExitStack() as stack:
-        url, pid = stack.enter_context(herald_bench.embedded_server())
+        url, pid = stack.enter_context(herald_server())
         systems: list[System] = [Herald(url, "1", pid), Herald(url, "all", pid)]
         for name in args.systems:
             binary, start = SERVERS[name]

@@ -17,7 +17,7 @@ defaults); without it they offer none, as the SDK does by default.
 allocation site and by traceback: where each byte of a connection goes; then the objects
 the collector tracks, counted by type before and after (gc.get_objects), per consumer.
 
-Run: ``python bench/consumer_memory.py [--consumers 10000] [--compression]``; the
+Run: ``python -m bench.consumer_memory [--consumers 10000] [--compression]``; the
 server's command line can be replaced with ``--serve`` (e.g. an older tree's python with
 PYTHONPATH set) to compare trees.
 """
@@ -44,32 +44,29 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import herald_bench  # bench/herald_bench.py, beside this script
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.common import ROOT, SERVE, herald_server, vm_rss_kib
+
 WARMUP = 200
 CREDIT = 100
 HANDSHAKES_AT_ONCE = 32  # per client process
 FRAMES = int(os.environ.get("HERALD_BENCH_TRACE_FRAMES", "25"))  # tracemalloc frames kept
 
 
-def vm_rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
 @contextlib.contextmanager
-def herald_server(serve: Sequence[str], trace_dir: str | None) -> Iterator[tuple[str, int]]:
+def traced_or_plain_server(
+    serve: Sequence[str], trace_dir: str | None
+) -> Iterator[tuple[str, int]]:
     # Every consumer comes from 127.0.0.1: the per-address cap (256) out of the way
     # (a big number, not 0: older trees read 0 as "none at all").
     env = {**os.environ, "HERALD_MAX_REQUESTS_PER_CLIENT": "1000000"}
+    cwd = None  # an older tree's --serve command runs where it was asked to
     if trace_dir is not None:
         env["HERALD_BENCH_TRACE_DIR"] = trace_dir
+        cwd = ROOT  # where `python -m bench.consumer_memory` is found
     # tracemalloc makes the start slow
-    with herald_bench.embedded_server(serve=serve, env=env, within_s=180) as server:
+    with herald_server(serve=serve, env=env, cwd=cwd, within_s=180) as server:
         yield server
 
 
@@ -126,7 +123,7 @@ class Clients:
         ws = url.replace("http", "ws", 1)
         urls = [f"{ws}/v1/subscriptions/{subscriptions[i % len(subscriptions)]}/ws"
                 f"?credit={CREDIT}" for i in range(count)]  # fmt: skip
-        cmd = [sys.executable, __file__, "--client"]
+        cmd = [sys.executable, "-m", "bench.consumer_memory", "--client"]
         if compression:
             cmd.append("--compression")
         self.procs: list[subprocess.Popen[str]] = []
@@ -134,7 +131,9 @@ class Clients:
             share = urls[part::processes]
             if not share:
                 continue
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
             assert proc.stdin is not None
             proc.stdin.write(" ".join(share) + "\n")
             proc.stdin.flush()
@@ -193,9 +192,8 @@ def traced_server_main(argv: list[str]) -> int:
             time.sleep(0.2)
 
     threading.Thread(target=watch, daemon=True).start()
-    # bench/storage.py would shadow the storage package; the tree goes after PYTHONPATH,
-    # so that an older tree given there is the one served.
-    sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
+    # This tree goes after PYTHONPATH, so that an older tree given there is the one served.
+    sys.path = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
     sys.path.append(str(ROOT))
     from server.cli import main
 
@@ -268,8 +266,8 @@ def _short(filename: str) -> str:
 
 
 def measure(args: argparse.Namespace) -> None:
-    serve = shlex.split(args.serve) if args.serve else [sys.executable, "-m", "server.cli", "serve"]
-    with herald_server(serve, None) as (url, pid):
+    serve = shlex.split(args.serve) if args.serve else list(SERVE)
+    with traced_or_plain_server(serve, None) as (url, pid):
         names = setup(url, args.subscriptions)
         with consumers(url, names, WARMUP, 1, args.compression):
             pass
@@ -289,9 +287,9 @@ def measure(args: argparse.Namespace) -> None:
 
 def trace(args: argparse.Namespace) -> None:
     trace_dir = tempfile.mkdtemp(prefix="herald-mem-trace-")
-    serve = [sys.executable, __file__, "--traced-server"]
+    serve = [sys.executable, "-m", "bench.consumer_memory", "--traced-server"]
     try:
-        with herald_server(serve, trace_dir) as (url, _):
+        with traced_or_plain_server(serve, trace_dir) as (url, _):
             names = setup(url, args.subscriptions)
             with consumers(url, names, WARMUP, 1, args.compression):
                 pass

@@ -1,6 +1,6 @@
 """Delayed delivery benchmark: the delivery core's memory with many delayed records.
 
-    python bench/delayed.py [--records 200000]
+    python -m bench.delayed [--records 200000]
 
 Drives one subscription's sans-I/O core (delivery/core.py) over an in-memory log of
 ``--records`` records, each delayed by an hour and followed by a record without a delay,
@@ -14,21 +14,15 @@ Not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import tracemalloc
-from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
-
-from delivery.config import SubscriptionConfig  # noqa: E402
-from delivery.core import SubscriptionCore  # noqa: E402
-from delivery.events import ReadRequest, RefetchRequest  # noqa: E402
-from delivery.subscription_state import MAX_DELAYED  # noqa: E402
-from storage.cursors import CursorSnapshot, PartitionCursor  # noqa: E402
-from storage.record import Record  # noqa: E402
+from delivery.config import SubscriptionConfig
+from delivery.core import SubscriptionCore
+from delivery.events import ReadRequest, RefetchRequest
+from delivery.subscription_state import MAX_DELAYED
+from storage.cursors import CursorSnapshot, PartitionCursor
+from storage.record import Record
 
 HOUR_MS = 3_600_000
 

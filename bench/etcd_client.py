@@ -1,6 +1,6 @@
 """cluster/etcd.py's cost: etcd round trips over the gRPC-gateway JSON API through httpx.
 
-    python bench/etcd_client.py [--seconds 2] [--runs 3] [--concurrency 16] [--endpoint URL]
+    python -m bench.etcd_client [--seconds 2] [--runs 3] [--concurrency 16] [--endpoint URL]
 
 Without ``--endpoint`` it starts a throwaway single-member etcd (Debian's etcd-server)
 on loopback ports with a temp data dir, and stops it at the end. Figures, each the
@@ -20,31 +20,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 
-# Run as `python bench/etcd_client.py`, this file's folder comes first on sys.path and
-# bench/storage.py would hide the storage package: look in the repository instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
-
-from cluster.etcd import Compare, EtcdClient, Get, Put, RangeResult  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from bench.common import free_port, percentile, temp_dir
+from cluster.etcd import Compare, EtcdClient, Get, Put, RangeResult
 
 
 @contextmanager
@@ -52,39 +38,33 @@ def throwaway_etcd() -> Iterator[str]:
     binary = shutil.which("etcd")
     if binary is None:
         sys.exit("etcd is not installed: `make etcd` (apt-get install etcd-server)")
-    workdir = Path(tempfile.mkdtemp(prefix="herald-etcd-bench-"))
-    client, peer = f"http://127.0.0.1:{_free_port()}", f"http://127.0.0.1:{_free_port()}"
-    proc = subprocess.Popen(
-        [
-            binary, "--name", "bench", "--data-dir", str(workdir / "data"),
-            "--listen-client-urls", client, "--advertise-client-urls", client,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"bench={peer}", "--log-outputs", "stderr", "--logger", "zap",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{client}/health", timeout=1).json().get("health") == "true":
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        else:
-            sys.exit("etcd did not start")
-        yield client
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    with temp_dir("herald-etcd-bench-") as workdir:
+        client, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+        proc = subprocess.Popen(
+            [
+                binary, "--name", "bench", "--data-dir", str(workdir / "data"),
+                "--listen-client-urls", client, "--advertise-client-urls", client,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"bench={peer}", "--log-outputs", "stderr", "--logger", "zap",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(f"{client}/health", timeout=1).json().get("health") == "true":
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+            else:
+                sys.exit("etcd did not start")
+            yield client
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
 
 Figures = tuple[float, float, float, float]  # ops/s, p50 ms, p99 ms, client CPU µs per op
@@ -112,8 +92,8 @@ async def _timed(
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     return (
         len(latencies) / elapsed,
-        _percentile(latencies, 0.5) * 1e3,
-        _percentile(latencies, 0.99) * 1e3,
+        percentile(latencies, 0.5) * 1e3,
+        percentile(latencies, 0.99) * 1e3,
         cpu / len(latencies) * 1e6,
     )
 
@@ -152,7 +132,7 @@ async def _watch_latency(etcd: EtcdClient, seconds: float) -> tuple[float, float
             await anext(watch)
             samples.append(time.perf_counter() - started)
             i += 1
-    return _percentile(samples, 0.5) * 1e3, _percentile(samples, 0.99) * 1e3
+    return percentile(samples, 0.5) * 1e3, percentile(samples, 0.99) * 1e3
 
 
 async def measure(endpoint: str, seconds: float, runs: int, concurrency: int) -> None:

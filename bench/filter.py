@@ -1,4 +1,4 @@
-"""`python bench/filter.py`: server capacity for a filtered subscription (PROTOCOL §8 Filter).
+"""`python -m bench.filter`: server capacity for a filtered subscription (PROTOCOL §8 Filter).
 
 One topic of N records (one partition), 1 % of them matching a filter — on a header
 (``headers.region = "eu"``, the default) or on a key prefix (``hasPrefix(key, "eu-")``)
@@ -28,7 +28,7 @@ Runs are paired and interleaved (unfiltered, filtered; then filtered, unfiltered
 each pair on new subscriptions over the same topic, and the medians are printed with
 the median of the per-pair ratios.
 
-    python bench/filter.py [--records 200000] [--runs 5] [--on header|key] [--credit 1000]
+    python -m bench.filter [--records 200000] [--runs 5] [--on header|key] [--credit 1000]
 """
 
 from __future__ import annotations
@@ -43,9 +43,11 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import herald_bench  # bench/herald_bench.py, beside this script
 import httpx
 import orjson
+
+from bench import herald_bench
+from bench.common import cpu_seconds, herald_server
 
 MATCH_EVERY = 100  # 1 % of the records match
 PUBLISH_BATCH = 1000
@@ -113,7 +115,7 @@ async def one_run(
     last_id = f"0-{records - 1}"
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         (await http.put(f"/v1/subscriptions/{name}", json=body)).raise_for_status()
-        cpu_start = herald_bench.cpu_seconds(pid)
+        cpu_start = cpu_seconds(pid)
         start = time.perf_counter()
         delivered = 0
         # Nothing is read for a subscription before a consumer gives it credit: the
@@ -130,7 +132,7 @@ async def one_run(
                 done = last_id in ids
                 await herald_bench._ack_and_replenish(ws, ids, window)
             seconds = time.perf_counter() - start
-            cpu_end = herald_bench.cpu_seconds(pid)
+            cpu_end = cpu_seconds(pid)
             await _check(http, name, kind, records, delivered)
         (await http.delete(f"/v1/subscriptions/{name}")).raise_for_status()
     cpu = None if cpu_start is None or cpu_end is None else cpu_end - cpu_start
@@ -220,7 +222,7 @@ def _describe(r: Run) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="bench/filter.py",
+        prog="python -m bench.filter",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -257,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve: tuple[str, ...] = (sys.executable, "-m", "server.cli", "serve")
     if args.profile:
         serve = (sys.executable, "-m", "cProfile", "-o", args.profile, *serve[1:])
-    with herald_bench.embedded_server(args.server_cpus, serve) as (url, pid):
+    cpus = ("--cpus", args.server_cpus) if args.server_cpus else ()
+    with herald_server(*cpus, serve=serve) as (url, pid):
         runner(run(args, url, pid))
     return 0
 

@@ -1,4 +1,4 @@
-"""`python bench/herald_bench.py`: the server's capacity, end to end, through a real server.
+"""`python -m bench.herald_bench`: the server's capacity, end to end, through a real server.
 
 Its publisher is hand-built (one prebuilt body posted over and over on raw HTTP/1.1
 keep-alive connections) so that the client costs next to nothing and the figure is the
@@ -17,21 +17,18 @@ import asyncio
 import contextlib
 import gc
 import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import httpx
 import orjson
 import websockets
+
+from bench.common import cpu_seconds, herald_server
 
 RECORD_BYTES = 1024
 THROUGHPUT_CREDIT = 1000
@@ -87,73 +84,6 @@ class Progress:
             if self.done >= self.total:
                 sys.stderr.write("\n")
             sys.stderr.flush()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def embedded_server(
-    cpus: str | None = None,
-    serve: Sequence[str] = (sys.executable, "-m", "server.cli", "serve"),
-    *,
-    env: Mapping[str, str] | None = None,
-    within_s: float = 30.0,
-) -> Iterator[tuple[str, int]]:
-    """Start `herald serve` (or ``serve``, a command taking its flags) on a free port and
-    a temp dir, in ``env`` if given; yield (url, pid) once healthy (``within_s``). On
-    exit: SIGTERM, and wait for a graceful stop."""
-    data_dir = tempfile.mkdtemp(prefix="herald-bench-")
-    port = _free_port()
-    cmd = [*serve, "--port", str(port), "--data-dir", data_dir]
-    if cpus:
-        cmd += ["--cpus", cpus]
-    proc = subprocess.Popen(
-        cmd,
-        env=None if env is None else dict(env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + within_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server did not become healthy in {within_s:.0f} s")
-            time.sleep(0.05)
-        yield url, proc.pid
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU time of a process (all its threads), from /proc."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 class RawPublisher:
@@ -478,7 +408,7 @@ def _median_run(runs: list[ThroughputResult]) -> ThroughputResult:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="bench/herald_bench.py",
+        prog="python -m bench.herald_bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -512,7 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.url:
         runner(run(args, args.url.rstrip("/"), None))
         return 0
-    with embedded_server(args.server_cpus) as (url, pid):
+    cpus = ("--cpus", args.server_cpus) if args.server_cpus else ()
+    with herald_server(*cpus) as (url, pid):
         runner(run(args, url, pid))
     return 0
 

@@ -21,7 +21,7 @@ A hand-built client sends one request at a time over one keep-alive connection
 process tree's user+system CPU per request, read from /proc: CPU time, not
 latency, is the figure to compare on a shared machine.
 
-    python bench/http_servers.py [--rounds 4] [--requests 5000]
+    python -m bench.http_servers [--rounds 4] [--requests 5000]
 """
 
 from __future__ import annotations
@@ -35,10 +35,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import herald_bench  # bench/herald_bench.py, beside this script
+from bench.common import cpu_seconds, free_port, wait_for_port
 
 ANSWER = b'{"results":[{"partition":0,"offset":1}]}'
 
@@ -113,14 +112,7 @@ def _cpu_seconds(pid: int) -> float:
     children = subprocess.run(
         ["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False
     ).stdout.split()
-    ticks = 0
-    for one in [pid, *map(int, children)]:
-        try:
-            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_seconds(one) or 0.0 for one in [pid, *map(int, children)])
 
 
 def _request() -> bytes:
@@ -156,25 +148,21 @@ def _stop_and_wait(port: int, pid: int, requests: int) -> float:
 
 
 def _serve(kind: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = herald_bench._free_port()
+    port = free_port()
     proc = subprocess.Popen(
         _command(kind, port), cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{kind} exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"{kind} did not listen within 30 s")
+    try:
+        wait_for_port(port, proc, kind, 30)
+    except RuntimeError:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, port
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench/http_servers.py", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.http_servers", description=__doc__)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--requests", type=int, default=5000)
     args = parser.parse_args(argv)

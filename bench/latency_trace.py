@@ -11,7 +11,7 @@ fixed rate as ``bench/herald_bench.py`` does, and prints each stage's percentile
 
 The stamps wrap the server's own functions (and uvicorn's) from outside, so this
 is a tool for finding where time goes, not a benchmark: tracing costs a few µs
-per stage. Run: ``python bench/latency_trace.py [--acks 1] [--rate 2000]
+per stage. Run: ``python -m bench.latency_trace [--acks 1] [--rate 2000]
 [--seconds 10]``.
 """
 
@@ -22,21 +22,13 @@ import asyncio
 import contextvars
 import gc
 import itertools
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
-
-# Run as `python bench/latency_trace.py`, this file's folder comes first on sys.path and
-# bench/storage.py would hide the storage package: look in the repository instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
 
 now = time.perf_counter_ns  # CLOCK_MONOTONIC on Linux: comparable across processes
 
@@ -258,17 +250,17 @@ def main() -> int:
     if args.serve_traced:  # the server half, started by the client half below
         return serve_traced(rest, Path(args.serve_traced))
 
-    from bench.herald_bench import embedded_server, timed_deliveries
+    from bench.common import ROOT, herald_server, temp_dir
+    from bench.herald_bench import timed_deliveries
 
-    work = Path(tempfile.mkdtemp(prefix="herald-trace-"))
-    out = work / "stamps.json"  # written by the traced server as it stops
-    traced = (sys.executable, __file__, "--serve-traced", str(out))
-    with embedded_server(serve=traced) as (url, _):
-        gc.freeze()
-        runner = getattr(__import__("uvloop"), "run", asyncio.run)
-        sent, got = runner(timed_deliveries(url, args.acks, args.rate, args.seconds, False))
-    server = {int(k): v for k, v in orjson.loads(out.read_bytes()).items()}
-    shutil.rmtree(work, ignore_errors=True)
+    with temp_dir("herald-trace-") as work:
+        out = work / "stamps.json"  # written by the traced server as it stops
+        traced = (sys.executable, "-m", "bench.latency_trace", "--serve-traced", str(out))
+        with herald_server(serve=traced, cwd=ROOT) as (url, _):
+            gc.freeze()
+            runner = getattr(__import__("uvloop"), "run", asyncio.run)
+            sent, got = runner(timed_deliveries(url, args.acks, args.rate, args.seconds, False))
+        server = {int(k): v for k, v in orjson.loads(out.read_bytes()).items()}
     print(f"acks={args.acks}, {args.rate} one-record publishes/s for {args.seconds:g} s")
     print_table(*stage_table(server, sent, got))
     return 0

@@ -1,4 +1,4 @@
-"""`python bench/publish_parse.py [--iterations N] [--messages M] [--value json|string]`:
+"""`python -m bench.publish_parse [--iterations N] [--messages M] [--value json|string]`:
 the CPU a publish body's parse costs, as the server reads one (server/validation.py:
 the one-pass decode into the declared model, herald/protocol/publish.py, then the
 checks no type states), turning the body into the records it appends. Time it
@@ -6,7 +6,7 @@ whole-process, paired against an older tree's script with farm-bench or
 ``/usr/bin/time -v``:
 
     git archive <old-commit> | (mkdir -p /tmp/old && tar -x -C /tmp/old)
-    farm-bench -n 7 -- .venv/bin/python bench/publish_parse.py \\
+    farm-bench -n 7 -- .venv/bin/python -m bench.publish_parse \\
         --vs 'env PYTHONPATH=/tmp/old/client .venv/bin/python /tmp/old/bench/publish_parse.py hand'
 
 (``--iterations 0`` gives the import cost alone, to subtract). Until 2026-11-27 the
@@ -17,19 +17,11 @@ trees); the model decode takes less CPU (README.md, "Publish parsing").
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import orjson
 
-# Run as `python bench/publish_parse.py`, this file's folder comes first on sys.path and
-# bench/storage.py would hide the storage package: look in the repository instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
-
-from server.validation import decode_publish, parse_publish  # noqa: E402
-from storage.topic import PublishItem  # noqa: E402
+from server.validation import decode_publish, parse_publish
+from storage.topic import PublishItem
 
 MAX_MESSAGE_BYTES = 1_048_576
 

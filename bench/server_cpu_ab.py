@@ -8,7 +8,7 @@ user+system CPU per record, with the publish-to-deliver p50/p99, per round and a
 medians. CPU time, not latency, is the figure to compare on a shared machine.
 
     git archive <old-commit> | (mkdir -p /tmp/old && tar -x -C /tmp/old)
-    python bench/server_cpu_ab.py /tmp/old . [--rounds 6] [--rate 2000] [--seconds 4]
+    python -m bench.server_cpu_ab /tmp/old . [--rounds 6] [--rate 2000] [--seconds 4]
 """
 
 from __future__ import annotations
@@ -16,68 +16,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-import herald_bench  # bench/herald_bench.py, beside this script
-import httpx
-
-
-def _serve(tree: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    data_dir = tempfile.mkdtemp(prefix="herald-ab-")
-    port = herald_bench._free_port()
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    cmd = [sys.executable, "-m", "server.cli", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*cmd, "--data-dir", data_dir],
-        cwd=tree,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server of {tree} exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return proc, url, data_dir
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"the server of {tree} did not become healthy in 60 s")
+from bench import herald_bench
+from bench.common import cpu_seconds, herald_server, percentile
 
 
 def one_round(tree: Path, acks: str, rate: int, seconds: float) -> tuple[float, float, float]:
     """(server CPU µs per record, p50 ms, p99 ms) of one run against ``tree``'s server."""
-    proc, url, data_dir = _serve(tree)
-    try:
+    # The tree's own packages, the tree's own server: PYTHONPATH and cwd both the tree.
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    with herald_server(env=env, cwd=tree, within_s=60, prefix="herald-ab-") as (url, pid):
         asyncio.run(herald_bench.timed_deliveries(url, acks, rate, 1.0, False))  # warm-up
-        before = herald_bench.cpu_seconds(proc.pid)
+        before = cpu_seconds(pid)
         sent, got = asyncio.run(herald_bench.timed_deliveries(url, acks, rate, seconds, False))
-        after = herald_bench.cpu_seconds(proc.pid)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        after = cpu_seconds(pid)
     if before is None or after is None:
         raise RuntimeError("the server's CPU time is not readable (/proc)")
-    latencies = sorted((at - sent[seq]) / 1e6 for seq, at in got.items())
-    p50 = latencies[len(latencies) // 2]
-    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    latencies = [(at - sent[seq]) / 1e6 for seq, at in got.items()]
+    p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
     return (after - before) / len(got) * 1e6, p50, p99
 
 

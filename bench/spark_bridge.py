@@ -1,6 +1,6 @@
 """Spark bridge benchmark: rows/s through the `herald` source, lag, backlog drain, RSS.
 
-    python bench/spark_bridge.py [--rates 5000,10000,20000,30000] [--seconds 10]
+    python -m bench.spark_bridge [--rates 5000,10000,20000,30000] [--seconds 10]
                                  [--warmup 20000] [--backlog 100000] [--url URL]
 
 Starts a Herald server (unless --url is given) and a local Spark session (`local[2]`).
@@ -20,61 +20,22 @@ Not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
+import httpx
+import orjson
 
-import httpx  # noqa: E402
-import orjson  # noqa: E402
+from bench.common import herald_server, temp_dir
 
 RECORD = "x" * 1000  # with the JSON quotes and the small object: ~1 KiB per record
 PAGE = 1000
-
-
-def start_server(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "server.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--data-dir",
-            data_dir,
-        ],
-        cwd=_HERE.parent,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the server did not become healthy")
 
 
 def rss_of_tree(root: int, exclude: int | None) -> int:
@@ -178,14 +139,20 @@ def main() -> None:
     args = parser.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    tmp = tempfile.mkdtemp(prefix="herald-spark-bench-")
-    server, url = (None, args.url) if args.url else start_server(f"{tmp}/data")
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(temp_dir("herald-spark-bench-"))
+        url, server_pid = (args.url, None) if args.url else stack.enter_context(herald_server())
+        measure(args, tmp, url, server_pid)
+
+
+def measure(args: argparse.Namespace, tmp: Path, url: str, server_pid: int | None) -> None:
+    """Every figure, printed; ``server_pid`` (the server started here) is left out of RSS."""
     peak = [0]
     stop_sampling = threading.Event()
 
     def sample() -> None:
         while not stop_sampling.wait(0.5):
-            peak[0] = max(peak[0], rss_of_tree(os.getpid(), server.pid if server else None))
+            peak[0] = max(peak[0], rss_of_tree(os.getpid(), server_pid))
 
     threading.Thread(target=sample, daemon=True).start()
     from pyspark.sql import SparkSession
@@ -290,9 +257,6 @@ def main() -> None:
     finally:
         spark.stop()
         stop_sampling.set()
-        if server is not None:
-            server.terminate()
-            server.wait(30)
     print(f"peak RSS (this process, the JVM and its Python workers): {peak[0] / 2**30:.2f} GiB")
 
 

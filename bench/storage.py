@@ -1,6 +1,6 @@
 """Storage benchmark: partition append and read throughput against the raw disk.
 
-    python bench/storage.py [--seconds 1.0] [--runs 3] [--dir /tmp]
+    python -m bench.storage [--seconds 1.0] [--runs 3] [--dir /tmp]
 
 For 1 KiB records in batches of 100: append throughput through the Partition facade
 at acks=1 and acks=all with 1, 4 and 16 concurrent appenders; the raw disk doing the
@@ -16,22 +16,15 @@ import asyncio
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-# Run as `python bench/storage.py`, this file's folder comes first on sys.path and its
-# name would hide the storage package: look in the repository instead.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent))
-
-from storage.partition import Partition  # noqa: E402
-from storage.record import Acks, NewRecord, ValueKind  # noqa: E402
-from storage.writer import WriterPool  # noqa: E402
+from storage.partition import Partition
+from storage.record import Acks, NewRecord, ValueKind
+from storage.writer import WriterPool
 
 RECORD_BYTES = 1024
 BATCH_RECORDS = 100

@@ -6,8 +6,15 @@
                 ``.kill()`` (SIGKILL), ``.restart()`` (same ports and data), ``.log()``.
 ``etcd``        (function scope) an :class:`EtcdClient` on both URLs, generous timeouts.
 ``etcd_cluster`` (function scope) three members forming one etcd cluster.
+``membership``  (function scope) node ``n1`` registered on ``etcd`` under the asking
+                module's ``CLUSTER`` name, its lease held; :func:`fence_alone` its fence
+                with no peers to ask.
 ``herald_cluster`` (function scope) etcd + three ``herald serve --cluster`` nodes, all
                 live (tests/cluster/nodes.py); a failed test's report carries their logs.
+``shared_cluster`` the same, lent to one test after another: for tests that fault
+                nothing (no kill, pause, wipe or cut, of a node or of etcd) and name
+                their own topics and subscriptions (``unique``). See
+                :class:`SharedCluster`.
 
 No test is skipped when etcd is missing: it fails, saying ``make test`` installs it.
 """
@@ -19,7 +26,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +34,8 @@ import httpx
 import pytest
 
 from cluster.etcd import EtcdClient
+from cluster.fence import Fence
+from cluster.membership import Membership
 from tests.conftest import free_port
 
 if TYPE_CHECKING:
@@ -270,6 +279,37 @@ async def etcd_gate(etcd_server: EtcdProcess) -> AsyncIterator[TcpGate]:
         await gate.cut()
 
 
+# -- one node registered on a real etcd, with no peers ------------------------------------
+
+
+@pytest.fixture
+async def membership(etcd: EtcdClient, request: pytest.FixtureRequest) -> AsyncIterator[Membership]:
+    """Node n1 registered under the test module's ``CLUSTER`` (each module its own
+    cluster name, so that modules never see each other's keys)."""
+    async with Membership(
+        etcd,
+        cluster=request.module.CLUSTER,
+        node_id="n1",
+        advertise_url="http://127.0.0.1:9",
+        ttl_s=5,
+    ) as registered:
+        yield registered
+
+
+async def _no_answers(urls: Mapping[str, str], timeout_s: float) -> dict[str, float]:
+    return {}
+
+
+def fence_alone(membership: Membership) -> Fence:
+    """The fence of a node with no peers: it stands on its own lease alone."""
+    return Fence(
+        holds_lease=membership.holds_lease,
+        failing_since=membership.failing_since,
+        peers=lambda: ({}, set()),
+        ask=_no_answers,
+    )
+
+
 # -- a Herald cluster: etcd + `herald serve --cluster` processes (tests/cluster/nodes.py) --
 
 
@@ -285,6 +325,94 @@ def herald_cluster(tmp_path: Path) -> Iterator[HeraldCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+class SharedCluster:
+    """One three-node cluster lent to every test that asks for ``shared_cluster``.
+
+    Starting etcd and three nodes costs seconds a test; tests that only create, publish,
+    read and subscribe can share one, each under names of its own. It is started for the
+    first such test and stopped as soon as the next test does not ask for it (the
+    borrowers run one after another: :func:`pytest_collection_modifyitems`), so that it
+    never runs beside a cluster of another test (two clusters on a 2-core host starve
+    the nodes' lease renewals). A test that left a node or etcd down, though it should
+    not, gets a fresh cluster rather than a broken one."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cluster: HeraldCluster | None = None
+        self.started = 0
+
+    def lend(self) -> HeraldCluster:
+        from tests.cluster.nodes import HeraldCluster
+
+        if self.cluster is not None and not self._whole(self.cluster):
+            self.close()
+        if self.cluster is None:
+            self.started += 1
+            self.cluster = HeraldCluster(self.root / f"cluster-{self.started}", 3).start()
+        return self.cluster
+
+    @staticmethod
+    def _whole(cluster: HeraldCluster) -> bool:
+        etcd = cluster.etcd
+        etcd_up = etcd is not None and etcd.proc is not None and etcd.proc.poll() is None
+        return etcd_up and len(cluster.serving()) == cluster.size
+
+    def close(self) -> None:
+        """Stop the cluster lent, if any, and remove its data (etcd preallocates 62 MB)."""
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            cluster.stop()
+            shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+SHARED_CLUSTER = pytest.StashKey[SharedCluster]()
+
+
+@pytest.fixture(scope="session")
+def shared_clusters(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedCluster]:
+    clusters = SharedCluster(tmp_path_factory.mktemp("shared-cluster"))
+    request.config.stash[SHARED_CLUSTER] = clusters
+    try:
+        yield clusters
+    finally:
+        clusters.close()
+
+
+@pytest.fixture
+def shared_cluster(shared_clusters: SharedCluster) -> HeraldCluster:
+    """A live three-node cluster shared with other tests: fault nothing, use your own
+    topic and subscription names, assert nothing about what other tests made."""
+    return shared_clusters.lend()
+
+
+def borrows_shared_cluster(item: pytest.Item | None) -> bool:
+    return item is not None and "shared_cluster" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that borrow the shared cluster run one after another, from where the
+    first of them stands (tests/conftest.py puts their modules on one worker)."""
+    borrowers = [item for item in items if borrows_shared_cluster(item)]
+    if not borrowers:
+        return
+    first = items.index(borrowers[0])
+    others = [item for item in items if not borrows_shared_cluster(item)]
+    items[:] = [*others[:first], *borrowers, *others[first:]]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The shared cluster stops once the next test does not borrow it."""
+    clusters = item.config.stash.get(SHARED_CLUSTER, None)
+    if (
+        clusters is not None
+        and borrows_shared_cluster(item)
+        and not borrows_shared_cluster(nextitem)
+    ):
+        clusters.close()
 
 
 @pytest.hookimpl(wrapper=True)

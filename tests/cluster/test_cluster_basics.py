@@ -7,7 +7,7 @@ and a single node is what it was."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -17,11 +17,11 @@ from tests.cluster.nodes import HeraldCluster, read_all
 from tests.conftest import HeraldProcess
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeraldCluster]:
-    """One three-node cluster for the tests that fault nothing (each its own topics)."""
-    with HeraldCluster(tmp_path_factory.mktemp("basics") / "cluster", 3) as started:
-        yield started
+@pytest.fixture
+def cluster(shared_cluster: HeraldCluster) -> HeraldCluster:
+    """The shared three-node cluster (tests/cluster/conftest.py): these tests fault
+    nothing and each makes topics of its own names."""
+    return shared_cluster
 
 
 def config_of(cluster: HeraldCluster, node: str, topic: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import time
 
 from herald import Consumer
 from tests.cluster.nodes import HeraldCluster
-from tests.cluster.test_cluster_subscriptions import publish, wait_coordinated
+from tests.cluster.test_cluster_subscriptions import subscribed
 
 
 def test_consumers_given_every_node_go_on_when_the_coordinator_is_killed(
@@ -17,12 +17,7 @@ def test_consumers_given_every_node_go_on_when_the_coordinator_is_killed(
 ) -> None:
     cluster = herald_cluster
     count = 2000
-    cluster.create_topic("jobs", partitions=3, replication_factor=3)
-    answer = cluster.put("n1", "/v1/subscriptions/work", {"topic": "jobs", "start": "earliest"})
-    assert answer.status_code == 201, answer.text
-    owner = wait_coordinated(cluster, "work")
-    others = [n for n in ("n1", "n2", "n3") if n != owner]
-    asyncio.run(publish([cluster.nodes[n].url for n in others], "jobs", count))
+    owner, others = subscribed(cluster, "jobs", "work", count)
     # One consumer starts on the coordinator itself (its socket dies with the node), the
     # other on another node (relayed; closed with 1012 when the coordinator dies).
     lists = [

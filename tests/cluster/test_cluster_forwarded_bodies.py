@@ -4,7 +4,7 @@ over the limit is the same 413 problem from any node, and is never held whole.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -25,18 +25,19 @@ def _oversized() -> Iterator[bytes]:
 
 
 def test_a_forwarded_body_over_the_limit_gets_the_same_413_as_an_unforwarded_one(
-    herald_cluster: HeraldCluster,
+    shared_cluster: HeraldCluster, unique: Callable[[str], str]
 ) -> None:
-    cluster = herald_cluster
-    cluster.create_topic("orders", partitions=1, replication_factor=3)
-    created = cluster.put("n1", "/v1/subscriptions/billing", {"topic": "orders"})
+    cluster = shared_cluster
+    topic, billing = unique("orders"), unique("billing")
+    cluster.create_topic(topic, partitions=1, replication_factor=3)
+    created = cluster.put("n1", f"/v1/subscriptions/{billing}", {"topic": topic})
     assert created.status_code == 201, created.text
-    owner = wait_coordinated(cluster, "billing")
+    owner = wait_coordinated(cluster, billing)
     other = next(n for n in ("n1", "n2", "n3") if n != owner)
-    cluster.wait_known_everywhere("/v1/subscriptions/billing")
+    cluster.wait_known_everywhere(f"/v1/subscriptions/{billing}")
     answers: dict[tuple[str, str], httpx.Response] = {}
     for node in (owner, other):
-        url = f"{cluster.nodes[node].url}/v1/subscriptions/billing/ack"
+        url = f"{cluster.nodes[node].url}/v1/subscriptions/{billing}/ack"
         declared = b'{"ids":["' + b"a" * ADMIN_BODY_LIMIT + b'"]}'
         answers[node, "declared"] = httpx.post(
             url, content=declared, headers={"content-type": "application/json"}, timeout=60
@@ -52,7 +53,7 @@ def test_a_forwarded_body_over_the_limit_gets_the_same_413_as_an_unforwarded_one
         assert forwarded.json()["code"] == "payload_too_large"
     # Nothing was changed, and a body within the limit is still forwarded.
     acked = httpx.post(
-        f"{cluster.nodes[other].url}/v1/subscriptions/billing/ack", json={"ids": ["nope"]}
+        f"{cluster.nodes[other].url}/v1/subscriptions/{billing}/ack", json={"ids": ["nope"]}
     )
     assert acked.status_code == 200, acked.text
     assert acked.json() == {"ok": [], "unknown": ["nope"]}

@@ -45,21 +45,24 @@ def publish_ms(http: httpx.Client, url: str, topic: str, acks: str) -> float:
 
 @pytest.mark.timeout(300)
 def test_a_one_record_acks_all_publish_answers_within_a_small_multiple_of_a_single_node(
-    herald_cluster: HeraldCluster, herald_factory: Callable[..., HeraldProcess]
+    shared_cluster: HeraldCluster,
+    herald_factory: Callable[..., HeraldProcess],
+    unique: Callable[[str], str],
 ) -> None:
     single = herald_factory()
     with httpx.Client(timeout=10.0) as http:
         created = http.put(f"{single.url}/v1/topics/alone", json={"partitions": 4})
         assert created.status_code == 201, created.text
         # Several topics of several partitions: every follower's fetch names many.
-        for name in ("orders", "payments", "audit"):
-            herald_cluster.create_topic(name, partitions=4, replication_factor=3)
-        leader = herald_cluster.leader("orders")
-        other = herald_cluster.any_serving(exclude={leader.node_id})
+        orders, *others = [unique(name) for name in ("orders", "payments", "audit")]
+        for name in (orders, *others):
+            shared_cluster.create_topic(name, partitions=4, replication_factor=3)
+        leader = shared_cluster.leader(orders)
+        other = shared_cluster.any_serving(exclude={leader.node_id})
         paths = {
             "single node": (single.url, "alone"),
-            f"cluster, to the leader {leader.node_id}": (leader.url, "orders"),
-            f"cluster, through {other.node_id} (forwarded)": (other.url, "orders"),
+            f"cluster, to the leader {leader.node_id}": (leader.url, orders),
+            f"cluster, through {other.node_id} (forwarded)": (other.url, orders),
         }
         for url, topic in paths.values():
             for _ in range(WARM_UP):

@@ -60,25 +60,48 @@ async def publish(urls: list[str], topic: str, count: int, first: int = 0) -> No
     assert all(r is not None for r in results)
 
 
+def subscribed(
+    cluster: HeraldCluster, topic: str, sub: str, count: int, via: str = "n1"
+) -> tuple[str, list[str]]:
+    """``topic`` (3 partitions, replication 3) and subscription ``sub`` to it from its
+    earliest record, created through ``via``; once the subscription has a coordinator,
+    ``count`` records (values 0 to count - 1) published through the two other nodes.
+    Returns the coordinator and those two nodes."""
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+    created = cluster.put(via, f"/v1/subscriptions/{sub}", {"topic": topic, "start": "earliest"})
+    assert created.status_code == 201, created.text
+    owner = wait_coordinated(cluster, sub)
+    others = [n for n in ("n1", "n2", "n3") if n != owner]
+    asyncio.run(publish([cluster.nodes[n].url for n in others], topic, count))
+    return owner, others
+
+
 def test_any_node_creates_lists_serves_and_deletes_a_subscription(
-    herald_cluster: HeraldCluster,
+    shared_cluster: HeraldCluster, unique: Callable[[str], str]
 ) -> None:
-    cluster = herald_cluster
-    cluster.create_topic("orders", partitions=3, replication_factor=3)
+    cluster = shared_cluster
+    topic, billing = unique("orders"), unique("billing")
+    cluster.create_topic(topic, partitions=3, replication_factor=3)
+
+    def names(node: str) -> list[str]:
+        return sorted(
+            s["name"] for s in cluster.get(node, "/v1/subscriptions").json()["subscriptions"]
+        )
+
+    before = {node: names(node) for node in ("n1", "n2", "n3")}  # other tests' (shared cluster)
     created = cluster.put(
-        "n2", "/v1/subscriptions/billing", {"topic": "orders", "start": "earliest"}
+        "n2", f"/v1/subscriptions/{billing}", {"topic": topic, "start": "earliest"}
     )
     assert created.status_code == 201, created.text
-    owner = wait_coordinated(cluster, "billing")
-    asyncio.run(publish([cluster.nodes["n1"].url], "orders", 300))
+    owner = wait_coordinated(cluster, billing)
+    asyncio.run(publish([cluster.nodes["n1"].url], topic, 300))
     for node in ("n1", "n2", "n3"):
-        listed = cluster.get(node, "/v1/subscriptions").json()["subscriptions"]
-        assert [s["name"] for s in listed] == ["billing"]
+        assert names(node) == sorted([*before[node], billing])
         # The same PUT again is 200 from any node; another config is 409 from any node.
-        again = cluster.put(node, "/v1/subscriptions/billing", {"topic": "orders"})
+        again = cluster.put(node, f"/v1/subscriptions/{billing}", {"topic": topic})
         assert again.status_code == 200, again.text
         other = cluster.put(
-            node, "/v1/subscriptions/billing", {"topic": "orders", "max_in_flight": 7}
+            node, f"/v1/subscriptions/{billing}", {"topic": topic, "max_in_flight": 7}
         )
         assert other.status_code == 409
     # Pull from one node, ack through another: one cursor, wherever it is asked.
@@ -87,7 +110,7 @@ def test_any_node_creates_lists_serves_and_deletes_a_subscription(
     for _ in range(50):  # a pull answers what is ready: bounded, until 100 are in hand
         pulled = cluster.post(
             others[0],
-            "/v1/subscriptions/billing/pull",
+            f"/v1/subscriptions/{billing}/pull",
             {"max_messages": 100 - len(ids), "wait_ms": 1000},
         )
         assert pulled.status_code == 200, pulled.text
@@ -95,27 +118,30 @@ def test_any_node_creates_lists_serves_and_deletes_a_subscription(
         if len(ids) == 100:
             break
     assert len(ids) == 100
-    acked = cluster.post(others[1], "/v1/subscriptions/billing/ack", {"ids": ids})
+    acked = cluster.post(others[1], f"/v1/subscriptions/{billing}/ack", {"ids": ids})
     assert acked.json()["ok"] == ids
     stats = [
-        cluster.get(n, "/v1/subscriptions/billing").json()["stats"] for n in ("n1", "n2", "n3")
+        cluster.get(n, f"/v1/subscriptions/{billing}").json()["stats"] for n in ("n1", "n2", "n3")
     ]
     assert {s["acked_total"] for s in stats} == {100}
     totals = cluster.get(others[0], "/v1/stats").json()
-    assert [s["name"] for s in totals["subscriptions"]] == ["billing"]
+    assert sorted(s["name"] for s in totals["subscriptions"]) == sorted(
+        [*before[others[0]], billing]
+    )
     # Change in place from a node that does not run it: etcd and the coordinator follow.
     patched = httpx.patch(
-        f"{cluster.nodes[others[1]].url}/v1/subscriptions/billing", json={"max_in_flight": 50}
+        f"{cluster.nodes[others[1]].url}/v1/subscriptions/{billing}", json={"max_in_flight": 50}
     )
     assert patched.status_code == 200 and patched.json()["config"]["max_in_flight"] == 50
-    listed = cluster.get(others[0], "/v1/subscriptions").json()["subscriptions"]
+
+    def max_in_flight() -> int:
+        listed = cluster.get(others[0], "/v1/subscriptions").json()["subscriptions"]
+        mine = [s for s in listed if s["name"] == billing]
+        assert len(mine) == 1, listed
+        return int(mine[0]["config"]["max_in_flight"])
+
     cluster.wait_for(
-        lambda: (
-            cluster.get(others[0], "/v1/subscriptions").json()["subscriptions"][0]["config"][
-                "max_in_flight"
-            ]
-            == 50
-        ),
+        lambda: max_in_flight() == 50,
         10.0,
         "the patched config in etcd",
     )
@@ -125,13 +151,13 @@ def test_any_node_creates_lists_serves_and_deletes_a_subscription(
     async def consume_until_deleted() -> None:
         import websockets
 
-        url = cluster.nodes[others[0]].url.replace("http", "ws") + "/v1/subscriptions/billing/ws"
+        url = cluster.nodes[others[0]].url.replace("http", "ws") + f"/v1/subscriptions/{billing}/ws"
         async with websockets.connect(url) as ws:
             await ws.send('{"type":"credit","n":10}')
             first = await asyncio.wait_for(ws.recv(), 10)
             closed["first"] = first
             deleted = await asyncio.to_thread(
-                httpx.delete, f"{cluster.nodes[others[1]].url}/v1/subscriptions/billing"
+                httpx.delete, f"{cluster.nodes[others[1]].url}/v1/subscriptions/{billing}"
             )
             closed["status"] = deleted.status_code
             try:
@@ -146,8 +172,8 @@ def test_any_node_creates_lists_serves_and_deletes_a_subscription(
     assert closed["status"] == 204
     assert closed["code"] == 4410, closed
     for node in ("n1", "n2", "n3"):
-        assert cluster.get(node, "/v1/subscriptions/billing").status_code == 404
-        assert cluster.get(node, "/v1/subscriptions").json()["subscriptions"] == []
+        assert cluster.get(node, f"/v1/subscriptions/{billing}").status_code == 404
+        assert names(node) == before[node]
 
 
 def test_killing_the_coordinator_redelivers_nothing_acked_a_second_before(
@@ -155,12 +181,7 @@ def test_killing_the_coordinator_redelivers_nothing_acked_a_second_before(
 ) -> None:
     cluster = herald_cluster
     count = 3000
-    cluster.create_topic("events", partitions=3, replication_factor=3)
-    answer = cluster.put("n1", "/v1/subscriptions/audit", {"topic": "events", "start": "earliest"})
-    assert answer.status_code == 201, answer.text
-    owner = wait_coordinated(cluster, "audit")
-    others = [n for n in ("n1", "n2", "n3") if n != owner]
-    asyncio.run(publish([cluster.nodes[n].url for n in others], "events", count))
+    owner, others = subscribed(cluster, "events", "audit", count)
 
     acked_at: dict[int, float] = {}
     deliveries: list[tuple[int, float]] = []
@@ -296,21 +317,22 @@ def test_a_tail_on_a_node_without_a_replica_shows_every_record(
 
 
 def test_start_latest_is_where_the_leaders_are_whichever_node_coordinates(
-    herald_cluster: HeraldCluster,
+    shared_cluster: HeraldCluster, unique: Callable[[str], str]
 ) -> None:
     # replication_factor 1: the coordinator lacks two of the three partitions and copies
     # them only once it runs the subscription; "latest" is still the leaders' end.
-    cluster = herald_cluster
-    cluster.create_topic("late", partitions=3, replication_factor=1, min_insync_replicas=1)
-    asyncio.run(publish([cluster.nodes["n1"].url], "late", 90))
-    created = cluster.put("n2", "/v1/subscriptions/late-sub", {"topic": "late", "start": "latest"})
+    cluster = shared_cluster
+    late, late_sub = unique("late"), unique("late-sub")
+    cluster.create_topic(late, partitions=3, replication_factor=1, min_insync_replicas=1)
+    asyncio.run(publish([cluster.nodes["n1"].url], late, 90))
+    created = cluster.put("n2", f"/v1/subscriptions/{late_sub}", {"topic": late, "start": "latest"})
     assert created.status_code == 201, created.text
-    wait_coordinated(cluster, "late-sub")
-    asyncio.run(publish([cluster.nodes["n3"].url], "late", 30, first=90))
+    wait_coordinated(cluster, late_sub)
+    asyncio.run(publish([cluster.nodes["n3"].url], late, 30, first=90))
 
     async def take() -> list[int]:
         values: list[int] = []
-        consumer = Consumer(cluster.nodes["n1"].url, "late-sub", credit=100)
+        consumer = Consumer(cluster.nodes["n1"].url, late_sub, credit=100)
         try:
             async with asyncio.timeout(30):
                 async for message in consumer:
@@ -332,14 +354,7 @@ def test_a_node_restarted_under_consumption_loses_nothing(herald_cluster: Herald
     # delivered again.
     cluster = herald_cluster
     count = 1500
-    cluster.create_topic("roll", partitions=3, replication_factor=3)
-    created = cluster.put(
-        "n1", "/v1/subscriptions/roll-sub", {"topic": "roll", "start": "earliest"}
-    )
-    assert created.status_code == 201, created.text
-    owner = wait_coordinated(cluster, "roll-sub")
-    others = [n for n in ("n1", "n2", "n3") if n != owner]
-    asyncio.run(publish([cluster.nodes[n].url for n in others], "roll", count))
+    owner, others = subscribed(cluster, "roll", "roll-sub", count)
     acked: set[int] = set()
     again: list[int] = []
     restarted: dict[str, float] = {}
@@ -416,14 +431,7 @@ def test_a_coordinator_frozen_past_its_lease_hands_over_and_loses_nothing(
 ) -> None:
     cluster = herald_cluster
     count = 2000
-    cluster.create_topic("frozen", partitions=3, replication_factor=3)
-    created = cluster.put(
-        "n1", "/v1/subscriptions/frozen-sub", {"topic": "frozen", "start": "earliest"}
-    )
-    assert created.status_code == 201, created.text
-    owner = wait_coordinated(cluster, "frozen-sub")
-    other = next(n for n in ("n1", "n2", "n3") if n != owner)
-    asyncio.run(publish([cluster.nodes[other].url], "frozen", count))
+    owner, (other, _) = subscribed(cluster, "frozen", "frozen-sub", count)
     paused: dict[str, float] = {}
 
     def freeze(acked: int) -> None:
@@ -452,14 +460,7 @@ def test_with_etcd_stopped_the_coordinator_goes_on_delivering(
     # returns, everything resumes and nothing is lost.
     cluster = herald_cluster
     count = 1500
-    cluster.create_topic("outage", partitions=3, replication_factor=3)
-    created = cluster.put(
-        "n2", "/v1/subscriptions/outage-sub", {"topic": "outage", "start": "earliest"}
-    )
-    assert created.status_code == 201, created.text
-    owner = wait_coordinated(cluster, "outage-sub")
-    other = next(n for n in ("n1", "n2", "n3") if n != owner)
-    asyncio.run(publish([cluster.nodes[other].url], "outage", count))
+    owner, (other, _) = subscribed(cluster, "outage", "outage-sub", count, via="n2")
     outage: dict[str, Any] = {}
 
     def cut(acked: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -72,20 +73,21 @@ def pull(
 
 @pytest.mark.timeout(300)
 def test_a_subscription_created_again_at_once_starts_from_its_own_start(
-    herald_cluster: HeraldCluster,
+    shared_cluster: HeraldCluster, unique: Callable[[str], str]
 ) -> None:
-    cluster = herald_cluster
-    cluster.create_topic("orders", replication_factor=3, min_insync_replicas=2)
-    publish(cluster, "n1", "orders", [f"before-{k}" for k in range(10)])
+    cluster = shared_cluster
+    topic, billing = unique("orders"), unique("billing")
+    cluster.create_topic(topic, replication_factor=3, min_insync_replicas=2)
+    publish(cluster, "n1", topic, [f"before-{k}" for k in range(10)])
     created = cluster.put(
-        "n1", "/v1/subscriptions/billing", {"topic": "orders", "start": "earliest"}
+        "n1", f"/v1/subscriptions/{billing}", {"topic": topic, "start": "earliest"}
     )
     assert created.status_code == 201, created.text
     first: list[dict[str, Any]] = []
     cluster.wait_for(
-        lambda: bool(first.extend(pull(cluster, "n2", "billing", most=3)) or first), 60.0, "a pull"
+        lambda: bool(first.extend(pull(cluster, "n2", billing, most=3)) or first), 60.0, "a pull"
     )
-    ack = cluster.post("n2", "/v1/subscriptions/billing/ack", {"ids": [m["id"] for m in first]})
+    ack = cluster.post("n2", f"/v1/subscriptions/{billing}/ack", {"ids": [m["id"] for m in first]})
     assert ack.status_code == 200, ack.text
     time.sleep(0.05)
     since = int(time.time() * 1000)  # every earlier record is older
@@ -93,19 +95,19 @@ def test_a_subscription_created_again_at_once_starts_from_its_own_start(
     # Deleted and created again, starting from now, at once (one etcd watch batch apart):
     # the old one's cursor would deliver the 7 records it never sent.
     assert (
-        cluster.http.delete(f"{cluster.nodes['n3'].url}/v1/subscriptions/billing").status_code
+        cluster.http.delete(f"{cluster.nodes['n3'].url}/v1/subscriptions/{billing}").status_code
         == 204
     )
     again = cluster.put(
-        "n3", "/v1/subscriptions/billing", {"topic": "orders", "start": {"timestamp": since}}
+        "n3", f"/v1/subscriptions/{billing}", {"topic": topic, "start": {"timestamp": since}}
     )
     assert again.status_code == 201, again.text
-    publish(cluster, "n1", "orders", ["after"])
+    publish(cluster, "n1", topic, ["after"])
 
     seen: list[bytes] = []
 
     def delivered_after() -> bool:
-        for m in pull(cluster, "n1", "billing", wait_ms=2000):
+        for m in pull(cluster, "n1", billing, wait_ms=2000):
             seen.append(
                 base64.b64decode(m["value_b64"]) if "value_b64" in m else str(m["value"]).encode()
             )
@@ -118,14 +120,17 @@ def test_a_subscription_created_again_at_once_starts_from_its_own_start(
 
 
 @pytest.mark.timeout(240)
-def test_a_topic_config_that_does_not_parse_deletes_nothing(herald_cluster: HeraldCluster) -> None:
+def test_a_topic_config_that_does_not_parse_deletes_nothing(
+    shared_cluster: HeraldCluster, unique: Callable[[str], str]
+) -> None:
     """Issue 25, item 9: bytes in etcd that are not a topic config (a bug, a hand edit, a
     newer version's field) leave every node's copy alone."""
-    cluster = herald_cluster
-    cluster.create_topic("t", replication_factor=3, min_insync_replicas=2)
+    cluster = shared_cluster
+    topic = unique("t")
+    cluster.create_topic(topic, replication_factor=3, min_insync_replicas=2)
     ids = [f"r-{k}" for k in range(10)]
-    publish(cluster, "n1", "t", ids)
-    key = topic_key(cluster.cluster_name, "t")
+    publish(cluster, "n1", topic, ids)
+    key = topic_key(cluster.cluster_name, topic)
 
     async def swap(value: bytes) -> bytes:
         assert cluster.etcd is not None
@@ -141,7 +146,7 @@ def test_a_topic_config_that_does_not_parse_deletes_nothing(herald_cluster: Hera
     for node in cluster.nodes:
         cluster.wait_for(
             lambda node=node: (
-                [message_bytes(m) for m in read_all(cluster, node, "t")]
+                [message_bytes(m) for m in read_all(cluster, node, topic)]
                 == [i.encode() for i in ids]
             ),
             60.0,

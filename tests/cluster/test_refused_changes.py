@@ -10,8 +10,9 @@ outcome, and nothing changes when etcd is back.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+import httpx
 import pytest
 
 from tests.cluster.nodes import HeraldCluster
@@ -25,24 +26,35 @@ def problem(answer: Any) -> dict[str, Any]:
     return body
 
 
+def delete_with_etcd_down(
+    cluster: HeraldCluster, topic: str, outage: Literal["paused", "killed"]
+) -> tuple[str, httpx.Response]:
+    """Create ``topic``, then DELETE it through a serving node while etcd is down:
+    ``paused`` (SIGSTOP: the request is sent and never answered) or ``killed`` (refused
+    at once); etcd is back right after. The node asked, and its answer: a 503
+    cluster_unavailable problem (:func:`problem`)."""
+    etcd = cluster.etcd
+    assert etcd is not None
+    cluster.create_topic(topic, replication_factor=3, min_insync_replicas=2)
+    node = cluster.any_serving().node_id
+    stop, start = (etcd.pause, etcd.resume) if outage == "paused" else (etcd.kill, etcd.start)
+    stop()
+    try:
+        answer = cluster.http.delete(f"{cluster.nodes[node].url}/v1/topics/{topic}", timeout=30.0)
+    finally:
+        start()
+    assert answer.status_code == 503, answer.text
+    assert problem(answer)["code"] == "cluster_unavailable"
+    return node, answer
+
+
 @pytest.mark.timeout(240)
 def test_a_delete_etcd_never_answered_says_its_outcome_is_unknown_and_retrying_is_safe(
     herald_cluster: HeraldCluster,
 ) -> None:
     cluster = herald_cluster
-    etcd = cluster.etcd
-    assert etcd is not None
-    cluster.create_topic("doomed", replication_factor=3, min_insync_replicas=2)
-    node = cluster.any_serving().node_id
-
-    etcd.pause()
-    try:
-        answer = cluster.http.delete(f"{cluster.nodes[node].url}/v1/topics/doomed", timeout=30.0)
-    finally:
-        etcd.resume()
-    assert answer.status_code == 503, answer.text
+    node, answer = delete_with_etcd_down(cluster, "doomed", "paused")
     body = problem(answer)
-    assert body["code"] == "cluster_unavailable"
     assert body.get("outcome") == "unknown", body
     assert answer.headers.get("retry-after")
 
@@ -67,19 +79,8 @@ def test_a_delete_refused_with_etcd_unreachable_changes_nothing(
     herald_cluster: HeraldCluster,
 ) -> None:
     cluster = herald_cluster
-    etcd = cluster.etcd
-    assert etcd is not None
-    cluster.create_topic("kept", replication_factor=3, min_insync_replicas=2)
-    node = cluster.any_serving().node_id
-
-    etcd.kill()
-    try:
-        answer = cluster.http.delete(f"{cluster.nodes[node].url}/v1/topics/kept", timeout=30.0)
-    finally:
-        etcd.start()
-    assert answer.status_code == 503, answer.text
+    _, answer = delete_with_etcd_down(cluster, "kept", "killed")
     body = problem(answer)
-    assert body["code"] == "cluster_unavailable"
     assert "outcome" not in body, body
 
     cluster.wait_live(3, within=60.0)

@@ -24,14 +24,6 @@ REF = ("t", 0)
 
 
 @pytest.fixture
-async def membership(etcd: EtcdClient) -> AsyncIterator[Membership]:
-    async with Membership(
-        etcd, cluster=CLUSTER, node_id="n1", advertise_url="http://127.0.0.1:9", ttl_s=5
-    ) as membership:
-        yield membership
-
-
-@pytest.fixture
 async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
     storage = await Storage.open(tmp_path / "n1")
     try:

@@ -3,6 +3,8 @@ point, not_enough_replicas before the append, fencing (cluster/replication.py)."
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from cluster.replication import (
@@ -11,34 +13,45 @@ from cluster.replication import (
     IsrChange,
     LeaderReplica,
 )
+from tests.cluster.replicas import FakeClock
 
 LAG_MS = 10_000
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, ms: float) -> None:
-        self.now += ms
-
-
 def leader(
-    clock: FakeClock, *, log_end: int = 0, min_insync: int = 2, isr: tuple[str, ...] = ()
+    clock: FakeClock,
+    *,
+    log_end: int = 0,
+    min_insync: int = 2,
+    isr: tuple[str, ...] = (),
+    epoch: int = 3,
+    replicas: tuple[str, ...] = ("a", "b", "c"),
+    **state: int,
 ) -> LeaderReplica:
+    """Node "a" leading ``replicas`` (the ISR all of them unless ``isr``) under
+    ``epoch``; ``state`` is what a new leader starts from (``high_watermark``,
+    ``fsynced_end``)."""
     return LeaderReplica(
         "a",
-        epoch=3,
-        replicas=("a", "b", "c"),
-        isr=isr or ("a", "b", "c"),
+        epoch=epoch,
+        replicas=replicas,
+        isr=isr or replicas,
         min_insync_replicas=min_insync,
         replica_lag_ms=LAG_MS,
         clock=clock,
         log_end=log_end,
+        **state,
     )
+
+
+def in_sync_at(end: int, clock: FakeClock, **kwargs: Any) -> LeaderReplica:
+    """A :func:`leader` with ``end`` records appended that both followers, "b" and "c",
+    have fetched, written and fsynced."""
+    r = leader(clock, **kwargs)
+    r.on_append(end)
+    r.on_fetch("b", 3, end, end)
+    r.on_fetch("c", 3, end, end)
+    return r
 
 
 def test_the_high_watermark_is_the_smallest_written_end_over_the_isr() -> None:
@@ -53,10 +66,7 @@ def test_the_high_watermark_is_the_smallest_written_end_over_the_isr() -> None:
 
 def test_the_high_watermark_never_goes_down() -> None:
     clock = FakeClock()
-    r = leader(clock)
-    r.on_append(10)
-    r.on_fetch("b", 3, 10, 10)
-    r.on_fetch("c", 3, 10, 10)
+    r = in_sync_at(10, clock)
     assert r.high_watermark == 10
     # A follower fetching from lower (it truncated) does not pull the mark down...
     assert r.on_fetch("c", 3, 4, 4).progress.high_watermark == 10
@@ -73,17 +83,7 @@ def test_the_high_watermark_never_goes_down() -> None:
 
 def test_a_new_leader_starts_from_the_mark_it_knew_bounded_by_its_log() -> None:
     clock = FakeClock()
-    r = LeaderReplica(
-        "a",
-        epoch=1,
-        replicas=("a", "b"),
-        isr=("a", "b"),
-        min_insync_replicas=1,
-        replica_lag_ms=LAG_MS,
-        clock=clock,
-        log_end=5,
-        high_watermark=9,
-    )
+    r = leader(clock, epoch=1, replicas=("a", "b"), min_insync=1, log_end=5, high_watermark=9)
     assert (r.high_watermark, r.commit_point) == (5, 5)
 
 
@@ -122,10 +122,7 @@ def test_waiters_are_answered_in_offset_order_as_the_commit_point_passes_them() 
 
 def test_a_follower_leaves_the_isr_after_replica_lag_ms_without_catching_up() -> None:
     clock = FakeClock()
-    r = leader(clock)
-    r.on_append(10)
-    r.on_fetch("b", 3, 10, 10)
-    r.on_fetch("c", 3, 10, 10)
+    r = in_sync_at(10, clock)
     r.on_append(20)  # "c" stops fetching from here on
     for _ in range(10):
         clock.advance(LAG_MS / 10)
@@ -143,10 +140,7 @@ def test_a_follower_leaves_the_isr_after_replica_lag_ms_without_catching_up() ->
 
 def test_a_follower_that_fetches_but_never_reaches_the_log_end_leaves_too() -> None:
     clock = FakeClock()
-    r = leader(clock)
-    r.on_append(100)
-    r.on_fetch("b", 3, 100, 100)
-    r.on_fetch("c", 3, 100, 100)
+    r = in_sync_at(100, clock)
     # "c" keeps fetching, but each time from behind what the leader had at its last fetch.
     written = 100
     for _ in range(20):
@@ -174,10 +168,7 @@ def test_a_follower_keeping_up_under_load_stays_in() -> None:
 
 def test_an_idle_follower_at_the_log_end_stays_in() -> None:
     clock = FakeClock()
-    r = leader(clock)
-    r.on_append(5)
-    r.on_fetch("b", 3, 5, 5)
-    r.on_fetch("c", 3, 5, 5)
+    r = in_sync_at(5, clock)
     clock.advance(LAG_MS * 5)
     assert r.tick().isr_change is None
 
@@ -223,10 +214,7 @@ def test_acks_all_is_refused_before_the_append_below_min_insync() -> None:
 
 def test_waiters_are_refused_when_the_isr_falls_below_min_insync() -> None:
     clock = FakeClock()
-    r = leader(clock, min_insync=2)
-    r.on_append(5)
-    r.on_fetch("b", 3, 5, 5)
-    r.on_fetch("c", 3, 5, 5)
+    r = in_sync_at(5, clock, min_insync=2)
     r.on_append(8)
     assert r.wait_commit(8).committed == ()
     clock.advance(LAG_MS + 1)
@@ -238,10 +226,7 @@ def test_waiters_are_refused_when_the_isr_falls_below_min_insync() -> None:
 
 def test_acks_all_waits_only_for_the_isr_once_a_follower_left() -> None:
     clock = FakeClock()
-    r = leader(clock, min_insync=2)
-    r.on_append(5)
-    r.on_fetch("b", 3, 5, 5)
-    r.on_fetch("c", 3, 5, 5)
+    r = in_sync_at(5, clock, min_insync=2)
     r.on_append(8)
     r.on_flush(8)
     r.wait_commit(8)
@@ -305,14 +290,11 @@ def test_follower_lag_counts_records_behind_the_log_end() -> None:
 
 def test_a_new_leaders_mark_is_settled_once_it_reaches_the_epoch_start() -> None:
     clock = FakeClock()
-    r = LeaderReplica(
-        "a",
+    r = leader(
+        clock,
         epoch=2,
         replicas=("a", "b"),
-        isr=("a", "b"),
-        min_insync_replicas=1,
-        replica_lag_ms=LAG_MS,
-        clock=clock,
+        min_insync=1,
         log_end=10,
         high_watermark=4,  # what its last fetch response said; the old leader had more
     )
@@ -345,14 +327,9 @@ def test_a_new_leader_answers_no_waiter_from_its_inherited_commit_point() -> Non
     # committed only once the ISR of this epoch has fsynced up to the epoch's start. A
     # duplicate id answered at acks=all waits for an offset below that start.
     clock = FakeClock()
-    r = LeaderReplica(
-        "a",
+    r = leader(
+        clock,
         epoch=2,
-        replicas=("a", "b", "c"),
-        isr=("a", "b", "c"),
-        min_insync_replicas=2,
-        replica_lag_ms=LAG_MS,
-        clock=clock,
         log_end=10,
         high_watermark=10,  # the old leader's mark, as its last fetch response carried it
         fsynced_end=10,
@@ -366,14 +343,12 @@ def test_a_new_leader_answers_no_waiter_from_its_inherited_commit_point() -> Non
 
 def test_a_new_leader_alone_in_the_isr_settles_on_its_own_fsync() -> None:
     clock = FakeClock()
-    r = LeaderReplica(
-        "a",
+    r = leader(
+        clock,
         epoch=2,
         replicas=("a", "b"),
         isr=("a",),
-        min_insync_replicas=1,
-        replica_lag_ms=LAG_MS,
-        clock=clock,
+        min_insync=1,
         log_end=10,
         high_watermark=10,
         fsynced_end=7,  # a tail written before a restart, not yet fsynced

@@ -4,39 +4,20 @@ node on a real etcd."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-
-import pytest
+from collections.abc import Mapping
 
 from cluster.etcd import EtcdClient
-from cluster.fence import Fence
 from cluster.membership import Membership
 from cluster.serving_guard import ServingGuard
 from cluster.topics import config_to_json, topic_key
 from storage.config import TopicConfig
+from tests.cluster.conftest import fence_alone
 
 CLUSTER = "guard"
 
 
-async def _no_answers(urls: Mapping[str, str], timeout_s: float) -> dict[str, float]:
-    return {}
-
-
-@pytest.fixture
-async def membership(etcd: EtcdClient) -> AsyncIterator[Membership]:
-    async with Membership(
-        etcd, cluster=CLUSTER, node_id="n1", advertise_url="http://127.0.0.1:9", ttl_s=5
-    ) as membership:
-        yield membership
-
-
 def guard(etcd: EtcdClient, membership: Membership, held: Mapping[str, int]) -> ServingGuard:
-    fence = Fence(
-        holds_lease=membership.holds_lease,
-        failing_since=membership.failing_since,
-        peers=lambda: ({}, set()),
-        ask=_no_answers,
-    )
+    fence = fence_alone(membership)
 
     async def stop(why: str) -> None:
         pass

@@ -66,16 +66,23 @@ def publish(cluster: HeraldCluster, node: str, partition: int, value: str) -> in
     return offset
 
 
+def a_partition_n1_leads(cluster: HeraldCluster) -> int:
+    """Create topic "t" (3 partitions, replication 3) through n1, the node that can be
+    cut off; one of the partitions it leads (leaders are spread: it leads one)."""
+    cluster.create_topic("t", via="n1", partitions=3, replication_factor=3, min_insync_replicas=2)
+    topic = cluster.topic("t", "n2")
+    led = [p["partition"] for p in topic["partitions"] if p["leader"] == "n1"]
+    assert led, f"n1 leads none of {topic['partitions']}"
+    number: int = led[0]
+    return number
+
+
 @pytest.mark.timeout(300)
 def test_a_leader_cut_off_from_etcd_alone_serves_no_stale_read(
     cluster_with_a_cuttable_node: tuple[HeraldCluster, Link],
 ) -> None:
     cluster, link = cluster_with_a_cuttable_node
-    cluster.create_topic("t", via="n1", partitions=3, replication_factor=3, min_insync_replicas=2)
-    topic = cluster.topic("t", "n2")
-    led = [p["partition"] for p in topic["partitions"] if p["leader"] == "n1"]
-    assert led, f"n1 leads none of {topic['partitions']}"
-    number = led[0]
+    number = a_partition_n1_leads(cluster)
     publish(cluster, "n1", number, "before")
 
     link.cut()
@@ -290,11 +297,7 @@ def test_a_node_whose_view_lags_a_re_creation_serves_nothing_of_the_old_topic(
     lagged a topic's delete and re-create showed the old topic's records. Its watches are
     held back here while its lease renewals and reads of etcd still pass."""
     cluster, link = cluster_with_a_cuttable_node
-    cluster.create_topic("t", via="n1", partitions=3, replication_factor=3, min_insync_replicas=2)
-    topic = cluster.topic("t", "n2")
-    led = [p["partition"] for p in topic["partitions"] if p["leader"] == "n1"]
-    assert led, f"n1 leads none of {topic['partitions']}"
-    number = led[0]
+    number = a_partition_n1_leads(cluster)
     for k in range(5):
         publish(cluster, "n1", number, f"old-{k}")
 

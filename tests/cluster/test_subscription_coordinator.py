@@ -4,17 +4,14 @@ cursors of what it runs — never one of a subscription deleted and created sinc
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-
 import orjson
-import pytest
 
 from cluster.coordination import coordinators_prefix, cursors_prefix, subscriptions_prefix
 from cluster.etcd import EtcdClient
-from cluster.fence import Fence
 from cluster.membership import Membership
 from cluster.metadata import MetadataView
 from cluster.subscription_coordinator import SubscriptionCoordinator
+from tests.cluster.conftest import fence_alone
 
 CLUSTER = "subs"
 CONFIG = orjson.dumps({"topic": "t", "start": "earliest"})
@@ -42,28 +39,11 @@ class Host:
         self.ended.append((name, "deleted"))
 
 
-async def _no_answers(urls: Mapping[str, str], timeout_s: float) -> dict[str, float]:
-    return {}
-
-
-@pytest.fixture
-async def membership(etcd: EtcdClient) -> AsyncIterator[Membership]:
-    async with Membership(
-        etcd, cluster=CLUSTER, node_id="n1", advertise_url="http://127.0.0.1:9", ttl_s=5
-    ) as membership:
-        yield membership
-
-
 async def coordinator(
     etcd: EtcdClient, membership: Membership
 ) -> tuple[SubscriptionCoordinator, MetadataView, Host]:
     view = MetadataView(etcd, CLUSTER, keys=None, changed=lambda: None)
-    fence = Fence(
-        holds_lease=membership.holds_lease,
-        failing_since=membership.failing_since,
-        peers=lambda: ({}, set()),
-        ask=_no_answers,
-    )
+    fence = fence_alone(membership)
     subscriptions = SubscriptionCoordinator(
         etcd,
         CLUSTER,
@@ -78,16 +58,23 @@ async def coordinator(
     return subscriptions, view, host
 
 
+async def run_here(
+    subscriptions: SubscriptionCoordinator, view: MetadataView, membership: Membership
+) -> None:
+    """Create subscription "s" and reconcile until this node runs it: one pass claims
+    it, the next (its view told of the claim) runs it."""
+    assert await subscriptions.create("s", CONFIG)
+    await view.load()
+    await subscriptions.reconcile(membership.members)  # claims it
+    await view.load()
+    await subscriptions.reconcile(membership.members)  # runs it
+
+
 async def test_a_new_subscription_is_claimed_under_the_lease_and_run_from_no_cursor(
     etcd: EtcdClient, membership: Membership
 ) -> None:
     subscriptions, view, host = await coordinator(etcd, membership)
-    assert await subscriptions.create("s", CONFIG)
-    await view.load()
-
-    await subscriptions.reconcile(membership.members)  # claims it
-    await view.load()
-    await subscriptions.reconcile(membership.members)  # runs it
+    await run_here(subscriptions, view, membership)
 
     claimed = await etcd.get(coordinators_prefix(CLUSTER) + "s")
     assert claimed is not None
@@ -100,10 +87,7 @@ async def test_a_saved_cursor_reaches_etcd_while_this_node_coordinates(
     etcd: EtcdClient, membership: Membership
 ) -> None:
     subscriptions, view, _host = await coordinator(etcd, membership)
-    await subscriptions.create("s", CONFIG)
-    await view.load()
-    await subscriptions.reconcile(membership.members)
-    await subscriptions.reconcile(membership.members)
+    await run_here(subscriptions, view, membership)
 
     subscriptions.cursor_saved("s", b"cursor-1")
     await subscriptions.flush_cursors()
@@ -116,10 +100,7 @@ async def test_a_subscription_created_again_ends_the_old_runtime_and_not_with_it
     etcd: EtcdClient, membership: Membership
 ) -> None:
     subscriptions, view, host = await coordinator(etcd, membership)
-    await subscriptions.create("s", CONFIG)
-    await view.load()
-    await subscriptions.reconcile(membership.members)
-    await subscriptions.reconcile(membership.members)
+    await run_here(subscriptions, view, membership)
     assert host.running() == {"s"}
     # Deleted and created again on another node, this one's view not yet told.
     await etcd.delete(subscriptions_prefix(CLUSTER) + "s")
@@ -139,10 +120,7 @@ async def test_a_deleted_subscription_ends_its_runtime(
     etcd: EtcdClient, membership: Membership
 ) -> None:
     subscriptions, view, host = await coordinator(etcd, membership)
-    await subscriptions.create("s", CONFIG)
-    await view.load()
-    await subscriptions.reconcile(membership.members)
-    await subscriptions.reconcile(membership.members)
+    await run_here(subscriptions, view, membership)
 
     assert await subscriptions.delete("s")
     await view.load()

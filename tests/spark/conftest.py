@@ -93,6 +93,14 @@ def read_all(url: str, topic: str, partition: int = 0) -> list[dict[str, Any]]:
         offset = page["next_offset"]
 
 
+def subscription_of(url: str, sub: str) -> dict[str, Any]:
+    """GET /v1/subscriptions/{sub}: its ``config`` and ``stats``."""
+    r = httpx.get(f"{url}/v1/subscriptions/{sub}")
+    r.raise_for_status()
+    body: dict[str, Any] = r.json()
+    return body
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str, query: Any = None) -> None:
     """Poll `check` for at most `timeout` s; a failed `query` fails the wait at once."""
 

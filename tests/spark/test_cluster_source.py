@@ -8,12 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 from herald import Producer
 from tests.cluster.nodes import HeraldCluster
-from tests.spark.conftest import publish, wait_until
+from tests.spark.conftest import publish
+from tests.spark.streams import (
+    assert_each_record_once,
+    herald_source,
+    into_parquet,
+    wait_for_rows,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -36,29 +41,10 @@ def test_the_coordinator_killed_mid_stream_keeps_parquet_exactly_once(
         )
         out, cp = tmp_path / "out", tmp_path / "cp"
 
-        def written() -> int:
-            try:
-                return int(spark.read.parquet(str(out)).count())
-            except Exception:  # no committed file yet
-                return 0
-
-        query = (
-            spark.readStream.format("herald")
-            .option("url", urls)
-            .option("topic", "sq")
-            .option("subscription", "sq-spark")
-            .option("startingOffsets", "earliest")
-            .option("maxRecordsPerTrigger", "50")
-            .load()
-            .select("partition", "offset", "value")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(cp))
-            .trigger(processingTime="200 milliseconds")
-            .start()
-        )
+        rows = herald_source(spark, urls, "sq", "sq-spark", maxRecordsPerTrigger=50)
+        query = into_parquet(rows.select("partition", "offset", "value"), out, cp)
         try:
-            wait_until(lambda: written() >= 50, 120, "the first batches in parquet", query)
+            wait_for_rows(spark, out, 50, 120, query)
             view = cluster.cluster_view("n1")
             owner = next(s["coordinator"] for s in view["subscriptions"] if s["name"] == "sq-spark")
             cluster.kill(owner)
@@ -67,14 +53,11 @@ def test_the_coordinator_killed_mid_stream_keeps_parquet_exactly_once(
             # failover (leader_unavailable, Retry-After) until a new leader answers; ids
             # make a retry of a batch that was appended after all a duplicate.
             asyncio.run(_publish(cluster.nodes[survivor].url, range(200, 300)))
-            wait_until(lambda: written() >= 300, 180, "all 300 records in parquet", query)
+            wait_for_rows(spark, out, 300, 180, query)
             assert query.exception() is None
         finally:
             query.stop()
-        rows = spark.read.parquet(str(out)).collect()
-        assert len(rows) == 300
-        assert len({(r.partition, r.offset) for r in rows}) == 300
-        assert sorted(orjson.loads(r.value)["n"] for r in rows) == list(range(300))
+        assert_each_record_once(spark, out, 300)
         assert (
             httpx.get(f"{cluster.nodes[survivor].url}/v1/subscriptions/sq-spark").status_code == 200
         )

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from tests.spark.conftest import publish, read_all, wait_until
+from tests.spark.streams import herald_source
 
 
 def test_sink_round_trips_and_a_replayed_batch_adds_no_duplicates(
@@ -22,12 +23,7 @@ def test_sink_round_trips_and_a_replayed_batch_adds_no_duplicates(
 
     def run() -> Any:
         return (
-            spark.readStream.format("herald")
-            .option("url", url)
-            .option("topic", src)
-            .option("subscription", sub)
-            .option("startingOffsets", "earliest")
-            .load()
+            herald_source(spark, url, src, sub)
             .select("key", "headers", "value", "value_bytes")
             .writeStream.format("herald")
             .option("url", url)

@@ -12,27 +12,18 @@ import httpx
 import orjson
 
 from tests.conftest import free_port
-from tests.spark.conftest import publish, wait_until
+from tests.spark.conftest import publish, subscription_of, wait_until
+from tests.spark.streams import (
+    assert_each_record_once,
+    herald_source,
+    into_parquet,
+    wait_for_rows,
+)
 
 
 def _stats(url: str, sub: str) -> dict[str, Any]:
-    r = httpx.get(f"{url}/v1/subscriptions/{sub}")
-    r.raise_for_status()
-    stats: dict[str, Any] = r.json()["stats"]
+    stats: dict[str, Any] = subscription_of(url, sub)["stats"]
     return stats
-
-
-def _reader(spark: Any, url: str, topic: str, sub: str, **options: Any) -> Any:
-    reader = (
-        spark.readStream.format("herald")
-        .option("url", url)
-        .option("topic", topic)
-        .option("subscription", sub)
-        .option("startingOffsets", "earliest")
-    )
-    for name, value in options.items():
-        reader = reader.option(name, str(value))
-    return reader.load()
 
 
 def test_records_arrive_in_order_with_columns_and_acks_follow_commits(
@@ -67,7 +58,7 @@ def test_records_arrive_in_order_with_columns_and_acks_follow_commits(
             floors_at_batch.append((first, floors))
 
     query = (
-        _reader(spark, url, topic, sub)
+        herald_source(spark, url, topic, sub)
         .writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(tmp_path / "cp"))
         .trigger(processingTime="200 milliseconds")
@@ -123,38 +114,22 @@ def test_restart_from_checkpoint_into_parquet_is_exactly_once(
     out, cp = tmp_path / "out", tmp_path / "cp"
 
     def start() -> Any:
-        return (
-            _reader(spark, url, topic, sub, maxRecordsPerTrigger=70)
-            .select("partition", "offset", "value")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(cp))
-            .trigger(processingTime="200 milliseconds")
-            .start()
-        )
-
-    def written() -> int:
-        try:
-            return int(spark.read.parquet(str(out)).count())
-        except Exception:  # no committed file yet
-            return 0
+        rows = herald_source(spark, url, topic, sub, maxRecordsPerTrigger=70)
+        return into_parquet(rows.select("partition", "offset", "value"), out, cp)
 
     query = start()
     try:
-        wait_until(lambda: written() >= 70, 90, "the first batches in parquet", query)
+        wait_for_rows(spark, out, 70, 90, query)
     finally:
         query.stop()
     # Stopped mid-stream: more records arrive while the query is down.
     publish(url, topic, [{"value": {"n": i}, "key": f"k{i}"} for i in range(300, 400)])
     query = start()
     try:
-        wait_until(lambda: written() >= 400, 120, "all 400 records in parquet", query)
+        wait_for_rows(spark, out, 400, 120, query)
     finally:
         query.stop()
-    rows = spark.read.parquet(str(out)).collect()
-    assert len(rows) == 400
-    assert len(set(_offsets(rows))) == 400
-    assert sorted(orjson.loads(r.value)["n"] for r in rows) == list(range(400))
+    assert_each_record_once(spark, out, 400)
 
 
 def test_crash_in_foreach_batch_replays_the_same_batch(
@@ -174,7 +149,7 @@ def test_crash_in_foreach_batch_replays_the_same_batch(
 
     def run() -> Any:
         return (
-            _reader(spark, url, topic, sub, maxRecordsPerTrigger=40)
+            herald_source(spark, url, topic, sub, maxRecordsPerTrigger=40)
             .writeStream.foreachBatch(handle)
             .option("checkpointLocation", str(tmp_path / "cp"))
             .trigger(processingTime="200 milliseconds")
@@ -211,7 +186,7 @@ def test_available_now_respects_max_records_per_trigger(
         rows.extend(got)
 
     query = (
-        _reader(spark, url, topic, sub, maxRecordsPerTrigger=60)
+        herald_source(spark, url, topic, sub, maxRecordsPerTrigger=60)
         .writeStream.foreachBatch(handle)
         .option("checkpointLocation", str(tmp_path / "cp"))
         .trigger(availableNow=True)
@@ -249,31 +224,15 @@ def test_node_killed_mid_stream_keeps_parquet_exactly_once(
     publish(node, topic, [{"value": {"n": i}, "key": f"k{i}"} for i in range(200)])
     out, cp = tmp_path / "out", tmp_path / "cp"
 
-    def written() -> int:
-        try:
-            return int(spark.read.parquet(str(out)).count())
-        except Exception:  # no committed file yet
-            return 0
-
-    query = (
-        _reader(spark, urls, topic, sub, maxRecordsPerTrigger=50)
-        .select("partition", "offset", "value")
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(cp))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    rows = herald_source(spark, urls, topic, sub, maxRecordsPerTrigger=50)
+    query = into_parquet(rows.select("partition", "offset", "value"), out, cp)
     try:
-        wait_until(lambda: written() >= 50, 90, "the first batches in parquet", query)
+        wait_for_rows(spark, out, 50, 90, query)
         herald_server.kill()
         herald_server.restart()
         publish(node, topic, [{"value": {"n": i}, "key": f"k{i}"} for i in range(200, 300)])
-        wait_until(lambda: written() >= 300, 120, "all 300 records in parquet", query)
+        wait_for_rows(spark, out, 300, 120, query)
         assert query.exception() is None
     finally:
         query.stop()
-    rows = spark.read.parquet(str(out)).collect()
-    assert len(rows) == 300
-    assert len(set(_offsets(rows))) == 300
-    assert sorted(orjson.loads(r.value)["n"] for r in rows) == list(range(300))
+    assert_each_record_once(spark, out, 300)

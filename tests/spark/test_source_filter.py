@@ -11,7 +11,8 @@ import orjson
 import pytest
 
 from spark_bridge.source import HeraldStreamReader, read_range
-from tests.spark.conftest import publish, wait_until
+from tests.spark.conftest import publish, subscription_of
+from tests.spark.streams import herald_source, into_parquet, wait_for_rows
 
 FILTER = 'headers.region = "eu" OR hasPrefix(key, "vip-")'
 
@@ -30,13 +31,6 @@ def _matching(i: int) -> bool:
     return i % 10 == 3 or i % 50 == 7
 
 
-def _subscription(url: str, sub: str) -> dict[str, Any]:
-    r = httpx.get(f"{url}/v1/subscriptions/{sub}")
-    r.raise_for_status()
-    body: dict[str, Any] = r.json()
-    return body
-
-
 def test_filtered_source_yields_exactly_the_matching_records_across_a_restart(
     spark: Any, shared_herald: Any, unique: Any, tmp_path: Path
 ) -> None:
@@ -46,43 +40,23 @@ def test_filtered_source_yields_exactly_the_matching_records_across_a_restart(
     out, cp = tmp_path / "out", tmp_path / "cp"
 
     def start() -> Any:
-        return (
-            spark.readStream.format("herald")
-            .option("url", url)
-            .option("topic", topic)
-            .option("subscription", sub)
-            .option("startingOffsets", "earliest")
-            .option("filter", FILTER)
-            # With a filter this bounds the offsets a batch spans: many small batches,
-            # so the restart below lands between them.
-            .option("maxRecordsPerTrigger", 60)
-            .load()
-            .select("partition", "offset", "key", "headers", "value")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(cp))
-            .trigger(processingTime="200 milliseconds")
-            .start()
-        )
-
-    def written() -> int:
-        try:
-            return int(spark.read.parquet(str(out)).count())
-        except Exception:  # no committed file yet
-            return 0
+        # With a filter maxRecordsPerTrigger bounds the offsets a batch spans: many small
+        # batches, so the restart below lands between them.
+        rows = herald_source(spark, url, topic, sub, filter=FILTER, maxRecordsPerTrigger=60)
+        return into_parquet(rows.select("partition", "offset", "key", "headers", "value"), out, cp)
 
     query = start()
     try:
-        wait_until(lambda: written() >= 20, 90, "the first batches in parquet", query)
+        wait_for_rows(spark, out, 20, 90, query)
     finally:
         query.stop()
-    assert _subscription(url, sub)["config"]["filter"] == FILTER  # created with it
+    assert subscription_of(url, sub)["config"]["filter"] == FILTER  # created with it
     # Stopped mid-stream: more records arrive while the query is down.
     publish(url, topic, [_message(i) for i in range(400, 600)])
     wanted = sorted(i for i in range(600) if _matching(i))
     query = start()
     try:
-        wait_until(lambda: written() >= len(wanted), 120, "every matching record", query)
+        wait_for_rows(spark, out, len(wanted), 120, query)
     finally:
         query.stop()
 
@@ -97,7 +71,7 @@ def test_filtered_source_yields_exactly_the_matching_records_across_a_restart(
             _message(n)["headers"],
         )
 
-    stats = _subscription(url, sub)["stats"]
+    stats = subscription_of(url, sub)["stats"]
     # The records the filter dropped were acked by the server once, unsent, and stayed
     # acked across the query's restart: never sent to the bridge, never redelivered.
     assert stats["filtered_total"] == 600 - len(wanted)

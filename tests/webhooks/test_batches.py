@@ -17,15 +17,16 @@ from standardwebhooks import Webhook
 from herald import Message
 from herald.webhooks import verify
 from tests.helpers import wait_until_sync
+from tests.webhooks.push import (
+    NEVER_OPENS,
+    SECRET,
+    dead_lettering_subscription,
+    publish,
+    push_subscription,
+    read_topic,
+    stats,
+)
 from tests.webhooks.receiver import Answer, Received, Receiver
-from tests.webhooks.test_push_delivery import SECRET, publish, push_subscription, stats
-
-NEVER_OPENS = {"failures": 1000}
-
-
-@pytest.fixture
-def herald_url(shared_herald: Any) -> str:
-    return str(shared_herald.url)
 
 
 def config_of(url: str, name: str) -> dict[str, Any]:
@@ -114,15 +115,14 @@ def test_a_failed_batch_fails_every_record_which_retries_and_dead_letters_on_its
 ) -> None:
     topic, name, dlq = unique("ft"), unique("fs"), unique("fd")
     with Receiver([SECRET], lambda _: Answer(500)) as receiver:
-        push_subscription(
+        dead_lettering_subscription(
             herald_url,
             name,
             topic,
             receiver.url,
-            max_deliveries=3,
-            dead_letter_topic=dlq,
+            dlq,
             retry_backoff={"min_ms": 10, "max_ms": 20},
-            push={"batch": {"max_records": 4, "max_wait_ms": 300}, "breaker": NEVER_OPENS},
+            push={"batch": {"max_records": 4, "max_wait_ms": 300}},
         )
         publish(herald_url, topic, list(range(4)))
         wait_until_sync(
@@ -144,9 +144,9 @@ def test_a_failed_batch_fails_every_record_which_retries_and_dead_letters_on_its
     assert [r.ids() for r in received] == [[f"0-{i}" for i in range(4)]] * 3
     s = stats(herald_url, name)
     assert (s["acked_total"], s["redelivered_total"], s["delivered_total"]) == (0, 8, 12)
-    dead = httpx.get(f"{herald_url}/v1/topics/{dlq}/partitions/0/messages?offset=0").json()
-    assert sorted(m["value"] for m in dead["messages"]) == [0, 1, 2, 3]
-    for letter in dead["messages"]:
+    dead = read_topic(herald_url, dlq)
+    assert sorted(m["value"] for m in dead) == [0, 1, 2, 3]
+    for letter in dead:
         assert letter["headers"]["herald-source-deliveries"] == "3"
         assert letter["headers"]["herald-source-last-error"] == "http 500"
 

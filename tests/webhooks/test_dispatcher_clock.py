@@ -4,33 +4,21 @@ dir, a real receiver on loopback, and time that moves only when the test moves i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from delivery.config import Backoff, Breaker, PushConfig, SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.start import StartAt
-from storage.config import TopicConfig
 from storage.engine import Storage
 from storage.record import Acks, NewRecord
 from storage.topic import PublishItem
 from subscribers.webhook import WebhookDispatcher
 from tests.helpers import FakeClock, wait_until
+from tests.webhooks.push import SECRET
 from tests.webhooks.receiver import Answer, Received, Receiver
 
 pytestmark = pytest.mark.timeout(60)
-
-SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-@pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
-    s = await Storage.open(tmp_path / "data")
-    await s.ensure_topic("t", TopicConfig(partitions=1))
-    yield s
-    await s.close()
 
 
 def fail_first(received: Received) -> Answer:

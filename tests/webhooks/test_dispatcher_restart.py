@@ -6,7 +6,6 @@ a real one (the subscription's attempt log cannot be read)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -15,29 +14,25 @@ from delivery.config import PushConfig, SubscriptionConfig
 from delivery.engine import DeliveryEngine
 from delivery.start import StartAt
 from herald.lifecycle import Backoff
-from storage.config import TopicConfig
 from storage.engine import Storage
 from storage.record import Acks, NewRecord
 from storage.topic import PublishItem
 from subscribers.destination import DestinationGuard
 from subscribers.webhook import WebhookDispatchers
 from tests.helpers import wait_until
+from tests.webhooks.push import SECRET
 from tests.webhooks.receiver import Answer, Receiver
 
 pytestmark = pytest.mark.timeout(60)
 
-SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
 
 @pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[DeliveryEngine]:
-    storage = await Storage.open(tmp_path / "data")
-    await storage.ensure_topic("t", TopicConfig(partitions=1))
+async def engine(storage: Storage) -> AsyncIterator[DeliveryEngine]:
+    """A delivery engine on the ``storage`` fixture's (tests/webhooks/conftest.py)."""
     engine = DeliveryEngine(storage)
     await engine.start()
     yield engine
     await engine.stop()
-    await storage.close()
 
 
 async def test_a_failed_dispatcher_restarts_with_the_same_destination_guard(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -13,45 +13,18 @@ import pytest
 
 from storage.cursors import CursorStore
 from tests.helpers import wait_until_sync
+from tests.webhooks.push import (
+    NEVER_OPENS,
+    OLD_SECRET,
+    SECRET,
+    dead_lettering_subscription,
+    fail_first,
+    publish,
+    push_subscription,
+    read_topic,
+    stats,
+)
 from tests.webhooks.receiver import Answer, Received, Receiver
-
-SECRET = "whsec_" + base64.b64encode(b"herald-test-secret-0123456789ab").decode()
-OLD_SECRET = "whsec_" + base64.b64encode(b"herald-old-secret-0123456789abc").decode()
-
-
-def push_subscription(
-    url: str, name: str, topic: str, receiver_url: str, **fields: Any
-) -> dict[str, Any]:
-    push = {"url": receiver_url, "secret": SECRET, **fields.pop("push", {})}
-    body = {"topic": topic, "start": "earliest", "push": push, **fields}
-    response = httpx.put(f"{url}/v1/subscriptions/{name}", json=body)
-    assert response.status_code == 201, response.text
-    return dict(response.json())
-
-
-@pytest.fixture
-def herald_url(shared_herald: Any) -> str:
-    """One server for the tests that never stop it (their names are unique)."""
-    return str(shared_herald.url)
-
-
-def publish(url: str, topic: str, values: list[Any]) -> None:
-    response = httpx.post(
-        f"{url}/v1/topics/{topic}/messages", json={"messages": [{"value": v} for v in values]}
-    )
-    assert response.status_code == 200, response.text
-
-
-def stats(url: str, name: str) -> dict[str, Any]:
-    return dict(httpx.get(f"{url}/v1/subscriptions/{name}").json()["stats"])
-
-
-def fail_first(k: int) -> Any:
-    def behaviour(received: Received) -> Answer:
-        assert received.message is not None
-        return Answer(500 if received.message["attempt"] <= k else 200)
-
-    return behaviour
 
 
 def test_flaky_receiver_gets_every_record_with_growing_backoff(
@@ -65,7 +38,7 @@ def test_flaky_receiver_gets_every_record_with_growing_backoff(
             topic,
             receiver.url,
             retry_backoff={"min_ms": 50, "max_ms": 2000},
-            push={"breaker": {"failures": 1000}},
+            push={"breaker": NEVER_OPENS},
         )
         publish(herald_url, topic, [{"n": i} for i in range(5)])
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 5)
@@ -96,28 +69,12 @@ def sent_by(receiver: Receiver, subscription: str) -> list[Received]:
     return [r for r in receiver.snapshot() if r.headers["webhook-id"].startswith(prefix)]
 
 
-def read_topic(url: str, topic: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{url}/v1/topics/{topic}/partitions/0/messages", params={"offset": 0})
-    if response.status_code == 404:
-        return []
-    return list(response.json()["messages"])
-
-
 def test_always_failing_receiver_dead_letters_after_max_deliveries(
     herald_url: str, unique: Any
 ) -> None:
     topic, name, dead = unique("t"), unique("s"), unique("dlq")
     with Receiver([SECRET], lambda _: Answer(500)) as receiver:
-        push_subscription(
-            herald_url,
-            name,
-            topic,
-            receiver.url,
-            max_deliveries=3,
-            dead_letter_topic=dead,
-            retry_backoff={"min_ms": 10, "max_ms": 50},
-            push={"breaker": {"failures": 1000}},
-        )
+        dead_lettering_subscription(herald_url, name, topic, receiver.url, dead)
         publish(herald_url, topic, ["a", "b"])
         wait_until_sync(lambda: len(read_topic(herald_url, dead)) == 2)
         received = receiver.snapshot()
@@ -161,43 +118,36 @@ def test_a_timeout_is_a_failed_delivery(herald_url: str, unique: Any) -> None:
     assert attempts[1]["latency_ms"] >= 150  # it waited for the timeout_ms of 200
 
 
-def test_retry_after_is_honoured(herald_url: str, unique: Any) -> None:
+def two_attempts(
+    url: str, unique: Callable[[str], str], first: Answer, max_backoff_ms: int
+) -> tuple[Received, Received]:
+    """One record pushed to a receiver that gives its first attempt ``first`` and its
+    second a 200, the retry backoff 10 ms to ``max_backoff_ms``: the two requests."""
     topic, name = unique("t"), unique("s")
 
-    def busy_first(received: Received) -> Answer:
+    def first_then_ok(received: Received) -> Answer:
         assert received.message is not None
-        if received.message["attempt"] == 1:
-            return Answer(429, {"retry-after": "1"})
-        return Answer(200)
+        return first if received.message["attempt"] == 1 else Answer(200)
 
-    with Receiver([SECRET], busy_first) as receiver:
-        push_subscription(
-            herald_url, name, topic, receiver.url, retry_backoff={"min_ms": 10, "max_ms": 5000}
-        )
-        publish(herald_url, topic, ["x"])
-        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1)
-        first, second = receiver.snapshot()
+    with Receiver([SECRET], first_then_ok) as receiver:
+        retry_backoff = {"min_ms": 10, "max_ms": max_backoff_ms}
+        push_subscription(url, name, topic, receiver.url, retry_backoff=retry_backoff)
+        publish(url, topic, ["x"])
+        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1, timeout=60)
+        attempt_1, attempt_2 = receiver.snapshot()
+    return attempt_1, attempt_2
+
+
+def test_retry_after_is_honoured(herald_url: str, unique: Any) -> None:
+    first, second = two_attempts(herald_url, unique, Answer(429, {"retry-after": "1"}), 5000)
     assert first.status == 429 and second.status == 200
     assert second.at - first.at >= 0.95  # the 1 s Retry-After, not the 10 ms backoff
 
 
 def test_retry_after_is_capped_by_the_backoff_maximum(herald_url: str, unique: Any) -> None:
-    topic, name = unique("t"), unique("s")
-
-    def unavailable_first(received: Received) -> Answer:
-        assert received.message is not None
-        if received.message["attempt"] == 1:
-            return Answer(503, {"retry-after": "3600"})
-        return Answer(200)
-
-    with Receiver([SECRET], unavailable_first) as receiver:
-        push_subscription(
-            herald_url, name, topic, receiver.url, retry_backoff={"min_ms": 10, "max_ms": 300}
-        )
-        publish(herald_url, topic, ["x"])
-        # Not an hour later: the Retry-After was capped (exactly: tests/delivery/test_push.py).
-        receiver.wait_for(lambda: len(receiver.acked_ids()) == 1, timeout=60)
-        first, second = receiver.snapshot()
+    # Not an hour later: the Retry-After was capped (exactly: tests/delivery/test_push.py).
+    first, second = two_attempts(herald_url, unique, Answer(503, {"retry-after": "3600"}), 300)
+    assert first.status == 503 and second.status == 200
     assert second.at - first.at >= 0.25  # ...at the backoff maximum, 300 ms (jittered)
 
 
@@ -281,7 +231,7 @@ def test_a_restart_mid_retry_loses_nothing(herald_server: Any, unique: Any, stop
             receiver.url,
             max_deliveries=0,
             retry_backoff={"min_ms": 20, "max_ms": 100},
-            push={"breaker": {"failures": 1000}},
+            push={"breaker": NEVER_OPENS},
         )
         publish(herald_server.url, topic, [{"n": i} for i in range(10)])
         receiver.wait_for(lambda: len(receiver.snapshot()) >= 20)
@@ -375,16 +325,14 @@ def test_attempts_of_an_unknown_subscription_are_404(herald_url: str, unique: An
 
 def test_deleting_a_push_subscription_stops_its_requests(herald_url: str, unique: Any) -> None:
     topic, name = unique("t"), unique("s")
+    # Retrying for ever (max_deliveries 0), every 10-20 ms, the breaker never opening.
+    retrying = {
+        "max_deliveries": 0,
+        "retry_backoff": {"min_ms": 10, "max_ms": 20},
+        "push": {"breaker": NEVER_OPENS},
+    }
     with Receiver([SECRET], lambda _: Answer(500)) as receiver:
-        push_subscription(
-            herald_url,
-            name,
-            topic,
-            receiver.url,
-            max_deliveries=0,
-            retry_backoff={"min_ms": 10, "max_ms": 20},
-            push={"breaker": {"failures": 1000}},
-        )
+        push_subscription(herald_url, name, topic, receiver.url, **retrying)
         publish(herald_url, topic, ["x"])
         receiver.wait_for(lambda: len(receiver.snapshot()) >= 3)
         assert httpx.delete(f"{herald_url}/v1/subscriptions/{name}").status_code == 204
@@ -392,15 +340,7 @@ def test_deleting_a_push_subscription_stops_its_requests(herald_url: str, unique
         # A second subscription retrying the same way is the clock: once it has made
         # several requests, the deleted one had every chance to make more.
         canary = unique("canary")
-        push_subscription(
-            herald_url,
-            canary,
-            topic,
-            receiver.url,
-            max_deliveries=0,
-            retry_backoff={"min_ms": 10, "max_ms": 20},
-            push={"breaker": {"failures": 1000}},
-        )
+        push_subscription(herald_url, canary, topic, receiver.url, **retrying)
         receiver.wait_for(lambda: len(sent_by(receiver, canary)) >= 5)
         # At most the one request that was out when the DELETE came.
         assert len(sent_by(receiver, name)) <= deleted_at + 1
@@ -463,7 +403,7 @@ def test_ordered_by_key_holds_a_key_through_its_retries(herald_url: str, unique:
             receiver.url,
             ordered_by_key=True,
             retry_backoff={"min_ms": 10, "max_ms": 20},
-            push={"breaker": {"failures": 1000}},
+            push={"breaker": NEVER_OPENS},
         )
         messages = [{"key": f"k{i % 2}", "value": i} for i in range(8)]
         response = httpx.post(
