@@ -46,7 +46,7 @@ from tests.helpers import wait_until_sync
 NODE_TTL_MS = 2000  # short, so that a failover fits in a test (PROTOCOL §7 default 5000)
 REPLICA_LAG_MS = 3000  # a killed follower leaves the ISR after this (default 10000)
 START_WITHIN_S = 60.0  # every node live once each answers /healthz
-HTTP_TIMEOUT_S = 10.0
+HTTP_TIMEOUT_S = 30.0  # generous: a loaded host (load 20+) took over 10 s to answer
 LOG_TAIL_LINES = 300
 
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,39 @@ async def _registration(cluster: HeraldCluster, node: str) -> tuple[int, int] | 
         return None if kv is None else (kv.lease, kv.create_revision)
 
 
+@contextmanager
+def _kept_alive(cluster: HeraldCluster, lease: int) -> Iterator[None]:
+    """The test renews ``lease`` every second while inside: the restarted process meets its
+    old incarnation's key however long its start takes on a loaded host (a dead node's
+    lease would otherwise end TTL after its last renewal)."""
+    assert cluster.etcd is not None
+    urls = cluster.etcd.urls
+    done = threading.Event()
+
+    async def renew() -> None:
+        async with EtcdClient(urls) as etcd:
+            while not done.is_set():
+                await etcd.lease_keepalive(lease, within_s=5.0)
+                await asyncio.to_thread(done.wait, 1.0)
+
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(renew())
+        except BaseException as exc:  # reported when the block ends
+            failure.append(exc)
+
+    renewer = threading.Thread(target=run, name="lease-renewer")
+    renewer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        renewer.join(60)
+    assert not failure, f"renewing the old lease failed: {failure[0]!r}"
+
+
 async def _revoke(cluster: HeraldCluster, lease: int) -> None:
     assert cluster.etcd is not None
     async with EtcdClient(cluster.etcd.urls) as etcd:
@@ -138,19 +173,21 @@ def test_a_leader_restarted_with_an_empty_disk_inside_its_lease_leads_only_throu
     assert registered is not None
     old_lease, old_incarnation = registered
 
-    cluster.kill(old)
-    wipe(cluster, old)
-    waiting = cluster.nodes[old].log().count("waiting for its lease to end")
     with ThreadPoolExecutor(1) as pool:
-        restarted = pool.submit(cluster.restart, old)
-        cluster.wait_for(
-            lambda: cluster.nodes[old].log().count("waiting for its lease to end") > waiting,
-            120.0,
-            f"{old} started again and waiting for its old lease",
-        )
-        for follower in followers:
-            cluster.pause(follower)
         try:
+            with _kept_alive(cluster, old_lease):
+                cluster.kill(old)
+                wipe(cluster, old)
+                waiting = cluster.nodes[old].log().count("waiting for its lease to end")
+                restarted = pool.submit(cluster.restart, old)
+                cluster.wait_for(
+                    lambda: cluster.nodes[old].log().count("waiting for its lease to end")
+                    > waiting,
+                    120.0,
+                    f"{old} started again and waiting for its old lease",
+                )
+                for follower in followers:
+                    cluster.pause(follower)
             asyncio.run(_revoke(cluster, old_lease))  # its old lease ends now
             cluster.wait_for(
                 lambda: (
