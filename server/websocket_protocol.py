@@ -41,8 +41,8 @@ from websockets.protocol import Protocol
 from websockets.server import ServerProtocol
 from websockets.typing import ExtensionParameter
 
+from delivery.flag import Flag
 from server.keepalive import KeepaliveWheel, wheel_of
-from subscribers.flag import Flag
 
 # Messages shorter than this go uncompressed while no compressor exists (see encode).
 _UNCOMPRESSED_BELOW = 256

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
+from delivery.flag import Flag
 from herald.protocol.close_codes import CloseCode
-from subscribers.flag import Flag
 from subscribers.frames import BadFrame, ClientFrame, parse_frame
 from subscribers.wire import deliver_frame, error_frame
 
