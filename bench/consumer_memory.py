@@ -10,7 +10,9 @@ divided by the number of consumers. Before is taken after a warm-up: 200 consume
 opened and closed, so that what any first connection allocates once is not counted.
 
 ``--compression`` makes the clients offer permessage-deflate (python-websockets'
-defaults); without it they offer none, as the SDK does by default.
+defaults); without it they offer none, as the SDK does by default. ``--tails`` opens
+tails of the topic (``/v1/topics/mem/ws?from=latest``, what the browser SDK and the
+console open; browsers always offer permessage-deflate) instead of durable consumers.
 
 ``--trace N`` instead runs the server under tracemalloc (25 frames), opens N consumers
 (1,000) and prints what the server's Python heap grew by, per consumer, grouped by
@@ -119,10 +121,12 @@ class Clients:
     """``count`` consumers held open by ``processes`` client processes."""
 
     def __init__(self, url: str, subscriptions: list[str], count: int, processes: int,
-                 compression: bool) -> None:  # fmt: skip
+                 compression: bool, tails: bool = False) -> None:  # fmt: skip
         ws = url.replace("http", "ws", 1)
         urls = [f"{ws}/v1/subscriptions/{subscriptions[i % len(subscriptions)]}/ws"
                 f"?credit={CREDIT}" for i in range(count)]  # fmt: skip
+        if tails:
+            urls = [f"{ws}/v1/topics/mem/ws?from=latest&credit={CREDIT}"] * count
         cmd = [sys.executable, "-m", "bench.consumer_memory", "--client"]
         if compression:
             cmd.append("--compression")
@@ -160,8 +164,8 @@ class Clients:
 
 @contextlib.contextmanager
 def consumers(url: str, subscriptions: list[str], count: int, processes: int,
-              compression: bool) -> Iterator[None]:  # fmt: skip
-    clients = Clients(url, subscriptions, count, processes, compression)
+              compression: bool, tails: bool = False) -> Iterator[None]:  # fmt: skip
+    clients = Clients(url, subscriptions, count, processes, compression, tails)
     try:
         clients.wait_open()
         yield
@@ -269,17 +273,20 @@ def measure(args: argparse.Namespace) -> None:
     serve = shlex.split(args.serve) if args.serve else list(SERVE)
     with traced_or_plain_server(serve, None) as (url, pid):
         names = setup(url, args.subscriptions)
-        with consumers(url, names, WARMUP, 1, args.compression):
+        with consumers(url, names, WARMUP, 1, args.compression, args.tails):
             pass
         time.sleep(2)
         before = vm_rss_kib(pid)
         started = time.monotonic()
-        with consumers(url, names, args.consumers, args.processes, args.compression):
+        with consumers(url, names, args.consumers, args.processes, args.compression, args.tails):
             opened = time.monotonic() - started
             time.sleep(2)
             after = vm_rss_kib(pid)
     per = (after - before) / args.consumers
-    print(f"{args.consumers} idle consumers on {args.subscriptions} subscriptions, "
+    what = (
+        "tails of one topic" if args.tails else f"consumers on {args.subscriptions} subscriptions"
+    )
+    print(f"{args.consumers} idle {what}, "
           f"compression {'on' if args.compression else 'off'}: server RSS "
           f"{before / 1024:.1f} -> {after / 1024:.1f} MiB, {per:.1f} KiB per consumer "
           f"(opened in {opened:.1f} s; load average {os.getloadavg()[0]:.2f})")  # fmt: skip
@@ -291,14 +298,15 @@ def trace(args: argparse.Namespace) -> None:
     try:
         with traced_or_plain_server(serve, trace_dir) as (url, _):
             names = setup(url, args.subscriptions)
-            with consumers(url, names, WARMUP, 1, args.compression):
+            with consumers(url, names, WARMUP, 1, args.compression, args.tails):
                 pass
             time.sleep(1)
             before = snapshot(trace_dir, "before")
-            with consumers(url, names, args.trace, args.processes, args.compression):
+            with consumers(url, names, args.trace, args.processes, args.compression, args.tails):
                 time.sleep(1)
                 after = snapshot(trace_dir, "after")
-        print(f"compression {'on' if args.compression else 'off'}")
+        print(f"{'tails' if args.tails else 'consumers'}, "
+              f"compression {'on' if args.compression else 'off'}")  # fmt: skip
         print_profile(before, after, args.trace)
         print_object_counts(
             object_counts(trace_dir, "before"), object_counts(trace_dir, "after"), args.trace
@@ -319,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--subscriptions", type=int, default=80)
     p.add_argument("--processes", type=int, default=4, help="client processes (default 4)")
     p.add_argument("--compression", action="store_true", help="clients offer permessage-deflate")
+    p.add_argument("--tails", action="store_true", help="open tails instead of consumers")
     p.add_argument("--trace", type=int, metavar="N", help="profile N consumers with tracemalloc")
     p.add_argument("--keep", metavar="PREFIX", help="with --trace: save the two snapshots")
     p.add_argument("--serve", help="the server command taking serve's flags (default: this tree)")

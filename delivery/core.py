@@ -40,6 +40,8 @@ class SubscriptionCore(SubscriptionState):
     """Every state transition of one subscription's delivery (plain methods in,
     decisions out); the state and its queries are :class:`SubscriptionState`'s."""
 
+    __slots__ = ()
+
     # ------------------------------------------------------------------ consumers
 
     def attach(self, consumer: str, credit: int) -> None:

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Sequence
 
 from delivery.events import Delivery
+from delivery.flag import Flag
 
 # With nothing to wait for (wait_ms 0), a pull still lets the subscription's worker read
 # what the log has; it answers once the worker is idle, at most this much later.
@@ -40,7 +41,7 @@ class PullSink:
         self.changed.set()
 
 
-async def first_of(events: Sequence[asyncio.Event], within: float | None) -> None:
+async def first_of(events: Sequence[asyncio.Event | Flag], within: float | None) -> None:
     """Wait until one of ``events`` is set, or ``within`` seconds (no busy loop, no task
     left behind)."""
     if any(event.is_set() for event in events):

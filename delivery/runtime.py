@@ -17,6 +17,7 @@ from delivery.config import SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.dead_letter import dead_letter_record
 from delivery.events import DeadLetter, Delivery, ReadRequest, RefetchRequest
+from delivery.flag import Flag
 from herald.lifecycle import Backoff, supervised
 from storage.config import TopicConfig
 from storage.partition import Partition
@@ -82,11 +83,11 @@ class SubscriptionRuntime:
         self._clock = clock
         self._read_max_bytes = read_max_bytes
         self._backpressure = backpressure
-        self._wake = asyncio.Event()
+        self._wake = Flag()
         # Set while the worker waits with nothing left to do: until an append, credit,
         # a verdict or a timer wakes it, it sends nothing (what tests wait on instead of
         # sleeping to see that nothing more comes).
-        self.idle = asyncio.Event()
+        self.idle = Flag()
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self._unsubscribe: list[Callable[[], None]] = []

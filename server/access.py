@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote
 
@@ -290,10 +290,18 @@ class AccessControlMiddleware:
         self.guard = guard
         self.endpoints = endpoints
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        if scope["type"] == "websocket" and (
+            self.guard is None or rule_of(self.endpoints.route_of(scope)[0]) is OPEN
+        ):
+            # Nothing to check, nothing to audit: the next layer's own call, so that no
+            # frame of this one stays suspended while the socket is open (issue 27 §3).
+            return self.app(scope, receive, selecting_subprotocol(scope, send))
         if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
+        return self._checked(scope, receive, send)
+
+    async def _checked(self, scope: Scope, receive: Receive, send: Send) -> None:
         send = selecting_subprotocol(scope, send)
         endpoint, path_params = self.endpoints.route_of(scope)
         rule = rule_of(endpoint)

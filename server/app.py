@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.access import AccessControlMiddleware, access_guard, watching
 from server.cluster_trust import cluster_keys
@@ -31,6 +34,60 @@ from server.runtime import Runtime
 from storage.lock import DataDirLock
 
 log = logging.getLogger("herald.server")
+
+
+class _HttpExceptionMiddleware(ExceptionMiddleware):
+    """Starlette's ExceptionMiddleware, which a WebSocket passes without a frame of it:
+    the handlers a socket's route could reach go into its scope as Starlette puts them."""
+
+    def __call__(  # type: ignore[override]
+        self, scope: Scope, receive: Receive, send: Send
+    ) -> Awaitable[None]:
+        if scope["type"] == "websocket":
+            scope["starlette.exception_handlers"] = self.handlers
+            return self.app(scope, receive, send)
+        return super().__call__(scope, receive, send)
+
+    @property
+    def handlers(self) -> tuple[object, object]:
+        return self._exception_handlers, self._status_handlers
+
+
+class HeraldApp(Starlette):
+    """Starlette, whose own two layers a WebSocket does not go through.
+
+    For a WebSocket, Starlette's ServerErrorMiddleware only passes it on, and no
+    handler of its ExceptionMiddleware is reached (the socket endpoints and our layers
+    turn every failure into a close code themselves: subscribers/websocket.py,
+    server/access.py, server/limits.py); yet each keeps a suspended frame, the second
+    also two closures, for as long as the socket stays open (issue 27 §3: memory per
+    idle consumer). So a WebSocket enters the app's own layers (``middleware``, the
+    same instances HTTP goes through) directly, and ``__call__`` returns their call
+    instead of awaiting it. HTTP goes Starlette's way, unchanged."""
+
+    _layers: ASGIApp  # the app's own layers over the router, below ServerErrorMiddleware
+
+    def build_middleware_stack(self) -> ASGIApp:
+        # As Starlette builds it (no body limit is configured here), with the
+        # ExceptionMiddleware a WebSocket passes.
+        last_resort = {k: v for k, v in self.exception_handlers.items() if k in (500, Exception)}
+        handlers = {k: v for k, v in self.exception_handlers.items() if k not in last_resort}
+        app: ASGIApp = _HttpExceptionMiddleware(self.router, handlers=handlers, debug=self.debug)
+        for cls, args, kwargs in reversed(self.user_middleware):
+            app = cls(app, *args, **kwargs)
+        self._layers = app
+        handler = next(iter(last_resort.values()), None)
+        return ServerErrorMiddleware(app, handler=handler, debug=self.debug)
+
+    def __call__(  # type: ignore[override]
+        self, scope: Scope, receive: Receive, send: Send
+    ) -> Awaitable[None]:
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        if scope["type"] == "websocket":
+            scope["app"] = self
+            return self._layers(scope, receive, send)
+        return super().__call__(scope, receive, send)
 
 
 def create_app(
@@ -70,7 +127,7 @@ def create_app(
     ]
     if not config.allowed_origins:
         cors = []
-    app = Starlette(
+    app = HeraldApp(
         middleware=[
             Middleware(RequestContextMiddleware, access_log_enabled=config.access_log),
             Middleware(

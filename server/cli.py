@@ -353,6 +353,9 @@ def _serve(config: ServerConfig, listener: socket.socket, data_lock: DataDirLock
         return 2
     uv_config = uvicorn.Config(
         app,
+        # Said, not guessed: the app's __call__ returns its layers' call instead of being a
+        # coroutine function (server/app.py), which uvicorn would take for ASGI 2.
+        interface="asgi3",
         host=config.host,
         port=config.port,
         loop="uvloop",

@@ -294,7 +294,8 @@ class EndpointRouter(Router):
                 scope.setdefault("router", self)
                 scope["route"] = route
                 scope["endpoint"] = route.endpoint  # type: ignore[attr-defined]
-                scope["path_params"] = {**scope.get("path_params", {}), **params}
+                outer = scope.get("path_params")
+                scope["path_params"] = {**outer, **params} if outer else params
                 socket_endpoint = self._socket_endpoint.get(endpoint)  # type: ignore[arg-type]
                 if socket_endpoint is not None and scope["type"] == "websocket":
                     return socket_endpoint(WebSocket(scope, receive=receive, send=send))

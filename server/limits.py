@@ -23,6 +23,7 @@ requests and WebSockets per client address, and a deadline for request bodies.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from herald.protocol.errors import RateLimited, RequestTimeout
 from server.auth import Principal
 from server.errors import refuse
+from server.tasks import at_task_end
 
 MAX_REQUESTS_PER_CLIENT = 256
 BODY_TIMEOUT_S = 10.0
@@ -135,10 +137,25 @@ class ClientLimitsMiddleware:
         self.peer_client = peer_client
         self._active: dict[str, int] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        if scope["type"] == "websocket" and self.peer_client is None:
+            return self._admit_socket(scope, receive, send)
         if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
+        return self._limited(scope, receive, send)
+
+    def _admit_socket(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """A WebSocket counted without a frame of this layer held while it stays open
+        (issue 27 §3): its count is given back when its connection's task ends."""
+        if self.max_per_client <= 0:
+            return self.app(scope, receive, send)
+        address = client_address(scope)
+        if not self._take(address):
+            return _refuse_busy(scope, receive, send, self.max_per_client)
+        at_task_end(functools.partial(self._give_back, address))
+        return self.app(scope, receive, send)
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         behind = None if self.peer_client is None else await self.peer_client(scope)
         if behind is not None:
             scope.setdefault("state", {})["client_address"] = behind
@@ -146,19 +163,28 @@ class ClientLimitsMiddleware:
             await self._serve(scope, receive, send)
             return
         address = client_address(scope)
-        active = self._active.get(address, 0)
-        if active >= self.max_per_client:
+        if not self._take(address):
             await _refuse_busy(scope, receive, send, self.max_per_client)
             return
-        self._active[address] = active + 1
         try:
             await self._serve(scope, receive, send)
         finally:
-            left = self._active[address] - 1
-            if left:
-                self._active[address] = left
-            else:
-                del self._active[address]
+            self._give_back(address)
+
+    def _take(self, address: str) -> bool:
+        """Count one more request of ``address``; False if it has its cap's worth."""
+        active = self._active.get(address, 0)
+        if active >= self.max_per_client:
+            return False
+        self._active[address] = active + 1
+        return True
+
+    def _give_back(self, address: str, *_ended: object) -> None:
+        left = self._active[address] - 1
+        if left:
+            self._active[address] = left
+        else:
+            del self._active[address]
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

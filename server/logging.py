@@ -9,15 +9,19 @@ thousands of records a second that would cost more than the work itself.
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import os
 import re
 import sys
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server.tasks import at_task_end
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "herald_request_id", default=None
@@ -146,10 +150,19 @@ class RequestContextMiddleware:
         self.app = app
         self.access_log_enabled = access_log_enabled
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        if scope["type"] == "http":
+            return self._http(scope, receive, send)
+        if scope["type"] == "websocket":
+            # The id is the connection task's for its life (uvicorn gives each its own
+            # task); the access line, if any, is written when that task ends. No frame
+            # of this layer stays suspended while the socket is open (issue 27 §3).
+            request_id_var.set(_client_request_id(scope) or os.urandom(16).hex())
+            if self.access_log_enabled:
+                at_task_end(functools.partial(_log_access, scope, time.perf_counter(), 0))
+        return self.app(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id = _client_request_id(scope) or os.urandom(16).hex()
         token = request_id_var.set(request_id)
         started = time.perf_counter()
@@ -168,11 +181,15 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             if self.access_log_enabled:
-                access_log.info(
-                    "%s %s %d %.1fms",
-                    scope.get("method", "WS"),
-                    scope.get("path"),
-                    status,
-                    (time.perf_counter() - started) * 1000,
-                )
+                _log_access(scope, started, status)
             request_id_var.reset(token)
+
+
+def _log_access(scope: Scope, started: float, status: int, *_ended: object) -> None:
+    access_log.info(
+        "%s %s %d %.1fms",
+        scope.get("method", "WS"),
+        scope.get("path"),
+        status,
+        (time.perf_counter() - started) * 1000,
+    )

@@ -9,7 +9,11 @@ more than one waiter. This subclass changes no behaviour on the wire:
   that exists while messages wait and a `Flag`;
 * the handshake's request and response (their headers, about 3 KiB) are let go once the
   handshake is answered, including the request websockets' parser generator keeps in a
-  local variable for the connection's life (about 2 KiB);
+  local variable for the connection's life (about 2 KiB), and so are the ASGI scope's
+  headers: a WebSocket's request headers are read before its accept, never after;
+* the keepalive pings (PROTOCOL §3): one timer of the event loop serves every
+  connection's pings and pong deadlines (server/keepalive.py) instead of a timer handle
+  per connection (about 650 bytes and a libuv timer);
 * permessage-deflate as uvicorn negotiates it (window bits 12, memLevel 5), but its zlib
   streams made at the first message that needs them, and messages under 256 bytes sent
   uncompressed until then (the `ready` frame): a compressor of those settings holds
@@ -19,6 +23,8 @@ more than one waiter. This subclass changes no behaviour on the wire:
 from __future__ import annotations
 
 import logging
+import random
+import struct
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -35,17 +41,40 @@ from websockets.protocol import Protocol
 from websockets.server import ServerProtocol
 from websockets.typing import ExtensionParameter
 
-from subscribers.flag import Flag
+from delivery.flag import Flag
+from server.keepalive import KeepaliveWheel, wheel_of
 
 # Messages shorter than this go uncompressed while no compressor exists (see encode).
 _UNCOMPRESSED_BELOW = 256
 
 
+# What uvicorn sets on every connection at the same value: the server's own objects...
+_SERVER_WIDE = (
+    "config", "app", "loop", "logger", "root_path", "asgi_version", "app_state",
+    "connections", "tasks", "default_headers", "close_timeout", "ping_interval",
+    "ping_timeout",
+)  # fmt: skip
+# ... and the first values of its connection state, until a connection changes them.
+_AT_FIRST: dict[str, object] = {
+    "transport": None, "server": None, "client": None, "scheme": None,
+    "handshake_initiated": False, "handshake_complete": False, "close_sent": False,
+    "disconnected": False, "close_timer": None, "initial_response": None,
+    "read_paused": False, "ping_timer": None, "pong_timer": None,
+    "pending_ping_payload": None, "ping_sent_at": 0.0, "last_ping_rtt": 0.0,
+    "curr_msg_data_type": "bytes", "request": None, "response": None,
+}  # fmt: skip
+
+
 class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
+    # The server-wide values as class attributes, taken from the first connection (a
+    # connection of another server in the same process keeps its own: see __init__).
+    _server_wide: dict[str, object] | None = None
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.queue = _ReceiveQueue()  # type: ignore[assignment]
         self.writable = Flag(True)  # type: ignore[assignment]
+        self._share_attributes()
         if self.config.ws_per_message_deflate:
             self.conn = ServerProtocol(
                 # As uvicorn's own factory: window bits 12, memLevel 5.
@@ -59,6 +88,28 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
                 max_size=self.config.ws_max_size,
                 logger=logging.getLogger("uvicorn.error"),
             )
+
+    def _share_attributes(self) -> None:
+        """uvicorn gives each connection some 38 attributes, past the 30 that Python keeps
+        in a key table shared by a class's instances, so each connection had a dict of its
+        own sized for 64 (1.6 KiB). Those whose value every connection shares (the
+        server's objects, identical) or starts with (None, False, 0.0) are read from the
+        class instead, until the connection sets its own: its dict holds about 18, in a
+        table sized for 32."""
+        cls = type(self)
+        mine = vars(self)
+        wide = cls._server_wide
+        if wide is None:
+            wide = {name: mine[name] for name in _SERVER_WIDE}
+            for name, value in wide.items():
+                setattr(cls, name, value)
+            cls._server_wide = wide
+        self.__dict__ = {
+            name: value
+            for name, value in mine.items()
+            if not (name in wide and wide[name] is value)
+            and not (name in _AT_FIRST and _same(_AT_FIRST[name], value))
+        }
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
@@ -75,8 +126,84 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
     def start_keepalive(self) -> None:
         # uvicorn calls this once, right after the handshake's response is written: the
         # request and response are not read again.
-        self.request = self.response = None  # type: ignore[assignment]
+        mine = vars(self)
+        mine.pop("request", None)  # the class's None again
+        mine.pop("response", None)
+        # Nor the scope's handshake-only parts: the request's headers (read by the layers
+        # that decide on the handshake: request id, client cap, access, relaying to a
+        # coordinator; none after the accept), the ASGI version and the denial-response
+        # extension (usable only before the accept). About 1.2 KiB a connection.
+        scope: dict[str, Any] = self.scope  # type: ignore[assignment]
+        scope["headers"] = ()
+        scope.pop("asgi", None)
+        scope.pop("extensions", None)
         super().start_keepalive()
+
+    # -- keepalive: PROTOCOL §3's pings through the loop's one wheel (server/keepalive.py)
+    # instead of a timer handle per connection; uvicorn's ping_timer and pong_timer stay
+    # None. While a ping's payload is pending, the slot waited in is its pong deadline;
+    # else it is the next ping's time.
+
+    _keepalive_slot: int | None = None
+
+    def schedule_ping(self) -> None:
+        assert self.ping_interval is not None
+        self._keepalive_in(max(0.0, self.ping_interval - self.last_ping_rtt))
+
+    def send_keepalive_ping(self) -> None:
+        if self.close_sent or self.transport.is_closing():
+            return
+        # As uvicorn: a random payload, so that a stale or unsolicited pong is ignored.
+        self.pending_ping_payload = struct.pack("!I", random.getrandbits(32))
+        self.ping_sent_at = self.loop.time()
+        self.conn.send_ping(self.pending_ping_payload)
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        if self.ping_timeout is not None:
+            self._keepalive_in(self.ping_timeout)
+        else:
+            self.schedule_ping()
+
+    def handle_pong(self, event: Frame) -> None:
+        if self.pending_ping_payload is None or bytes(event.data) != self.pending_ping_payload:
+            return
+        self.last_ping_rtt = self.loop.time() - self.ping_sent_at
+        self.pending_ping_payload = None
+        self._keepalive_out()
+        self.schedule_ping()
+
+    def stop_keepalive(self) -> None:
+        self._keepalive_out()
+        super().stop_keepalive()
+
+    def keepalive_due(self) -> None:
+        """The wheel's call: this connection's ping time or pong deadline has come."""
+        self._keepalive_slot = None
+        if self.pending_ping_payload is None:
+            self.send_keepalive_ping()
+        else:
+            self.keepalive_timeout()
+
+    def _keepalive_in(self, delay_s: float) -> None:
+        self._keepalive_out()
+        self._keepalive_slot = self._wheel().add(self, delay_s)
+
+    def _keepalive_out(self) -> None:
+        slot = self._keepalive_slot
+        if slot is not None:
+            self._keepalive_slot = None
+            self._wheel().discard(self, slot)
+
+    def _wheel(self) -> KeepaliveWheel:
+        assert self.ping_interval is not None  # no keepalive is started without one
+        return wheel_of(self.loop, self.ping_interval, self.ping_timeout or self.ping_interval)
+
+
+def _same(first: object, value: object) -> bool:
+    return type(first) is type(value) and first == value
+
+
+for _name, _value in _AT_FIRST.items():
+    setattr(LeanWebSocketProtocol, _name, _value)
 
 
 class _ReceiveQueue:

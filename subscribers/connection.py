@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
+from delivery.flag import Flag
 from herald.protocol.close_codes import CloseCode
-from subscribers.flag import Flag
 from subscribers.frames import BadFrame, ClientFrame, parse_frame
 from subscribers.wire import deliver_frame, error_frame
 
@@ -106,19 +107,29 @@ class ConsumerConnection:
         """Write one frame before the writer runs (the `ready` frame)."""
         await self.websocket.send_text(frame.decode())
 
-    async def run(self, handle: FrameHandler, on_disconnect: Callable[[], None]) -> None:
+    async def run(
+        self,
+        handle: FrameHandler,
+        on_disconnect: Callable[[], None],
+        worker: Coroutine[Any, Any, None] | None = None,
+    ) -> None:
         """Read and write until the client goes away or a requested close is sent.
 
         STYLE 4: the writer lives in this connection's TaskGroup, so it never outlives
-        the connection. Reading ends at the `websocket.disconnect` the ASGI server
-        delivers once the client goes away or the writer has sent the close.
+        the connection; so does ``worker``, a task the connection owns (a tail's
+        delivery), cancelled once reading ends, its failure the connection's. Reading
+        ends at the `websocket.disconnect` the ASGI server delivers once the client goes
+        away or the writer has sent the close.
         """
         self._on_disconnect = on_disconnect
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
+                working = None if worker is None else group.create_task(worker)
                 self._start_writer()  # what was queued before (after the `ready` frame)
                 await self._read_loop(handle, on_disconnect)
+                if working is not None:
+                    working.cancel()
                 if self.disconnected and self._writer is not None:
                     self._writer.cancel()  # blocked on a send that cannot complete
         finally:

@@ -10,7 +10,6 @@ It waits for appends through the partitions' append listeners — no polling.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -107,10 +106,9 @@ class TailSession:
         try:
             await self.connection.send_now(ready_frame(None, self.consumer_id, credit))
             runtime.listen()
-            async with asyncio.TaskGroup() as group:
-                served = group.create_task(self.connection.run(self.handle, runtime.wake))
-                delivering = group.create_task(self._deliver(runtime))
-                served.add_done_callback(lambda _: delivering.cancel())
+            # The delivery worker is a task of the connection's (not one more TaskGroup
+            # and task of the tail's own: issue 27 §3, memory per tail).
+            await self.connection.run(self.handle, runtime.wake, worker=self._deliver(runtime))
         finally:
             self.registry.discard(self)
             await runtime.stop()

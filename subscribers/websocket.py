@@ -76,11 +76,10 @@ async def _consume_subscription(websocket: WebSocket) -> None:
     engine = sockets.engine
     name = websocket.path_params["name"]
     credit = _query(websocket, "credit", parse_credit_param)
-    gone = SubscriptionNotFound(f"subscription {name!r} does not exist")
     try:
         config = engine.get(name)
     except SubscriptionNotFound:
-        raise gone from None
+        raise _gone(name) from None
     if config.push is not None:
         raise PushSubscription(f"subscription {name!r} is a push subscription")
     session = ConsumerSession(engine, name, ConsumerConnection(websocket, sockets.settings))
@@ -89,7 +88,12 @@ async def _consume_subscription(websocket: WebSocket) -> None:
     try:
         await session.run(credit)
     except SubscriptionNotFound:  # deleted between the lookup and attach
-        raise gone from None
+        raise _gone(name) from None
+
+
+def _gone(name: str) -> SubscriptionNotFound:
+    # Made when needed: a local of the consumer's frame would be held while it is open.
+    return SubscriptionNotFound(f"subscription {name!r} does not exist")
 
 
 async def _tail_topic(websocket: WebSocket) -> None:

@@ -1,9 +1,9 @@
-"""A one-bit event for the tasks of one connection, at a tenth of `asyncio.Event`'s size.
+"""A one-bit event, at a tenth of `asyncio.Event`'s size.
 
-Every idle WebSocket consumer holds a handful of these (issue 27 §3: memory per consumer).
-`asyncio.Event` allocates a deque of waiters up front (760 bytes on CPython 3.11) though
-one task at most waits on it here; a `Flag` holds a list of waiters only while someone
-waits. Same semantics as `asyncio.Event`: `wait` returns at once when set, else when
+Every idle WebSocket consumer holds a handful of these, and every tail its delivery
+worker's two (issue 27 §3: memory per consumer). `asyncio.Event` allocates a deque of
+waiters up front (760 bytes on CPython 3.11) though one task or two at most wait on one
+here; a `Flag` holds a list of waiters only while someone waits. Same semantics as `asyncio.Event`: `wait` returns at once when set, else when
 `set` is next called; a cancelled waiter leaves no trace.
 """
 
