@@ -58,6 +58,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def freeze(proc: subprocess.Popen[bytes]) -> None:
+    """SIGSTOP ``proc`` and return once every thread of it is stopped.
+
+    kill() returns when the signal is queued; the process stops only when one of its
+    threads takes the signal. On a loaded host that thread may wait for a CPU while
+    another thread, woken by a request, answers it: a "frozen" etcd answered a read."""
+    proc.send_signal(signal.SIGSTOP)
+    tasks = Path(f"/proc/{proc.pid}/task")
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None or all(_stopped(task) for task in tasks.iterdir()):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"pid {proc.pid} not stopped {STOP_TIMEOUT_S:g} s after SIGSTOP")
+
+
+def _stopped(task: Path) -> bool:
+    try:
+        stat = (task / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True  # a thread that ended runs nothing
+    return stat[stat.rindex(")") + 2] in "TtZX"  # the state follows the command's ")"
+
+
 class HeraldProcess:
     """``python -m server.cli serve`` on 127.0.0.1, a given data dir and a free port."""
 

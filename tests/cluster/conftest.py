@@ -36,7 +36,7 @@ import pytest
 from cluster.etcd import EtcdClient
 from cluster.fence import Fence
 from cluster.membership import Membership
-from tests.conftest import free_port
+from tests.conftest import free_port, freeze
 
 if TYPE_CHECKING:
     from tests.cluster.nodes import HeraldCluster
@@ -126,7 +126,7 @@ class EtcdProcess:
 
     def pause(self) -> None:
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
+        freeze(self.proc)
 
     def resume(self) -> None:
         assert self.proc is not None

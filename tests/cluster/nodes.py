@@ -40,7 +40,7 @@ import orjson
 from storage.encryption import new_key_line
 from tests.cluster.checker import CheckReport, check_replicas
 from tests.cluster.conftest import EtcdProcess
-from tests.conftest import HeraldProcess
+from tests.conftest import HeraldProcess, freeze
 from tests.helpers import wait_until_sync
 
 NODE_TTL_MS = 2000  # short, so that a failover fits in a test (PROTOCOL §7 default 5000)
@@ -91,7 +91,7 @@ class ClusterNode(HeraldProcess):
     def pause(self) -> None:
         """SIGSTOP: the process is frozen (no lease renewal, no answers) but alive."""
         assert self.proc is not None and self.proc.poll() is None
-        self.proc.send_signal(signal.SIGSTOP)
+        freeze(self.proc)
         self.paused = True
 
     def resume(self) -> None:
