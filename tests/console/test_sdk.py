@@ -400,6 +400,32 @@ NODES_PAGE = """<!doctype html><meta charset="utf-8"><title>nodes</title>
 </script>"""
 
 
+TAIL_FIRST_PAGE = """<!doctype html><meta charset="utf-8"><title>nodes</title>
+<script type="module">
+  import { Herald } from "%(server)s/sdk/herald.js";
+  window.tailed = [];
+  // The tail is the first thing to reach for a node, and the dead one is first.
+  const herald = new Herald({ urls: ["%(dead)s", "%(server)s"], minBackoffMs: 100, maxBackoffMs: 500 });
+  herald.tail("first", { from: "earliest", onMessage: (r) => window.tailed.push(r.value), onError: () => {} });
+</script>"""
+
+
+def test_a_tail_whose_topic_lookup_moved_past_a_dead_node_opens_its_socket_there_too(
+    page: Any, herald_factory: Callable[..., HeraldProcess]
+) -> None:
+    # A tail looks its topic up over HTTP, then opens its socket. The lookup moves on from
+    # a dead node to the next one; the socket once went to the node current before the
+    # lookup, the dead one, and from there each retry repeated the same two steps forever.
+    server = herald_factory("--cors-origin", APP)
+    publish(server.url, "first", range(0, 3))
+    dead = f"http://127.0.0.1:{free_port()}"
+    _PageHandler.html = (TAIL_FIRST_PAGE % {"server": server.url, "dead": dead}).encode()
+    page.goto(f"{APP}/index.html")
+    wait_for(page, "window.tailed.length >= 3", "the tail over the live node")
+    assert page.evaluate("window.tailed") == [0, 1, 2]
+    assert page_errors(page) == []
+
+
 def test_a_page_given_a_dead_and_a_live_node_publishes_tails_and_consumes(
     page: Any, herald_factory: Callable[..., HeraldProcess]
 ) -> None:

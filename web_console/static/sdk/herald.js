@@ -181,7 +181,9 @@ class Stream {
     let url;
     try {
       if (!this.herald.token && this.herald.getToken) await this.herald._freshToken();
-      url = await this._socketUrl(this.herald._url(false));
+      // The node is read after the URL's own requests: a tail's topic lookup may have
+      // moved on from an unreachable node, and its socket must go where the lookup went.
+      url = await this._socketUrl();
     } catch (error) {
       this._retry(error);
       return;
@@ -279,7 +281,7 @@ export class Tail extends Stream {
     }
   }
 
-  async _socketUrl(base) {
+  async _socketUrl() {
     // Learn every partition's range: the starting positions of a first connect, and
     // the positions retention has passed since (a gap, reported before any record).
     const info = await this.herald.topic(this.topic);
@@ -301,7 +303,7 @@ export class Tail extends Stream {
     this._save();
     this._owed = 0; // a new socket starts with full credit
     const lowest = Math.min(...this.positions.values());
-    return wsUrl(base, `/v1/topics/${encodeURIComponent(this.topic)}/ws`, {
+    return wsUrl(this.herald._url(false), `/v1/topics/${encodeURIComponent(this.topic)}/ws`, {
       from: Number.isFinite(lowest) ? lowest : "latest",
       credit: this.credit,
     });
@@ -364,8 +366,8 @@ export class Subscription extends Stream {
     this._queue = Promise.resolve(); // frames are handled one after the other, in order
   }
 
-  async _socketUrl(base) {
-    return wsUrl(base, `/v1/subscriptions/${encodeURIComponent(this.name)}/ws`, {
+  async _socketUrl() {
+    return wsUrl(this.herald._url(false), `/v1/subscriptions/${encodeURIComponent(this.name)}/ws`, {
       credit: this.credit,
     });
   }
@@ -426,9 +428,9 @@ export class StatsStream extends Stream {
     this._live = false;
   }
 
-  async _socketUrl(base) {
+  async _socketUrl() {
     this._live = false;
-    return wsUrl(base, "/v1/stats/ws", {});
+    return wsUrl(this.herald._url(false), "/v1/stats/ws", {});
   }
 
   _frame(frame) {
