@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -115,14 +116,24 @@ async def one_round(
         print(f"  {system.name} ...", file=sys.stderr, flush=True)
         for workload in workloads:
             meter = CpuMeter(system.pid)
-            elapsed = await end_to_end(system, workload, args.records)
+            try:
+                elapsed = await end_to_end(system, workload, args.records)
+            except Exception as exc:  # a failed run is reported and left out of the medians
+                _failed(system, workload.label, exc)
+                continue
             client, server = meter.per_record_us(args.records)
             runs[system.name, workload.label] = Run(args.records / elapsed, 0, 0, 0, client, server)
+            _show(system, workload.label, runs[system.name, workload.label])
         for calls, payload in latency_modes:
+            label = _latency_label(calls, payload)
             meter = CpuMeter(system.pid)
-            ordered = sorted(await latency(system, calls, payload, args.rate, args.seconds))
+            try:
+                ordered = sorted(await latency(system, calls, payload, args.rate, args.seconds))
+            except Exception as exc:
+                _failed(system, label, exc)
+                continue
             client, server = meter.per_record_us(len(ordered))
-            runs[system.name, _latency_label(calls, payload)] = Run(
+            runs[system.name, label] = Run(
                 args.rate,
                 percentile(ordered, 0.50),
                 percentile(ordered, 0.99),
@@ -130,7 +141,17 @@ async def one_round(
                 client,
                 server,
             )
+            _show(system, label, runs[system.name, label])
     return runs
+
+
+def _failed(system: System, label: str, exc: BaseException) -> None:
+    print(f"    {system.name}, {label}: failed ({exc!r}); left out", file=sys.stderr, flush=True)
+
+
+def _show(system: System, label: str, run: Run) -> None:
+    """Each run as it ends, so that a round cut short still leaves its figures."""
+    print(f"    {system.name}, {label}: {run}", file=sys.stderr, flush=True)
 
 
 def _print_tables(
@@ -141,7 +162,8 @@ def _print_tables(
     args: argparse.Namespace,
 ) -> None:
     def median(name: str, label: str, field: str) -> float:
-        return statistics.median(getattr(r[name, label], field) for r in rounds)
+        values = [getattr(r[name, label], field) for r in rounds if (name, label) in r]
+        return statistics.median(values) if values else math.nan
 
     print(
         f"End to end: {args.records} x 1 KiB records, one consumer with {WINDOW} outstanding "

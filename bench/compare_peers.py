@@ -115,7 +115,11 @@ class RedisStreams:
         # redis-py 8 caps a pool at 100 connections and raises past them (redis-py 5 had
         # no cap, and a busy host then made thousands of connections time out): sends
         # beyond 100 out wait for a connection instead.
-        pool = redis.BlockingConnectionPool(port=self.port, max_connections=100, timeout=None)
+        # A busy host takes seconds to accept 100 connections at once: redis-py's
+        # connect timeout must not end the run.
+        pool = redis.BlockingConnectionPool(
+            port=self.port, max_connections=100, timeout=None, socket_connect_timeout=60
+        )
         producer = redis.Redis(connection_pool=pool)
         consumer = redis.Redis(port=self.port)
         stream = f"s-{uuid.uuid4().hex[:8]}"
