@@ -7,6 +7,11 @@ headers must be complete within ``header_timeout_s`` of the connection opening
 or of the previous response, else the connection is closed. Bodies have their
 own deadline in the app (server/limits.py).
 
+It tells the app, through the scope extension ``RECEIVE_READY`` (a function), whether
+the request's next ``receive()`` answers at once — the body, or the part of it that
+came, is here already — so that the body's deadline (server/limits.py) need not
+schedule and cancel a loop timer for a receive that cannot wait.
+
 It also sends each response's head and the start of its body in one write: uvicorn
 writes the status line and headers at ``http.response.start`` and the body at
 ``http.response.body``, two ``send()`` calls for every small response (a publish's
@@ -19,6 +24,9 @@ import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+# The scope extension: () -> bool, True when the next receive() will not wait.
+RECEIVE_READY = "herald.receive_ready"
 
 
 def guarded_protocol(header_timeout_s: float) -> type[HttpToolsProtocol]:
@@ -39,6 +47,9 @@ def guarded_protocol(header_timeout_s: float) -> type[HttpToolsProtocol]:
             cycle = self.cycle
             if cycle is not None and cycle.transport is self.transport:
                 cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+                # uvicorn's receive() waits only while this event is clear.
+                extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+                extensions[RECEIVE_READY] = cycle.message_event.is_set
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

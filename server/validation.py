@@ -196,13 +196,16 @@ _EMPTY_HEADERS: Mapping[str, str] = {}
 _MESSAGE_PATH = re.compile(r"messages\[([0-9]+)\]")
 
 
+_ACKS = {acks.value: acks for acks in Acks}  # a dict lookup: Acks(raw) costs ~5 µs
+
+
 def parse_acks(raw: str | None) -> Acks:
     if raw is None:
         return Acks.ALL
-    try:
-        return Acks(raw)
-    except ValueError:
-        raise BadRequest(f"acks must be 0, 1 or all, not {raw!r}") from None
+    acks = _ACKS.get(raw)
+    if acks is None:
+        raise BadRequest(f"acks must be 0, 1 or all, not {raw!r}")
+    return acks
 
 
 def decode_publish(raw: bytes) -> publish.PublishRequest | None:

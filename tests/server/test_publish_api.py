@@ -410,3 +410,27 @@ def test_the_last_acks_parameter_wins(http: httpx.Client, unique: Callable[[str]
     assert response.status_code == 202
     assert response.content == b""
     assert response.headers["content-length"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [
+        ("acks=1", 200),
+        ("&&acks=1&", 200),  # empty parts are skipped
+        ("acks=%61ll", 200),  # percent-encoded "all"
+        ("trace=a+b&acks=0", 202),  # a "+" elsewhere: decoded as a space, still acks=0
+        ("acks=0;acks=1", 400),  # ";" separates nothing: one value, "0;acks=1"
+        ("acks", 400),  # no "=": a blank value, not one of 0, 1, all
+        ("acks=", 400),
+    ],
+)
+def test_the_acks_parameter_is_read_as_a_query_string_parser_reads_it(
+    http: httpx.Client, unique: Callable[[str], str], query: str, status: int
+) -> None:
+    response = http.post(
+        f"/v1/topics/{unique('query')}/messages?{query}", json={"messages": [{"value": 1}]}
+    )
+    if status == 400:
+        assert_problem(response, 400, "bad_request")
+    else:
+        assert response.status_code == status, response.text
