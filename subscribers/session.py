@@ -8,18 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from msgspec import UNSET
+
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import SubscriptionNotFound
+from herald.protocol.frames import Ack, ClientFrame, Credit, Extend, Nack
 from storage.writer import wall_clock_ms
 from subscribers.connection import ConsumerConnection
-from subscribers.frames import (
-    AckFrame,
-    ClientFrame,
-    CreditFrame,
-    ExtendFrame,
-    NackFrame,
-    is_message_id,
-)
+from subscribers.frames import is_message_id
 from subscribers.wire import acked_frame, deliveries_json, ready_frame
 
 if TYPE_CHECKING:
@@ -131,17 +127,17 @@ class ConsumerSession:
         if consumer is None or self._detached or self._closed_by_engine:
             return None
         try:
-            if isinstance(frame, CreditFrame):
+            if isinstance(frame, Credit):
                 # PROTOCOL §3: credit adds up, capped; the engine gets it in slices.
                 self._owed = min(self._owed + frame.n, MAX_CREDIT)
                 self._top_up()
                 return None
-            if isinstance(frame, AckFrame):
+            if isinstance(frame, Ack):
                 return self._ack(consumer, frame)
             ids = [item for item in frame.ids if is_message_id(item)]  # unknown ids are ignored
-            if ids and isinstance(frame, NackFrame):
+            if ids and isinstance(frame, Nack):
                 self.engine.nack(consumer, ids, frame.delay_ms, frame.reason)
-            elif ids and isinstance(frame, ExtendFrame):
+            elif ids and isinstance(frame, Extend):
                 self.engine.extend(consumer, ids, frame.ms)
             return None
         except SubscriptionNotFound:
@@ -149,14 +145,14 @@ class ConsumerSession:
             self.connection.request_close(CloseCode.DELETED, "subscription deleted")
             return None
 
-    def _ack(self, consumer: str, frame: AckFrame) -> bytes | None:
+    def _ack(self, consumer: str, frame: Ack) -> bytes | None:
         # The in-flight table is keyed by message id, so a string that is not one is just
         # unknown there: ids go to the engine unchecked, with no regex per acked record.
         ok: list[str] = []
         unknown: list[str] = []
         if frame.ids:
             ok, unknown = self.engine.ack(consumer, frame.ids)
-        if not frame.has_req:
+        if frame.req is UNSET:
             return None
         if unknown:
             # Not a message id at all: certainly not in flight (PROTOCOL §3 `unknown`);
