@@ -21,8 +21,8 @@ from herald.protocol.frames import (
     Ready,
     TailDeliver,
     TailFrame,
-    unchecked,
 )
+from herald.protocol.unchecked import unchecked
 from storage.record import Record, ValueKind
 from subscribers.frames import BadFrame, parse_frame
 from subscribers.wire import acked_frame, deliver_frame, deliveries_json, error_frame, ready_frame

@@ -6,14 +6,12 @@ The server decodes client frames through them (subscribers/frames.py) and writes
 own with them, except `deliver`, whose records it splices in as stored
 (subscribers/wire.py; its tests check the result against `Deliver`). The SDK writes
 client frames with them and reads server frames through them, with their constraints
-taken off (`unchecked`: a trusted server's frames are not checked again, which measured
-5 µs a record). /openapi.json publishes their schemas under `x-websockets`.
+taken off (herald/protocol/unchecked.py: a server's frames are not checked again). /openapi.json publishes their schemas under `x-websockets`.
 """
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Literal, get_args
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, UnsetType
@@ -121,40 +119,3 @@ class Error(Frame, frozen=True, tag="error"):
 
 ConsumerFrame = Ready | Deliver | Acked | Error  # GET /v1/subscriptions/{name}/ws
 TailFrame = Ready | TailDeliver | Error  # GET /v1/topics/{topic}/ws (acks are never answered)
-
-
-# -- decoding a trusted server's frames -----------------------------------------------------
-
-
-@cache
-def unchecked(model: Any) -> Any:
-    """``model`` without its constraints (`Meta` patterns and ranges): the same fields,
-    tags and defaults, for decoding what a Herald server wrote. Checking a record's
-    names and numbers again cost more than decoding it (issue 29)."""
-    if isinstance(model, type) and issubclass(model, msgspec.Struct):
-        config = model.__struct_config__
-        fields = [
-            (f.name, unchecked(f.type), f.default)
-            if f.default is not msgspec.NODEFAULT
-            else (f.name, unchecked(f.type))
-            for f in msgspec.structs.fields(model)
-        ]
-        return msgspec.defstruct(
-            model.__name__,
-            fields,
-            kw_only=True,
-            frozen=config.frozen,
-            tag=config.tag,
-            tag_field=config.tag_field,
-            omit_defaults=config.omit_defaults,
-            module=__name__,
-        )
-    origin = get_origin(model)
-    if origin is Annotated:
-        return unchecked(get_args(model)[0])
-    if origin is None or origin is Literal:
-        return model
-    args = tuple(unchecked(arg) for arg in get_args(model))
-    if origin is Union or type(model).__name__ == "UnionType":
-        return Union[args]  # noqa: UP007 (the arguments are built, not written)
-    return origin[args]
