@@ -12,7 +12,7 @@ from msgspec import UNSET
 
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import SubscriptionNotFound
-from herald.protocol.frames import Ack, ClientFrame, Credit, Extend, Nack
+from herald.protocol.frames import AckFrame, ClientFrame, CreditFrame, ExtendFrame, NackFrame
 from storage.writer import wall_clock_ms
 from subscribers.connection import ConsumerConnection
 from subscribers.frames import is_message_id
@@ -127,17 +127,17 @@ class ConsumerSession:
         if consumer is None or self._detached or self._closed_by_engine:
             return None
         try:
-            if isinstance(frame, Credit):
+            if isinstance(frame, CreditFrame):
                 # PROTOCOL §3: credit adds up, capped; the engine gets it in slices.
                 self._owed = min(self._owed + frame.n, MAX_CREDIT)
                 self._top_up()
                 return None
-            if isinstance(frame, Ack):
+            if isinstance(frame, AckFrame):
                 return self._ack(consumer, frame)
             ids = [item for item in frame.ids if is_message_id(item)]  # unknown ids are ignored
-            if ids and isinstance(frame, Nack):
+            if ids and isinstance(frame, NackFrame):
                 self.engine.nack(consumer, ids, frame.delay_ms, frame.reason)
-            elif ids and isinstance(frame, Extend):
+            elif ids and isinstance(frame, ExtendFrame):
                 self.engine.extend(consumer, ids, frame.ms)
             return None
         except SubscriptionNotFound:
@@ -145,7 +145,7 @@ class ConsumerSession:
             self.connection.request_close(CloseCode.DELETED, "subscription deleted")
             return None
 
-    def _ack(self, consumer: str, frame: Ack) -> bytes | None:
+    def _ack(self, consumer: str, frame: AckFrame) -> bytes | None:
         # The in-flight table is keyed by message id, so a string that is not one is just
         # unknown there: ids go to the engine unchecked, with no regex per acked record.
         ok: list[str] = []

@@ -20,7 +20,7 @@ from delivery.config import DeliveryMode, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.runtime import SubscriptionRuntime
 from herald.protocol.close_codes import CloseCode
-from herald.protocol.frames import ClientFrame, Credit
+from herald.protocol.frames import ClientFrame, CreditFrame
 from storage.cursors import CursorSnapshot, PartitionCursor
 from subscribers.connection import ConsumerConnection
 from subscribers.wire import ready_frame, record_json
@@ -117,7 +117,7 @@ class TailSession:
         # PROTOCOL §3: a tail is at-most-once; acks, nacks and extends are ignored
         # and never answered (they were still validated as frames).
         runtime = self._runtime
-        if isinstance(frame, Credit) and runtime is not None:
+        if isinstance(frame, CreditFrame) and runtime is not None:
             runtime.core.grant_credit(self.consumer_id, frame.n)  # capped by the core
             runtime.wake()
         return None

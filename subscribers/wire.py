@@ -14,7 +14,7 @@ import msgspec
 import orjson
 from msgspec import Raw
 
-from herald.protocol.frames import Acked, Error, ErrorCode, Ready
+from herald.protocol.frames import AckedFrame, ErrorCode, ErrorFrame, ReadyFrame
 from storage.record import Record, ValueKind
 
 if TYPE_CHECKING:
@@ -130,24 +130,24 @@ def json_array(items: Iterable[bytes]) -> bytes:
 
 
 def deliver_frame(items: Iterable[bytes]) -> bytes:
-    """A `deliver` frame (herald/protocol/frames.py `Deliver`) around already encoded
+    """A `deliver` frame (herald/protocol/frames.py `DeliverFrame`) around already encoded
     records: spliced, not built, since each record is the JSON it is stored as."""
     return b'{"type":"deliver","messages":[' + b",".join(items) + b"]}"
 
 
 def ready_frame(subscription: str | None, consumer: str, credit: int) -> bytes:
     """The first frame of every consumer connection (PROTOCOL §3)."""
-    return _encode(Ready(subscription=subscription, consumer=consumer, credit=credit))
+    return _encode(ReadyFrame(subscription=subscription, consumer=consumer, credit=credit))
 
 
 def error_frame(code: ErrorCode, message: str) -> bytes:
     """The answer to a bad client frame (PROTOCOL §3: `unknown_type` or `bad_frame`)."""
-    return _encode(Error(code=code, message=message))
+    return _encode(ErrorFrame(code=code, message=message))
 
 
 def acked_frame(req: Raw, ok: list[str], unknown: list[str]) -> bytes:
     """The answer to an ack carrying `req`, which is echoed as sent (PROTOCOL §3)."""
-    return _encode(Acked(ok=ok, unknown=unknown, req=req))
+    return _encode(AckedFrame(ok=ok, unknown=unknown, req=req))
 
 
 _encode = msgspec.json.Encoder().encode

@@ -29,7 +29,16 @@ from herald._http import DEFAULT_URL, node_urls, ws_ssl
 from herald.errors import ConsumerClosedError, HeraldClientError, HeraldConnectionError
 from herald.message import Message
 from herald.protocol.close_codes import COME_BACK, TERMINAL, CloseCode
-from herald.protocol.frames import Ack, ConsumerFrame, Credit, Deliver, Error, Extend, Nack, Ready
+from herald.protocol.frames import (
+    AckFrame,
+    ConsumerFrame,
+    CreditFrame,
+    DeliverFrame,
+    ErrorFrame,
+    ExtendFrame,
+    NackFrame,
+    ReadyFrame,
+)
 from herald.protocol.limits import MAX_CREDIT
 from herald.protocol.unchecked import unchecked, unchecked_struct
 
@@ -208,13 +217,13 @@ class Consumer:
         if len(self._pending_acks) >= self.max_ack_batch:
             self._outgoing.set()
 
-    def queue_frame(self, frame: Nack | Extend) -> None:
+    def queue_frame(self, frame: NackFrame | ExtendFrame) -> None:
         """A nack or extend frame for the current connection (dropped if it is lost
         before the frame is sent: the server gives its records back anyway)."""
         self._frames.append(encode_frame(frame))
         self._outgoing.set()
 
-    def _queue_frame_of(self, session: _SessionAnswerer, frame: Nack | Extend) -> None:
+    def _queue_frame_of(self, session: _SessionAnswerer, frame: NackFrame | ExtendFrame) -> None:
         # A nack or extend of a record delivered on a connection that is gone: the
         # server already gave it back for redelivery, so it is not ours to answer.
         if session is self._session_answerer:
@@ -330,7 +339,7 @@ class Consumer:
                 # A server that upgrades but never says `ready` is not Herald's.
                 async with asyncio.timeout(self.open_timeout):
                     ready = read_frame(await ws.recv())
-                if not isinstance(ready, Ready):
+                if not isinstance(ready, ReadyFrame):
                     raise ConnectionError("the server did not start with a ready frame")
                 self.consumer_id = ready.consumer
                 self.connections += 1
@@ -361,7 +370,7 @@ class Consumer:
             if type(frame) is read_frame.deliver:
                 # A Message wraps the decoded record: nothing copied.
                 self._inbox.put([Message(item, answerer) for item in frame.messages])
-            elif isinstance(frame, Error):
+            elif isinstance(frame, ErrorFrame):
                 log.warning("server refused a frame: %s %s", frame.code, frame.message)
         # The server closed the connection normally or going away; find out why.
         if ws.close_code is not None and ws.close_code in TERMINAL:
@@ -381,7 +390,7 @@ class Consumer:
     async def _flush(self, ws: ClientConnection) -> None:
         if self._pending_acks:
             ids, self._pending_acks = self._pending_acks, []
-            await ws.send(encode_frame(Ack(ids=ids)).decode())
+            await ws.send(encode_frame(AckFrame(ids=ids)).decode())
         while self._frames:
             await ws.send(self._frames.popleft().decode())
         if self._owed_credit > 0:
@@ -390,7 +399,7 @@ class Consumer:
                 n = min(n, self._grant_left)
                 self._grant_left -= n
             if n > 0:
-                await ws.send(encode_frame(Credit(n=n)).decode())
+                await ws.send(encode_frame(CreditFrame(n=n)).decode())
 
     def _discard_unread(self) -> None:
         # The server redelivers what the lost connection had in flight (PROTOCOL §3):
@@ -435,7 +444,7 @@ def _type_of(raw: str | bytes) -> object:
         return None
 
 
-read_frame = FrameReader(ConsumerFrame, Deliver)
+read_frame = FrameReader(ConsumerFrame, DeliverFrame)
 encode_frame = msgspec.json.Encoder().encode
 
 
@@ -451,7 +460,7 @@ class _SessionAnswerer:
     def queue_ack(self, message_id: str) -> None:
         self._consumer.queue_ack(message_id)
 
-    def queue_frame(self, frame: Nack | Extend) -> None:
+    def queue_frame(self, frame: NackFrame | ExtendFrame) -> None:
         self._consumer._queue_frame_of(self, frame)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import msgspec
 from msgspec import UNSET
 
-from herald.protocol.frames import Extend, Nack
+from herald.protocol.frames import ExtendFrame, NackFrame
 from herald.protocol.records import DeliveredRecord, Record, TailRecord
 from herald.protocol.unchecked import unchecked_struct
 
@@ -26,7 +26,7 @@ class Answerer(Protocol):
 
     def queue_ack(self, message_id: str) -> None: ...
 
-    def queue_frame(self, frame: Nack | Extend) -> None: ...
+    def queue_frame(self, frame: NackFrame | ExtendFrame) -> None: ...
 
 
 REQUIRED = ("topic", "id", "partition", "offset", "timestamp")
@@ -173,11 +173,11 @@ class Message:
     async def nack(self, delay_ms: int | None = None, reason: str | None = None) -> None:
         """Redeliver after `delay_ms`, else after the subscription's backoff. `reason`
         (≤ 256 characters) is what a dead letter of it will say went wrong (PROTOCOL §8)."""
-        self._owner().queue_frame(Nack(ids=[self.id], delay_ms=delay_ms, reason=reason))
+        self._owner().queue_frame(NackFrame(ids=[self.id], delay_ms=delay_ms, reason=reason))
 
     async def extend(self, ms: int) -> None:
         """Move the ack deadline to now + `ms`."""
-        self._owner().queue_frame(Extend(ids=[self.id], ms=ms))
+        self._owner().queue_frame(ExtendFrame(ids=[self.id], ms=ms))
 
     def _owner(self) -> Answerer:
         if self._consumer is None:

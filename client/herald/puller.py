@@ -23,7 +23,7 @@ from urllib.parse import quote
 from herald._http import DEFAULT_URL, Nodes, Reachability, request_json
 from herald.message import Message
 from herald.protocol import limits
-from herald.protocol.frames import Extend, Nack
+from herald.protocol.frames import ExtendFrame, NackFrame
 from herald.protocol.pull import AckRequest, AckResponse, NackRequest, PullRequest, PullResponse
 from herald.protocol.unchecked import unchecked_struct
 
@@ -77,7 +77,7 @@ class Puller:
         self._taken = 0
         self._buffer: deque[Message] = deque()
         self._pending_acks: list[str] = []
-        self._pending_nacks: list[Nack] = []
+        self._pending_nacks: list[NackFrame] = []
         self._closed = False
 
     async def __aenter__(self) -> Puller:
@@ -159,8 +159,8 @@ class Puller:
     def queue_ack(self, message_id: str) -> None:
         self._pending_acks.append(message_id)
 
-    def queue_frame(self, frame: Nack | Extend) -> None:
-        if not isinstance(frame, Nack):
+    def queue_frame(self, frame: NackFrame | ExtendFrame) -> None:
+        if not isinstance(frame, NackFrame):
             # PROTOCOL §8 pull answers with /ack and /nack only: no deadline extension.
             raise RuntimeError(
                 f"a pulled message cannot {frame.__struct_config__.tag}: ack or nack it"

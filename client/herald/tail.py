@@ -23,7 +23,7 @@ from herald.consumer import FrameReader, as_client_error, encode_frame
 from herald.errors import ConsumerClosedError
 from herald.message import Message
 from herald.protocol.close_codes import TERMINAL, CloseCode
-from herald.protocol.frames import Credit, Ready, TailDeliver, TailFrame
+from herald.protocol.frames import CreditFrame, ReadyFrame, TailDeliverFrame, TailFrame
 from herald.protocol.limits import MAX_CREDIT
 
 
@@ -124,7 +124,7 @@ class Tail:
             n = min(n, self.limit - self._granted)
         if n > 0:
             self._granted += n
-            await ws.send(encode_frame(Credit(n=n)).decode())
+            await ws.send(encode_frame(CreditFrame(n=n)).decode())
 
     def _ws_url(self, url: str) -> str:
         return url.replace("http", "ws", 1) + self._target
@@ -151,7 +151,7 @@ class Tail:
         try:
             async with asyncio.timeout(self.open_timeout):
                 ready = _read_frame(await ws.recv())
-            if not isinstance(ready, Ready):
+            if not isinstance(ready, ReadyFrame):
                 raise ConnectionError("the server did not start with a ready frame")
         except websockets.ConnectionClosed as closed:
             await ws.close()
@@ -166,7 +166,7 @@ class Tail:
         return ws
 
 
-_read_frame = FrameReader(TailFrame, TailDeliver)
+_read_frame = FrameReader(TailFrame, TailDeliverFrame)
 
 
 def _node_down(exc: Exception) -> bool:

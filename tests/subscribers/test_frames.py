@@ -10,16 +10,16 @@ from msgspec import UNSET
 
 from delivery.events import Delivery
 from herald.protocol.frames import (
-    Ack,
-    Acked,
+    AckedFrame,
+    AckFrame,
     ConsumerFrame,
-    Credit,
-    Deliver,
-    Error,
-    Extend,
-    Nack,
-    Ready,
-    TailDeliver,
+    CreditFrame,
+    DeliverFrame,
+    ErrorFrame,
+    ExtendFrame,
+    NackFrame,
+    ReadyFrame,
+    TailDeliverFrame,
     TailFrame,
 )
 from herald.protocol.unchecked import unchecked
@@ -41,16 +41,19 @@ def refusal(text: str) -> BadFrame:
 @pytest.mark.parametrize(
     ("text", "frame"),
     [
-        ('{"type":"credit","n":3}', Credit(n=3)),
-        ('{"type":"credit","n":3.0}', Credit(n=3)),  # PROTOCOL §2: integral is an integer
-        ('{"type":"ack","ids":["0-1"],"extra":{"x":[1]}}', Ack(ids=["0-1"])),  # unknown: ignored
-        ('{"ids":["0-1"],"type":"nack"}', Nack(ids=["0-1"])),
+        ('{"type":"credit","n":3}', CreditFrame(n=3)),
+        ('{"type":"credit","n":3.0}', CreditFrame(n=3)),  # PROTOCOL §2: integral is an integer
+        (
+            '{"type":"ack","ids":["0-1"],"extra":{"x":[1]}}',
+            AckFrame(ids=["0-1"]),
+        ),  # unknown: ignored
+        ('{"ids":["0-1"],"type":"nack"}', NackFrame(ids=["0-1"])),
         (
             '{"type":"nack","ids":[],"delay_ms":0.0,"reason":"r"}',
-            Nack(ids=[], delay_ms=0, reason="r"),
+            NackFrame(ids=[], delay_ms=0, reason="r"),
         ),
-        ('{"type":"nack","ids":[],"delay_ms":null}', Nack(ids=[])),
-        ('{"type":"extend","ids":["0-1"],"ms":100}', Extend(ids=["0-1"], ms=100)),
+        ('{"type":"nack","ids":[],"delay_ms":null}', NackFrame(ids=[])),
+        ('{"type":"extend","ids":["0-1"],"ms":100}', ExtendFrame(ids=["0-1"], ms=100)),
     ],
 )
 def test_a_good_frame_is_its_model(text: str, frame: object) -> None:
@@ -60,10 +63,10 @@ def test_a_good_frame_is_its_model(text: str, frame: object) -> None:
 def test_an_ack_req_is_kept_as_sent_and_absent_when_not_sent() -> None:
     req = ' {"a": [18446744073709551616, "\\u00e9"]}'
     ack = parse('{"type":"ack","ids":[],"req":' + req + "}")
-    assert isinstance(ack, Ack)
+    assert isinstance(ack, AckFrame)
     assert ack.req is not UNSET and bytes(ack.req) == req.strip().encode()
     plain = parse('{"type":"ack","ids":[]}')
-    assert isinstance(plain, Ack) and plain.req is UNSET
+    assert isinstance(plain, AckFrame) and plain.req is UNSET
 
 
 @pytest.mark.parametrize(
@@ -106,17 +109,17 @@ def test_a_binary_frame_is_refused() -> None:
 def test_the_server_frames_are_their_models() -> None:
     consumer = msgspec.json.Decoder(ConsumerFrame)
     tail = msgspec.json.Decoder(TailFrame)
-    assert consumer.decode(ready_frame("s", "c1", 5)) == Ready(
+    assert consumer.decode(ready_frame("s", "c1", 5)) == ReadyFrame(
         subscription="s", consumer="c1", credit=5
     )
-    assert tail.decode(ready_frame(None, "c1", 0)) == Ready(
+    assert tail.decode(ready_frame(None, "c1", 0)) == ReadyFrame(
         subscription=None, consumer="c1", credit=0
     )
-    assert consumer.decode(error_frame("bad_frame", "`n`: x")) == Error(
+    assert consumer.decode(error_frame("bad_frame", "`n`: x")) == ErrorFrame(
         code="bad_frame", message="`n`: x"
     )
     acked = consumer.decode(acked_frame(msgspec.Raw(b"[1, 2]"), ["0-1"], ["0-2"]))
-    assert isinstance(acked, Acked) and bytes(acked.req) == b"[1, 2]"
+    assert isinstance(acked, AckedFrame) and bytes(acked.req) == b"[1, 2]"
     assert (acked.ok, acked.unknown) == (["0-1"], ["0-2"])
 
 
@@ -130,7 +133,7 @@ def test_a_spliced_deliver_frame_is_the_deliver_model() -> None:
     frame = msgspec.json.decode(
         deliver_frame(deliveries_json("orders", deliveries, "billing")), type=ConsumerFrame
     )
-    assert isinstance(frame, Deliver)
+    assert isinstance(frame, DeliverFrame)
     assert [(m.subscription, m.id, m.attempt) for m in frame.messages] == [
         ("billing", "0-7", 1),
         ("billing", "2-9", 1),
@@ -140,7 +143,11 @@ def test_a_spliced_deliver_frame_is_the_deliver_model() -> None:
     tail = msgspec.json.decode(
         deliver_frame(deliveries_json("orders", deliveries, None)), type=TailFrame
     )
-    assert isinstance(tail, TailDeliver) and [m.id for m in tail.messages] == ["0-7", "2-9", "0-10"]
+    assert isinstance(tail, TailDeliverFrame) and [m.id for m in tail.messages] == [
+        "0-7",
+        "2-9",
+        "0-10",
+    ]
     # The SDK reads them without the constraints; the same records all the same.
     lenient = msgspec.json.decode(
         deliver_frame(deliveries_json("orders", deliveries, "billing")),

@@ -4,7 +4,7 @@ a JSON object told apart by its `type` (a tagged union).
 
 The server decodes client frames through them (subscribers/frames.py) and writes its
 own with them, except `deliver`, whose records it splices in as stored
-(subscribers/wire.py; its tests check the result against `Deliver`). The SDK writes
+(subscribers/wire.py; its tests check the result against `DeliverFrame`). The SDK writes
 client frames with them and reads server frames through them, with their constraints
 taken off (herald/protocol/unchecked.py: a server's frames are not checked again). /openapi.json publishes their schemas under `x-websockets`.
 """
@@ -30,20 +30,20 @@ class Frame(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
 # -- client → server --------------------------------------------------------------------
 
 
-class Credit(Frame, frozen=True, tag="credit"):
+class CreditFrame(Frame, frozen=True, tag="credit"):
     """The server may send `n` more records (credit adds up; acks give none back)."""
 
     n: Annotated[int, Meta(ge=1, le=limits.MAX_CREDIT)]
 
 
-class Ack(Frame, frozen=True, tag="ack"):
+class AckFrame(Frame, frozen=True, tag="ack"):
     """Done with these records; with `req`, answered by an `acked` frame."""
 
     ids: MessageIds
     req: Annotated[Raw, Meta(description="any JSON value, echoed as sent")] | UnsetType = UNSET
 
 
-class Nack(Frame, frozen=True, tag="nack"):
+class NackFrame(Frame, frozen=True, tag="nack"):
     """Redeliver after `delay_ms`, else after the subscription's backoff."""
 
     ids: MessageIds
@@ -62,14 +62,14 @@ class Nack(Frame, frozen=True, tag="nack"):
     ) = None
 
 
-class Extend(Frame, frozen=True, tag="extend"):
+class ExtendFrame(Frame, frozen=True, tag="extend"):
     """The ack deadline of these records becomes now + `ms`."""
 
     ids: MessageIds
     ms: Annotated[int, Meta(ge=limits.EXTEND_MS.low, le=limits.EXTEND_MS.high)]
 
 
-ClientFrame = Credit | Ack | Nack | Extend
+ClientFrame = CreditFrame | AckFrame | NackFrame | ExtendFrame
 CLIENT_FRAME_TYPES: tuple[str, ...] = tuple(
     str(frame.__struct_config__.tag) for frame in get_args(ClientFrame)
 )
@@ -78,7 +78,7 @@ CLIENT_FRAME_TYPES: tuple[str, ...] = tuple(
 # -- server → client --------------------------------------------------------------------
 
 
-class Ready(Frame, frozen=True, tag="ready", omit_defaults=False):
+class ReadyFrame(Frame, frozen=True, tag="ready", omit_defaults=False):
     """The first frame of every connection; a tail's names no subscription."""
 
     subscription: Name | None
@@ -86,19 +86,19 @@ class Ready(Frame, frozen=True, tag="ready", omit_defaults=False):
     credit: Annotated[int, Meta(ge=0, le=limits.MAX_CREDIT)]
 
 
-class Deliver(Frame, frozen=True, tag="deliver"):
+class DeliverFrame(Frame, frozen=True, tag="deliver"):
     """1..k records, never more than the consumer's credit."""
 
     messages: list[DeliveredRecord]
 
 
-class TailDeliver(Frame, frozen=True, tag="deliver"):
+class TailDeliverFrame(Frame, frozen=True, tag="deliver"):
     """A tail's `deliver`: records with `attempt` 1 and no `subscription`."""
 
     messages: list[TailRecord]
 
 
-class Acked(Frame, frozen=True, tag="acked"):
+class AckedFrame(Frame, frozen=True, tag="acked"):
     """The answer to an ack that carried `req`. `unknown`: not in flight on this
     subscription (already acked, dead-lettered, dropped by a seek, never delivered)."""
 
@@ -110,12 +110,13 @@ class Acked(Frame, frozen=True, tag="acked"):
 ErrorCode = Literal["unknown_type", "bad_frame"]
 
 
-class Error(Frame, frozen=True, tag="error"):
+class ErrorFrame(Frame, frozen=True, tag="error"):
     """A bad client frame; the connection stays open and nothing else changes."""
 
     code: ErrorCode
     message: str
 
 
-ConsumerFrame = Ready | Deliver | Acked | Error  # GET /v1/subscriptions/{name}/ws
-TailFrame = Ready | TailDeliver | Error  # GET /v1/topics/{topic}/ws (acks are never answered)
+# GET /v1/subscriptions/{name}/ws; a tail's, GET /v1/topics/{topic}/ws, never answers acks.
+ConsumerFrame = ReadyFrame | DeliverFrame | AckedFrame | ErrorFrame
+TailFrame = ReadyFrame | TailDeliverFrame | ErrorFrame
