@@ -25,7 +25,10 @@ when) and every record a reader was shown.
 from __future__ import annotations
 
 import base64
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,7 +43,7 @@ import orjson
 from storage.encryption import new_key_line
 from tests.cluster.checker import CheckReport, check_replicas
 from tests.cluster.conftest import EtcdProcess
-from tests.conftest import HeraldProcess, freeze
+from tests.conftest import PROJECT_ROOT, HeraldProcess, freeze
 from tests.helpers import wait_until_sync
 
 NODE_TTL_MS = 2000  # short, so that a failover fits in a test (PROTOCOL §7 default 5000)
@@ -48,6 +51,41 @@ REPLICA_LAG_MS = 3000  # a killed follower leaves the ISR after this (default 10
 START_WITHIN_S = 60.0  # every node live once each answers /healthz
 HTTP_TIMEOUT_S = 30.0  # generous: a loaded host (load 20+) took over 10 s to answer
 LOG_TAIL_LINES = 300
+
+
+def serve_to_exit(
+    data_dir: Path,
+    etcd_urls: Sequence[str],
+    *args: str,
+    port: int = 0,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`herald serve --cluster … --node-id n1` that is expected to refuse its start: run
+    to its exit (at most 120 s), output captured, for the tests of a start's one line."""
+    command = [
+        sys.executable, "-m", "server.cli", "serve", "--port", str(port),
+        "--data-dir", str(data_dir), "--cluster", ",".join(etcd_urls), "--node-id", "n1",
+        *args,
+    ]  # fmt: skip
+    return subprocess.run(
+        command,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=None if env is None else {**os.environ, **env},
+    )
+
+
+def refusal_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a refused start says: it exited non-zero, without a traceback, with
+    exactly one line on stderr."""
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
 
 
 class ClusterNode(HeraldProcess):
