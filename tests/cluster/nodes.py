@@ -31,11 +31,12 @@ import subprocess
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import orjson
@@ -488,8 +489,39 @@ class Refusal:
     answered: float
 
 
+class _Worker(ABC):
+    """A test's thread (a Publisher, a Reader): `start` runs its `_run`; `stop` asks it
+    to stop, waits for it (60 s at most) and fails the test with what it raised."""
+
+    stop_event: threading.Event
+    error: BaseException | None
+    _thread: threading.Thread | None
+
+    @property
+    @abstractmethod
+    def what(self) -> str:
+        """What the thread is, for its name and the test's failure."""
+
+    @abstractmethod
+    def _run(self) -> None:
+        """The thread's work, until `stop_event` is set; what it raises goes in `error`."""
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._run, name=self.what.replace(" ", "-"))
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self._thread is not None:
+            self._thread.join(60)
+            assert not self._thread.is_alive(), f"{self.what} did not stop"
+        if self.error is not None:
+            raise AssertionError(f"{self.what} failed: {self.error!r}")
+
+
 @dataclass
-class Publisher:
+class Publisher(_Worker):
     """A thread publishing batches of ``batch`` records with ids ``{name}-{seq}`` at
     ``acks`` to ``targets`` (node ids), one request at a time. A batch that failed
     (503, or no answer) goes again with the same ids to the next target, so a retry of
@@ -513,19 +545,13 @@ class Publisher:
     error: BaseException | None = None
     _seq: int = 0
 
-    def start(self) -> Publisher:
-        self._thread = threading.Thread(target=self._run, name=f"publisher-{self.name}")
-        self._thread.start()
-        return self
+    @property
+    def what(self) -> str:
+        return f"publisher {self.name}"
 
     def stop(self) -> None:
         """Stop after the batch under way is settled (acknowledged or given up)."""
-        self.stop_event.set()
-        if self._thread is not None:
-            self._thread.join(60)
-            assert not self._thread.is_alive(), f"publisher {self.name} did not stop"
-        if self.error is not None:
-            raise AssertionError(f"publisher {self.name} failed: {self.error!r}")
+        super().stop()
 
     def acked(self) -> list[Ack]:
         with self._lock:
@@ -614,7 +640,7 @@ class Publisher:
 
 
 @dataclass
-class Reader:
+class Reader(_Worker):
     """A thread reading one partition from every target node in turn from where it got
     to, recording every (offset, value) any node showed it."""
 
@@ -630,18 +656,9 @@ class Reader:
     error: BaseException | None = None
     _thread: threading.Thread | None = None
 
-    def start(self) -> Reader:
-        self._thread = threading.Thread(target=self._run, name=f"reader-{self.topic}")
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self._thread is not None:
-            self._thread.join(60)
-            assert not self._thread.is_alive(), "reader did not stop"
-        if self.error is not None:
-            raise AssertionError(f"reader failed: {self.error!r}")
+    @property
+    def what(self) -> str:
+        return f"reader {self.topic}"
 
     def _run(self) -> None:
         try:
