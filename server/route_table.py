@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cluster.trust import PROOF_PATH, ClusterKeys
+from herald.protocol import frames
 from server import console, openapi
 from server import openapi_paths as api
 from server.access import AccessGuard
@@ -57,6 +58,7 @@ from server.routes_topics import (
 )
 from server.routes_webhooks import get_attempts, rotate_secret
 from server.runtime import services
+from server.schemas import socket_frames
 from subscribers.websocket import subscription_socket, topic_tail_socket
 
 
@@ -129,7 +131,7 @@ def endpoints(
                 "/v1/topics/{topic}/ws",
                 topic_tail_socket,
                 on_topic("subscribe"),
-                doc=api.TOPIC_TAIL_SOCKET,
+                doc=api.TOPIC_TAIL_SOCKET | {"frames": socket_frames(frames.TailFrame)},
             ),
             # -- subscriptions (PROTOCOL §2, §3, §8); creating and deleting go to etcd
             # from any node, the rest to the coordinator of an existing subscription.
@@ -204,7 +206,7 @@ def endpoints(
                 subscription_socket,
                 _CONSUMES,
                 coordinated=True,
-                doc=api.SUBSCRIPTION_SOCKET,
+                doc=api.SUBSCRIPTION_SOCKET | {"frames": socket_frames(frames.ConsumerFrame)},
             ),
             Endpoint(
                 "GET",

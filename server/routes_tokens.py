@@ -13,13 +13,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from herald.protocol.convert import from_model
 from herald.protocol.errors import BadRequest, Forbidden, NotFound
 from herald.protocol.tokens import TokenRequest
 from server.access import AccessGuard
 from server.auth import Principal, pattern_within
 from server.http import json_body, json_response
 from server.routing import Handler
-from server.validation import from_model
 
 
 def parse_mint(body: Any) -> tuple[int, tuple[str, ...], tuple[str, ...]]:

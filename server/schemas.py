@@ -6,11 +6,11 @@ hand-written SubscriptionStats, and `filter` from SubscriptionConfigView)."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
-from herald.protocol import actions, limits, publish, pull, records, seek, tokens, topics
+from herald.protocol import actions, frames, limits, publish, pull, records, seek, tokens, topics
 from herald.protocol import subscriptions as wire
 from herald.protocol.errors import Problem
 from herald.protocol.stats import SubscriptionStats
@@ -42,12 +42,17 @@ MODELS: tuple[Any, ...] = (
     wire.SubscriptionList,
     Problem,
     publish.PublishRequest,
+    # PROTOCOL §3's frames, published under x-websockets (see socket_frames)
+    *get_args(frames.ClientFrame),
+    *get_args(frames.ConsumerFrame),
+    frames.TailDeliverFrame,
 )
 # What their types cannot say.
 EXTRA: dict[str, dict[str, Any]] = {
     "Seek": seek.ONE_FORM,
     "Record": records.ONE_VALUE,
     "DeliveredRecord": records.ONE_VALUE,
+    "TailRecord": records.ONE_VALUE,
     "Message": publish.ONE_VALUE,
 }
 
@@ -70,3 +75,17 @@ def model_components(*, cluster: bool = False) -> dict[str, dict[str, Any]]:
             number = properties[name]["anyOf"][0]
             number["minimum"], number["maximum"] = _SINGLE_NODE.low, _SINGLE_NODE.high
     return components
+
+
+def socket_frames(server: Any) -> dict[str, Any]:
+    """A consumer socket's frames for its x-websockets entry: what a client sends and
+    what ``server`` (a union of frame models) answers, each told apart by `type`, as
+    references to the frames' components."""
+    return {"client": _one_of(frames.ClientFrame), "server": _one_of(server)}
+
+
+def _one_of(union: Any) -> dict[str, Any]:
+    return {
+        "oneOf": [{"$ref": REF_TEMPLATE.format(name=m.__name__)} for m in get_args(union)],
+        "discriminator": {"propertyName": "type"},
+    }

@@ -33,6 +33,7 @@ from herald.errors import HeraldClientError
 from herald.lifecycle import periodic
 from herald.message import Message
 from herald.protocol.filter import FilterSyntaxError, Matcher, compile_filter, parse
+from herald.protocol.frames import ExtendFrame
 
 from .arrow import Encoded, encode, schema_batch, shipped_batch
 from .nodes import node_urls
@@ -379,9 +380,7 @@ class Receiver:
         with self._cond:
             ids = [i for held in self._held.values() for i in held.values()]
         for chunk in range(0, len(ids), 10_000):
-            consumer.queue_frame(
-                {"type": "extend", "ids": ids[chunk : chunk + 10_000], "ms": ACK_DEADLINE_MS}
-            )
+            consumer.queue_frame(ExtendFrame(ids=ids[chunk : chunk + 10_000], ms=ACK_DEADLINE_MS))
 
     def wait_for_records(self, timeout: float) -> None:
         with self._cond:

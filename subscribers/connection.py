@@ -23,7 +23,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDiscon
 
 from delivery.flag import Flag
 from herald.protocol.close_codes import CloseCode
-from subscribers.frames import BadFrame, ClientFrame, parse_frame
+from herald.protocol.frames import ClientFrame
+from subscribers.frames import BadFrame, parse_frame
 from subscribers.wire import deliver_frame, error_frame
 
 log = logging.getLogger(__name__)

@@ -8,18 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from msgspec import UNSET
+
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import SubscriptionNotFound
+from herald.protocol.frames import AckFrame, ClientFrame, CreditFrame, ExtendFrame, NackFrame
 from storage.writer import wall_clock_ms
 from subscribers.connection import ConsumerConnection
-from subscribers.frames import (
-    AckFrame,
-    ClientFrame,
-    CreditFrame,
-    ExtendFrame,
-    NackFrame,
-    is_message_id,
-)
+from subscribers.frames import is_message_id
 from subscribers.wire import acked_frame, deliveries_json, ready_frame
 
 if TYPE_CHECKING:
@@ -156,7 +152,7 @@ class ConsumerSession:
         unknown: list[str] = []
         if frame.ids:
             ok, unknown = self.engine.ack(consumer, frame.ids)
-        if not frame.has_req:
+        if frame.req is UNSET:
             return None
         if unknown:
             # Not a message id at all: certainly not in flight (PROTOCOL §3 `unknown`);

@@ -20,9 +20,9 @@ from delivery.config import DeliveryMode, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.runtime import SubscriptionRuntime
 from herald.protocol.close_codes import CloseCode
+from herald.protocol.frames import ClientFrame, CreditFrame
 from storage.cursors import CursorSnapshot, PartitionCursor
 from subscribers.connection import ConsumerConnection
-from subscribers.frames import ClientFrame, CreditFrame
 from subscribers.wire import ready_frame, record_json
 
 if TYPE_CHECKING:

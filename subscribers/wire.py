@@ -7,12 +7,14 @@ as is: no record is parsed again on the way out.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
 import orjson
+from msgspec import Raw
 
+from herald.protocol.frames import AckedFrame, ErrorCode, ErrorFrame, ReadyFrame
 from storage.record import Record, ValueKind
 
 if TYPE_CHECKING:
@@ -128,35 +130,24 @@ def json_array(items: Iterable[bytes]) -> bytes:
 
 
 def deliver_frame(items: Iterable[bytes]) -> bytes:
-    """A `deliver` frame around already encoded records."""
+    """A `deliver` frame (herald/protocol/frames.py `DeliverFrame`) around already encoded
+    records: spliced, not built, since each record is the JSON it is stored as."""
     return b'{"type":"deliver","messages":[' + b",".join(items) + b"]}"
 
 
 def ready_frame(subscription: str | None, consumer: str, credit: int) -> bytes:
     """The first frame of every consumer connection (PROTOCOL §3)."""
-    return orjson.dumps(
-        {"type": "ready", "subscription": subscription, "consumer": consumer, "credit": credit}
-    )
+    return _encode(ReadyFrame(subscription=subscription, consumer=consumer, credit=credit))
 
 
-def error_frame(code: str, message: str) -> bytes:
+def error_frame(code: ErrorCode, message: str) -> bytes:
     """The answer to a bad client frame (PROTOCOL §3: `unknown_type` or `bad_frame`)."""
-    return orjson.dumps({"type": "error", "code": code, "message": message})
+    return _encode(ErrorFrame(code=code, message=message))
 
 
-def acked_frame(req: object, ok: list[str], unknown: list[str]) -> bytes:
+def acked_frame(req: Raw, ok: list[str], unknown: list[str]) -> bytes:
     """The answer to an ack carrying `req`, which is echoed as sent (PROTOCOL §3)."""
-    head = orjson.dumps({"type": "acked", "ok": ok, "unknown": unknown})
-    return b"".join((head[:-1], b',"req":', dumps_any_json(req), b"}"))
+    return _encode(AckedFrame(ok=ok, unknown=unknown, req=req))
 
 
-def dumps_any_json(value: object) -> bytes:
-    """Compact JSON of any parsed JSON value, integers beyond 64 bits included.
-
-    orjson refuses integers outside 64 bits, but a client may send one as `req`
-    and expects it back as sent; the standard library takes over for those.
-    """
-    try:
-        return orjson.dumps(value)
-    except TypeError:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+_encode = msgspec.json.Encoder().encode

@@ -10,8 +10,10 @@ from urllib.parse import quote
 from msgspec import UNSET
 
 from herald._http import DEFAULT_URL, Nodes, Reachability, request_json
+from herald.errors import checked
 from herald.protocol.actions import RedriveRequest
 from herald.protocol.seek import Seek
+from herald.protocol.subscriptions import SubscriptionConfig, SubscriptionPatch
 from herald.protocol.topics import TopicConfig
 
 _UNSET: Any = object()  # `retention_ms=None` means unlimited, so "not given" needs its own value
@@ -119,7 +121,9 @@ class Admin:
         (`{"max_records": 1..1000, "max_wait_ms": 0..10000}`) and payload
         ("envelope" or "raw"), e.g.
         `push={"url": …, "secret": …, "batch": {"max_records": 100, "max_wait_ms": 500}}`."""
-        body = {"topic": topic, **config}
+        # The model the server validates with: a bad field is refused here, with the
+        # server's code and detail, before any request is sent.
+        body = checked({"topic": topic, **config}, SubscriptionConfig, "the subscription config")
         result: dict[str, Any] = await self._call("PUT", _subscription(name), body=body)
         return result
 
@@ -140,7 +144,8 @@ class Admin:
         pushing). A push dict replaces the old one whole (its batch and payload included:
         left out, they go back to one record per request, as an envelope); without
         "secret" it keeps the current secret."""
-        result: dict[str, Any] = await self._call("PATCH", _subscription(name), body=changes)
+        body = checked(changes, SubscriptionPatch, "the subscription patch")
+        result: dict[str, Any] = await self._call("PATCH", _subscription(name), body=body)
         return result
 
     async def delete_subscription(self, name: str) -> None:

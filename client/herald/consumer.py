@@ -17,10 +17,10 @@ import random
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import quote, urlencode
 
-import orjson
+import msgspec
 import websockets
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 from websockets.asyncio.client import ClientConnection
@@ -29,7 +29,18 @@ from herald._http import DEFAULT_URL, node_urls, ws_ssl
 from herald.errors import ConsumerClosedError, HeraldClientError, HeraldConnectionError
 from herald.message import Message
 from herald.protocol.close_codes import COME_BACK, TERMINAL, CloseCode
+from herald.protocol.frames import (
+    AckFrame,
+    ConsumerFrame,
+    CreditFrame,
+    DeliverFrame,
+    ErrorFrame,
+    ExtendFrame,
+    NackFrame,
+    ReadyFrame,
+)
 from herald.protocol.limits import MAX_CREDIT
+from herald.protocol.unchecked import unchecked, unchecked_struct
 
 log = logging.getLogger(__name__)
 
@@ -206,19 +217,21 @@ class Consumer:
         if len(self._pending_acks) >= self.max_ack_batch:
             self._outgoing.set()
 
-    def queue_frame(self, frame: dict[str, Any]) -> None:
+    def queue_frame(self, frame: NackFrame | ExtendFrame) -> None:
         """A nack or extend frame for the current connection (dropped if it is lost
         before the frame is sent: the server gives its records back anyway)."""
-        self._frames.append(orjson.dumps(frame))
+        self._frames.append(encode_frame(frame))
         self._outgoing.set()
 
-    def _queue_frame_of(self, session: _SessionAnswerer, frame: dict[str, Any]) -> None:
+    def _queue_frame_of(self, session: _SessionAnswerer, frame: NackFrame | ExtendFrame) -> None:
         # A nack or extend of a record delivered on a connection that is gone: the
         # server already gave it back for redelivery, so it is not ours to answer.
         if session is self._session_answerer:
             self.queue_frame(frame)
         else:
-            log.debug("herald: %s of a lost connection's record dropped", frame.get("type"))
+            log.debug(
+                "herald: %s of a lost connection's record dropped", frame.__struct_config__.tag
+            )
 
     def _session_url(self, credit: int) -> str:
         # The token travels in the Authorization header only: a URL ends up in logs.
@@ -325,10 +338,10 @@ class Consumer:
             try:
                 # A server that upgrades but never says `ready` is not Herald's.
                 async with asyncio.timeout(self.open_timeout):
-                    ready = orjson.loads(await ws.recv())
-                if not isinstance(ready, dict) or ready.get("type") != "ready":
+                    ready = read_frame(await ws.recv())
+                if not isinstance(ready, ReadyFrame):
                     raise ConnectionError("the server did not start with a ready frame")
-                self.consumer_id = ready.get("consumer")
+                self.consumer_id = ready.consumer
                 self.connections += 1
                 self._ready_attempt = attempt
                 self._quick_retries = 0
@@ -353,15 +366,12 @@ class Consumer:
 
     async def _read_loop(self, ws: ClientConnection, answerer: _SessionAnswerer) -> None:
         async for raw in ws:
-            frame = orjson.loads(raw)
-            kind = frame.get("type")
-            if kind == "deliver":
-                # A Message is the frame's own dict, wrapped: nothing copied or decoded.
-                self._inbox.put([Message(item, answerer) for item in frame["messages"]])
-            elif kind == "error":
-                log.warning(
-                    "server refused a frame: %s %s", frame.get("code"), frame.get("message")
-                )
+            frame = read_frame(raw)
+            if type(frame) is read_frame.deliver:
+                # A Message wraps the decoded record: nothing copied.
+                self._inbox.put([Message(item, answerer) for item in frame.messages])
+            elif isinstance(frame, ErrorFrame):
+                log.warning("server refused a frame: %s %s", frame.code, frame.message)
         # The server closed the connection normally or going away; find out why.
         if ws.close_code is not None and ws.close_code in TERMINAL:
             raise ConsumerClosedError(ws.close_code, ws.close_reason or "")
@@ -380,7 +390,7 @@ class Consumer:
     async def _flush(self, ws: ClientConnection) -> None:
         if self._pending_acks:
             ids, self._pending_acks = self._pending_acks, []
-            await ws.send(orjson.dumps({"type": "ack", "ids": ids}).decode())
+            await ws.send(encode_frame(AckFrame(ids=ids)).decode())
         while self._frames:
             await ws.send(self._frames.popleft().decode())
         if self._owed_credit > 0:
@@ -389,7 +399,7 @@ class Consumer:
                 n = min(n, self._grant_left)
                 self._grant_left -= n
             if n > 0:
-                await ws.send(orjson.dumps({"type": "credit", "n": n}).decode())
+                await ws.send(encode_frame(CreditFrame(n=n)).decode())
 
     def _discard_unread(self) -> None:
         # The server redelivers what the lost connection had in flight (PROTOCOL §3):
@@ -398,6 +408,44 @@ class Consumer:
         # the next connection (by record id, valid on any).
         self._inbox.items.clear()
         self._frames.clear()
+
+
+class FrameReader:
+    """PROTOCOL §3 server frames of one kind of socket (herald/protocol/frames.py), read
+    without their constraints: what a Herald server sends is not checked again
+    (herald/protocol/unchecked.py). A frame of a `type` this SDK does not know (a newer
+    server's) reads as None and is skipped; one that is not what its `type` says raises
+    ValueError (msgspec's), which ends the connection."""
+
+    __slots__ = ("_decode", "_known", "deliver")
+
+    def __init__(self, frames: Any, deliver: type[Any]) -> None:
+        self._decode = msgspec.json.Decoder(unchecked(frames)).decode
+        self._known = frozenset(str(f.__struct_config__.tag) for f in get_args(frames))
+        self.deliver = unchecked_struct(deliver)  # compared by identity: the hot path
+
+    def __call__(self, raw: str | bytes) -> Any:
+        try:
+            return self._decode(raw)
+        except msgspec.ValidationError:
+            if _type_of(raw) in self._known:
+                raise
+            return None
+
+
+class _Typed(msgspec.Struct):
+    type: object = None
+
+
+def _type_of(raw: str | bytes) -> object:
+    try:
+        return msgspec.json.decode(raw, type=_Typed).type
+    except msgspec.DecodeError:
+        return None
+
+
+read_frame = FrameReader(ConsumerFrame, DeliverFrame)
+encode_frame = msgspec.json.Encoder().encode
 
 
 class _SessionAnswerer:
@@ -412,7 +460,7 @@ class _SessionAnswerer:
     def queue_ack(self, message_id: str) -> None:
         self._consumer.queue_ack(message_id)
 
-    def queue_frame(self, frame: dict[str, Any]) -> None:
+    def queue_frame(self, frame: NackFrame | ExtendFrame) -> None:
         self._consumer._queue_frame_of(self, frame)
 
 

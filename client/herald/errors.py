@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
 
 from herald.protocol.close_codes import TERMINAL
+from herald.protocol.convert import from_model
+from herald.protocol.errors import HeraldError
+
+T = TypeVar("T")
 
 
 class HeraldClientError(Exception):
@@ -65,6 +69,24 @@ class HeraldClientError(Exception):
             problem=problem,
             retry_after=_retry_after(retry_after),
         )
+
+
+def checked(body: dict[str, Any], model: type[T], what: str) -> T:
+    """``body`` as the request ``model`` the server validates it with, or the
+    HeraldClientError the server's 400 answer to it would raise: the same code and
+    detail (the field's path), from the same conversion (herald/protocol/convert.py)."""
+    try:
+        return from_model(body, model, what)
+    except HeraldError as refused:
+        problem = {
+            "status": refused.status,
+            "title": refused.title,
+            "code": refused.code,
+            "detail": refused.detail,
+        }
+        raise HeraldClientError(
+            refused.code, refused.status, refused.detail, title=refused.title, problem=problem
+        ) from None
 
 
 class HeraldConnectionError(HeraldClientError):

@@ -1,9 +1,11 @@
-"""One record as the SDK hands it over: from a Consumer, or from webhooks.verify.
+"""One record as the SDK hands it over: from a Consumer, a Tail, a Puller, or from
+webhooks.verify.
 
-A Message wraps the record's JSON object as the server sent it (PROTOCOL §1 record +
-`subscription`, `attempt`) and reads its fields on access: a consumer builds one per
-record delivered, so building it is one small object and nothing else (the bytes of a
-`value_b64` record are decoded once, when `value` is first read).
+A Message wraps the record as the protocol's model decoded it (herald/protocol/
+records.py: PROTOCOL §1 record, + `subscription` and `attempt` when delivered): a
+consumer builds one per record delivered, so building it is one small object and
+nothing else (the bytes of a `value_b64` record are decoded once, when `value` is
+first read).
 """
 
 from __future__ import annotations
@@ -11,108 +13,119 @@ from __future__ import annotations
 import base64
 from typing import Any, Protocol
 
+import msgspec
+from msgspec import UNSET
+
+from herald.protocol.frames import ExtendFrame, NackFrame
+from herald.protocol.records import DeliveredRecord, Record, TailRecord
+from herald.protocol.unchecked import unchecked_struct
+
 
 class Answerer(Protocol):
     """What a message answers through: a Consumer (WebSocket) or a Puller (HTTP pull)."""
 
     def queue_ack(self, message_id: str) -> None: ...
 
-    def queue_frame(self, frame: dict[str, Any]) -> None: ...
+    def queue_frame(self, frame: NackFrame | ExtendFrame) -> None: ...
 
 
 REQUIRED = ("topic", "id", "partition", "offset", "timestamp")
 _UNDECODED: Any = object()
+# What a record received from elsewhere is read as (its fields' types checked, not
+# their ranges): with a subscription, as a tail's (an attempt only), or as read.
+_FORMS: tuple[type[Record], ...] = (
+    unchecked_struct(DeliveredRecord),
+    unchecked_struct(TailRecord),
+    unchecked_struct(Record),
+)
 
 
 class Message:
     """One delivered record. `value` is the JSON value, or the decoded bytes when the
     record was published as `value_b64` (then `is_bytes` is true)."""
 
-    __slots__ = ("_consumer", "_data", "_value")
+    __slots__ = ("_consumer", "_record", "_value")
 
-    def __init__(self, data: dict[str, Any], consumer: Answerer | None = None) -> None:
-        self._data = data
+    def __init__(self, record: Record, consumer: Answerer | None = None) -> None:
+        self._record = record
         self._consumer = consumer
         self._value: Any = _UNDECODED
 
     @classmethod
     def from_json(cls, data: dict[str, Any], consumer: Answerer | None = None) -> Message:
         """A record received from anywhere but a Herald connection: its fields checked
-        (KeyError or TypeError when it is not a record)."""
+        (KeyError, or ValueError when it is not a record). `key` and `headers` may be
+        left out (none)."""
         missing = [name for name in REQUIRED if name not in data]
         if missing:
             raise KeyError(f"not a record: no {', '.join(missing)}")
-        if "value_b64" in data and not isinstance(data["value_b64"], str):
-            raise TypeError("value_b64 is not a string")
-        return cls(data, consumer)
+        data = {"key": None, "headers": {}, **data}
+        form = _FORMS[0] if data.get("subscription") is not None else _FORMS[1]
+        if "attempt" not in data:
+            form = _FORMS[2]
+        elif data.get("subscription") is None:
+            data.pop("subscription", None)
+        return cls(msgspec.convert(data, form), consumer)
 
     # -- the record ---------------------------------------------------------------------
 
     @property
     def topic(self) -> str:
-        topic: str = self._data["topic"]
-        return topic
+        return self._record.topic
 
     @property
     def id(self) -> str:
-        id_: str = self._data["id"]
-        return id_
+        return self._record.id
 
     @property
     def partition(self) -> int:
-        partition: int = self._data["partition"]
-        return partition
+        return self._record.partition
 
     @property
     def offset(self) -> int:
-        offset: int = self._data["offset"]
-        return offset
+        return self._record.offset
 
     @property
     def timestamp(self) -> int:
-        timestamp: int = self._data["timestamp"]
-        return timestamp
+        return self._record.timestamp
 
     @property
     def deliver_at(self) -> int | None:
         """ms since the epoch before which the record was not sent to subscriptions: its
         timestamp + the `delay_ms` it was published with; None without a delay
         (PROTOCOL §8 delayed delivery)."""
-        deliver_at: int | None = self._data.get("deliver_at")
-        return deliver_at
+        deliver_at = self._record.deliver_at
+        return None if deliver_at is UNSET else deliver_at
 
     @property
     def key(self) -> str | None:
-        key: str | None = self._data.get("key")
-        return key
+        return self._record.key
 
     @property
     def headers(self) -> dict[str, str]:
-        headers: dict[str, str] = self._data.get("headers") or {}
-        return headers
+        return self._record.headers
 
     @property
     def is_bytes(self) -> bool:
-        return "value_b64" in self._data
+        return self._record.value_b64 is not UNSET
 
     @property
     def value(self) -> Any:
         value = self._value
         if value is _UNDECODED:
-            data = self._data
-            value = self._value = (
-                base64.b64decode(data["value_b64"]) if "value_b64" in data else data.get("value")
-            )
+            record = self._record
+            encoded = record.value_b64
+            value = self._value = record.value if encoded is UNSET else base64.b64decode(encoded)
         return value
 
     @property
     def attempt(self) -> int:
-        attempt: int = self._data.get("attempt", 1)
+        attempt: int = getattr(self._record, "attempt", 1)
         return attempt
 
     @property
     def subscription(self) -> str | None:
-        subscription: str | None = self._data.get("subscription")
+        subscription: str | None = getattr(self._record, "subscription", None)
         return subscription
 
     def to_json(self) -> dict[str, Any]:
@@ -133,7 +146,7 @@ class Message:
             "attempt": self.attempt,
         }
         if self.is_bytes:
-            data["value_b64"] = self._data["value_b64"]
+            data["value_b64"] = self._record.value_b64
         else:
             data["value"] = self.value
         return data
@@ -155,21 +168,16 @@ class Message:
 
     async def ack(self) -> None:
         """Done with this record; acks are batched (see Consumer.ack_interval_ms)."""
-        self._owner().queue_ack(self._data["id"])
+        self._owner().queue_ack(self._record.id)
 
     async def nack(self, delay_ms: int | None = None, reason: str | None = None) -> None:
         """Redeliver after `delay_ms`, else after the subscription's backoff. `reason`
         (≤ 256 characters) is what a dead letter of it will say went wrong (PROTOCOL §8)."""
-        frame: dict[str, Any] = {"type": "nack", "ids": [self.id]}
-        if delay_ms is not None:
-            frame["delay_ms"] = delay_ms
-        if reason is not None:
-            frame["reason"] = reason
-        self._owner().queue_frame(frame)
+        self._owner().queue_frame(NackFrame(ids=[self.id], delay_ms=delay_ms, reason=reason))
 
     async def extend(self, ms: int) -> None:
         """Move the ack deadline to now + `ms`."""
-        self._owner().queue_frame({"type": "extend", "ids": [self.id], "ms": ms})
+        self._owner().queue_frame(ExtendFrame(ids=[self.id], ms=ms))
 
     def _owner(self) -> Answerer:
         if self._consumer is None:

@@ -23,11 +23,15 @@ from urllib.parse import quote
 from herald._http import DEFAULT_URL, Nodes, Reachability, request_json
 from herald.message import Message
 from herald.protocol import limits
-from herald.protocol.pull import AckRequest, AckResponse, NackRequest, PullRequest
+from herald.protocol.frames import ExtendFrame, NackFrame
+from herald.protocol.pull import AckRequest, AckResponse, NackRequest, PullRequest, PullResponse
+from herald.protocol.unchecked import unchecked_struct
 
 MAX_MESSAGES = limits.PULL_MAX_MESSAGES.high  # PROTOCOL §8: max_messages 1..1000
 MAX_WAIT_MS = limits.WAIT_MS.high  # wait_ms 0..30000
 MAX_REASON = limits.MAX_NACK_REASON
+# A server's answer is not checked again (herald/protocol/unchecked.py).
+_PULL_RESPONSE = unchecked_struct(PullResponse)
 
 
 class Puller:
@@ -73,7 +77,7 @@ class Puller:
         self._taken = 0
         self._buffer: deque[Message] = deque()
         self._pending_acks: list[str] = []
-        self._pending_nacks: list[dict[str, Any]] = []
+        self._pending_nacks: list[NackFrame] = []
         self._closed = False
 
     async def __aenter__(self) -> Puller:
@@ -104,10 +108,9 @@ class Puller:
             max_messages=self.max_messages if max_messages is None else max_messages,
             wait_ms=self.wait_ms if wait_ms is None else wait_ms,
         )
-        result = await self._call("POST", f"{self._path}/pull", body)
-        # The records stay the JSON objects the server sent: a Message reads its fields on
-        # access, as it does of a consumer's deliveries (herald/message.py).
-        return [Message(data, self) for data in result["messages"]]
+        result: PullResponse = await self._call("POST", f"{self._path}/pull", body, _PULL_RESPONSE)
+        # Read as a consumer's deliveries are: the records decoded once, wrapped.
+        return [Message(record, self) for record in result.messages]
 
     async def ack(self, ids: Sequence[str]) -> dict[str, list[str]]:
         """`{"ok": [...], "unknown": [...]}` (unknown: not in flight any more)."""
@@ -133,7 +136,7 @@ class Puller:
         if acks:
             await self.ack(acks)
         for frame in nacks:
-            await self.nack(frame["ids"], frame.get("delay_ms"), frame.get("reason"))
+            await self.nack(frame.ids, frame.delay_ms, frame.reason)
 
     # -- iteration ---------------------------------------------------------------------
 
@@ -156,10 +159,12 @@ class Puller:
     def queue_ack(self, message_id: str) -> None:
         self._pending_acks.append(message_id)
 
-    def queue_frame(self, frame: dict[str, Any]) -> None:
-        if frame.get("type") != "nack":
+    def queue_frame(self, frame: NackFrame | ExtendFrame) -> None:
+        if not isinstance(frame, NackFrame):
             # PROTOCOL §8 pull answers with /ack and /nack only: no deadline extension.
-            raise RuntimeError(f"a pulled message cannot {frame.get('type')}: ack or nack it")
+            raise RuntimeError(
+                f"a pulled message cannot {frame.__struct_config__.tag}: ack or nack it"
+            )
         self._pending_nacks.append(frame)
 
     async def _call(

@@ -15,15 +15,15 @@ from collections import deque
 from collections.abc import Sequence
 from urllib.parse import quote, urlencode
 
-import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
 from herald._http import DEFAULT_URL, node_urls, ws_ssl
-from herald.consumer import as_client_error
+from herald.consumer import FrameReader, as_client_error, encode_frame
 from herald.errors import ConsumerClosedError
 from herald.message import Message
 from herald.protocol.close_codes import TERMINAL, CloseCode
+from herald.protocol.frames import CreditFrame, ReadyFrame, TailDeliverFrame, TailFrame
 from herald.protocol.limits import MAX_CREDIT
 
 
@@ -107,9 +107,9 @@ class Tail:
                 ):
                     raise StopAsyncIteration from None  # the server went away cleanly
                 raise as_client_error(closed, self.url)  # noqa: B904 (its context is kept)
-            frame = orjson.loads(raw)
-            if frame.get("type") == "deliver":
-                self._buffer.extend(Message.from_json(m) for m in frame["messages"])
+            frame = _read_frame(raw)
+            if type(frame) is _read_frame.deliver:
+                self._buffer.extend(Message(m) for m in frame.messages)
         self._taken += 1
         self._owed += 1
         await self._give_credit(ws)
@@ -124,7 +124,7 @@ class Tail:
             n = min(n, self.limit - self._granted)
         if n > 0:
             self._granted += n
-            await ws.send(orjson.dumps({"type": "credit", "n": n}).decode())
+            await ws.send(encode_frame(CreditFrame(n=n)).decode())
 
     def _ws_url(self, url: str) -> str:
         return url.replace("http", "ws", 1) + self._target
@@ -150,8 +150,8 @@ class Tail:
                     raise as_client_error(exc, url)  # noqa: B904 (its context is kept)
         try:
             async with asyncio.timeout(self.open_timeout):
-                ready = orjson.loads(await ws.recv())
-            if not isinstance(ready, dict) or ready.get("type") != "ready":
+                ready = _read_frame(await ws.recv())
+            if not isinstance(ready, ReadyFrame):
                 raise ConnectionError("the server did not start with a ready frame")
         except websockets.ConnectionClosed as closed:
             await ws.close()
@@ -164,6 +164,9 @@ class Tail:
             raise as_client_error(exc, self.url)  # noqa: B904 (its context is kept)
         self._ws = ws
         return ws
+
+
+_read_frame = FrameReader(TailFrame, TailDeliverFrame)
 
 
 def _node_down(exc: Exception) -> bool:

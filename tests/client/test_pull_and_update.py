@@ -7,12 +7,14 @@ import asyncio
 import base64
 import json
 from collections.abc import Callable
+from typing import Any
 
+import httpx
 import pytest
 
 from herald import Admin, HeraldClientError, Message, Producer, Puller
 from tests.client.test_cli import herald, lines
-from tests.conftest import HeraldProcess
+from tests.conftest import HeraldProcess, free_port
 from tests.webhooks.receiver import Receiver
 
 SECRET = "whsec_" + base64.b64encode(b"herald-test-secret-0123456789ab").decode()
@@ -123,3 +125,65 @@ def test_cli_consume_pull_and_subscriptions_update(
         assert json.loads(stop.stdout)["config"]["push"] is None
     refused = herald("subscriptions", "update", name, "--max-in-flight", "0", url=url)
     assert refused.returncode != 0 and "validation_error" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("method", "config"),
+    [
+        ("PUT", {"topic": "t", "ack_deadline_ms": 99}),
+        ("PUT", {"topic": "t", "retry_backoff": {"min_ms": 500, "max_ms": 100}}),
+        ("PUT", {"topic": "t", "max_in_flight": "5"}),
+        ("PUT", {"topic": "t", "bogus": 1}),
+        ("PUT", {"topic": "t", "push": {"url": "ftp://example.com/", "secret": SECRET}}),
+        ("PATCH", {"max_deliveries": 1001}),
+        ("PATCH", {"push": {"url": "http://127.0.0.1:9/", "batch": {"max_records": 0}}}),
+    ],
+)
+async def test_a_bad_subscription_field_raises_the_servers_error_before_any_request(
+    shared_herald: HeraldProcess, unique: Callable[[str], str], method: str, config: dict[str, Any]
+) -> None:
+    """Issue 29 §1: the SDK builds the request model the server validates with, so a
+    bad field raises the HeraldClientError the server's 400 would (same code, same detail
+    naming the field) without a request: an Admin pointed at no server raises it too."""
+    name = unique("bad")
+    async with Admin(shared_herald.url) as admin, httpx.AsyncClient() as http:
+        if method == "PATCH":
+            await admin.create_subscription(name, unique("t"))
+        # The server's own answer to the body.
+        answer = await http.request(
+            method, f"{shared_herald.url}/v1/subscriptions/{name}", json=config
+        )
+    assert answer.status_code == 400, answer.text
+    served = HeraldClientError.from_response(answer)
+    async with Admin(f"http://127.0.0.1:{free_port()}", retries=1) as nowhere:
+        with pytest.raises(HeraldClientError) as raised:
+            if method == "PUT":
+                fields = {k: v for k, v in config.items() if k != "topic"}
+                await nowhere.create_subscription(name, config["topic"], **fields)
+            else:
+                await nowhere.update_subscription(name, **config)
+    assert type(raised.value) is HeraldClientError  # not a connection error: nothing sent
+    assert (raised.value.status, raised.value.code, raised.value.detail) == (
+        served.status,
+        served.code,
+        served.detail,
+    )
+
+
+async def test_a_good_subscription_config_round_trips(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    topic, name, dead = unique("rt"), unique("rts"), unique("rtd")
+    async with Admin(shared_herald.url) as admin:
+        created = await admin.create_subscription(
+            name, topic, start={"timestamp": 5.0}, ack_deadline_ms=1500,
+            retry_backoff={"min_ms": 10}, dead_letter_topic=dead, ordered_by_key=True,
+            filter='key = "a"',
+        )  # fmt: skip
+        config = created["config"]
+        assert (config["ack_deadline_ms"], config["retry_backoff"]["min_ms"]) == (1500, 10)
+        assert (config["dead_letter_topic"], config["ordered_by_key"]) == (dead, True)
+        assert config["filter"] == 'key = "a"'
+        changed = await admin.update_subscription(name, filter=None, retry_backoff={"max_ms": 900})
+        assert changed["config"]["filter"] is None
+        assert changed["config"]["retry_backoff"] == {"min_ms": 10, "max_ms": 900}

@@ -25,14 +25,18 @@ when) and every record a reader was shown.
 from __future__ import annotations
 
 import base64
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import orjson
@@ -40,7 +44,7 @@ import orjson
 from storage.encryption import new_key_line
 from tests.cluster.checker import CheckReport, check_replicas
 from tests.cluster.conftest import EtcdProcess
-from tests.conftest import HeraldProcess, freeze
+from tests.conftest import PROJECT_ROOT, HeraldProcess, freeze
 from tests.helpers import wait_until_sync
 
 NODE_TTL_MS = 2000  # short, so that a failover fits in a test (PROTOCOL §7 default 5000)
@@ -48,6 +52,41 @@ REPLICA_LAG_MS = 3000  # a killed follower leaves the ISR after this (default 10
 START_WITHIN_S = 60.0  # every node live once each answers /healthz
 HTTP_TIMEOUT_S = 30.0  # generous: a loaded host (load 20+) took over 10 s to answer
 LOG_TAIL_LINES = 300
+
+
+def serve_to_exit(
+    data_dir: Path,
+    etcd_urls: Sequence[str],
+    *args: str,
+    port: int = 0,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`herald serve --cluster … --node-id n1` that is expected to refuse its start: run
+    to its exit (at most 120 s), output captured, for the tests of a start's one line."""
+    command = [
+        sys.executable, "-m", "server.cli", "serve", "--port", str(port),
+        "--data-dir", str(data_dir), "--cluster", ",".join(etcd_urls), "--node-id", "n1",
+        *args,
+    ]  # fmt: skip
+    return subprocess.run(
+        command,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=None if env is None else {**os.environ, **env},
+    )
+
+
+def refusal_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one line a refused start says: it exited non-zero, without a traceback, with
+    exactly one line on stderr."""
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
 
 
 class ClusterNode(HeraldProcess):
@@ -450,8 +489,39 @@ class Refusal:
     answered: float
 
 
+class _Worker(ABC):
+    """A test's thread (a Publisher, a Reader): `start` runs its `_run`; `stop` asks it
+    to stop, waits for it (60 s at most) and fails the test with what it raised."""
+
+    stop_event: threading.Event
+    error: BaseException | None
+    _thread: threading.Thread | None
+
+    @property
+    @abstractmethod
+    def what(self) -> str:
+        """What the thread is, for its name and the test's failure."""
+
+    @abstractmethod
+    def _run(self) -> None:
+        """The thread's work, until `stop_event` is set; what it raises goes in `error`."""
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._run, name=self.what.replace(" ", "-"))
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self._thread is not None:
+            self._thread.join(60)
+            assert not self._thread.is_alive(), f"{self.what} did not stop"
+        if self.error is not None:
+            raise AssertionError(f"{self.what} failed: {self.error!r}")
+
+
 @dataclass
-class Publisher:
+class Publisher(_Worker):
     """A thread publishing batches of ``batch`` records with ids ``{name}-{seq}`` at
     ``acks`` to ``targets`` (node ids), one request at a time. A batch that failed
     (503, or no answer) goes again with the same ids to the next target, so a retry of
@@ -475,19 +545,13 @@ class Publisher:
     error: BaseException | None = None
     _seq: int = 0
 
-    def start(self) -> Publisher:
-        self._thread = threading.Thread(target=self._run, name=f"publisher-{self.name}")
-        self._thread.start()
-        return self
+    @property
+    def what(self) -> str:
+        return f"publisher {self.name}"
 
     def stop(self) -> None:
         """Stop after the batch under way is settled (acknowledged or given up)."""
-        self.stop_event.set()
-        if self._thread is not None:
-            self._thread.join(60)
-            assert not self._thread.is_alive(), f"publisher {self.name} did not stop"
-        if self.error is not None:
-            raise AssertionError(f"publisher {self.name} failed: {self.error!r}")
+        super().stop()
 
     def acked(self) -> list[Ack]:
         with self._lock:
@@ -576,7 +640,7 @@ class Publisher:
 
 
 @dataclass
-class Reader:
+class Reader(_Worker):
     """A thread reading one partition from every target node in turn from where it got
     to, recording every (offset, value) any node showed it."""
 
@@ -592,18 +656,9 @@ class Reader:
     error: BaseException | None = None
     _thread: threading.Thread | None = None
 
-    def start(self) -> Reader:
-        self._thread = threading.Thread(target=self._run, name=f"reader-{self.topic}")
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self._thread is not None:
-            self._thread.join(60)
-            assert not self._thread.is_alive(), "reader did not stop"
-        if self.error is not None:
-            raise AssertionError(f"reader failed: {self.error!r}")
+    @property
+    def what(self) -> str:
+        return f"reader {self.topic}"
 
     def _run(self) -> None:
         try:

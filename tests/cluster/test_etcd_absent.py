@@ -5,15 +5,19 @@ still stops promptly on SIGTERM. Real processes, a real etcd."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from cluster.lease import REVOKE_WITHIN_S
 from tests.cluster.conftest import EtcdProcess
-from tests.cluster.nodes import NODE_TTL_MS, REPLICA_LAG_MS, ClusterNode
-from tests.conftest import PROJECT_ROOT, free_port
+from tests.cluster.nodes import (
+    NODE_TTL_MS,
+    REPLICA_LAG_MS,
+    ClusterNode,
+    refusal_line,
+    serve_to_exit,
+)
+from tests.conftest import free_port
 
 # A bound for a loaded host only: the shutdown took 1.4 s here, 4.3 s before the fix.
 STOP_WITHIN_S = 15.0
@@ -21,23 +25,8 @@ STOP_WITHIN_S = 15.0
 
 def test_a_start_with_no_etcd_answering_says_so_in_one_line(tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    command = [
-        sys.executable, "-m", "server.cli", "serve", "--port", "0",
-        "--data-dir", str(tmp_path / "data"), "--cluster", dead, "--node-id", "n1",
-    ]  # fmt: skip
-    done = subprocess.run(
-        command,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode != 0
-    assert "Traceback" not in done.stderr + done.stdout
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    assert dead in lines[0] and "etcd" in lines[0] and "--cluster" in lines[0]
+    line = refusal_line(serve_to_exit(tmp_path / "data", [dead]))
+    assert dead in line and "etcd" in line and "--cluster" in line
 
 
 def test_a_node_whose_etcd_is_gone_stops_promptly_on_sigterm(

@@ -12,10 +12,8 @@ gateway (Debian's etcd-server ships no etcdctl), as ``etcdctl user add root`` an
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +24,8 @@ from cryptography import x509
 
 from cluster.etcd import EtcdAccess, EtcdClient
 from tests.cluster.conftest import EtcdProcess
-from tests.cluster.nodes import HeraldCluster
-from tests.conftest import PROJECT_ROOT, free_port
+from tests.cluster.nodes import HeraldCluster, refusal_line, serve_to_exit
+from tests.conftest import free_port
 from tests.pki import SERVER_AND_CLIENT, TestCA, common_name
 
 PASSWORD = "correct-horse-battery-staple-7"
@@ -163,35 +161,20 @@ def test_a_cluster_on_a_closed_etcd_works_end_to_end(
 def _serve(
     tmp_path: Path, etcd: ClosedEtcd, args: list[str], password: str
 ) -> subprocess.CompletedProcess[str]:
-    command = [
-        sys.executable, "-m", "server.cli", "serve", "--port", str(free_port()),
-        "--data-dir", str(tmp_path / "data"), "--cluster", ",".join(etcd.urls),
-        "--node-id", "n1", "--cluster-name", "refused", *args,
-    ]  # fmt: skip
-    return subprocess.run(
-        command,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "HERALD_ETCD_PASSWORD": password},
-    )
-
-
-def _one_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode != 0
-    assert "Traceback" not in done.stderr + done.stdout
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    return lines[0]
+    return serve_to_exit(
+        tmp_path / "data",
+        etcd.urls,
+        "--cluster-name", "refused", *args,
+        port=free_port(),
+        env={"HERALD_ETCD_PASSWORD": password},
+    )  # fmt: skip
 
 
 def test_a_wrong_etcd_password_refuses_the_start_in_one_line(
     closed_etcd: ClosedEtcd, tmp_path: Path
 ) -> None:
     wrong = "not-the-password-8"
-    line = _one_line(_serve(tmp_path, closed_etcd, _trust_args(closed_etcd), wrong))
+    line = refusal_line(_serve(tmp_path, closed_etcd, _trust_args(closed_etcd), wrong))
     assert "root" in line and "HERALD_ETCD_PASSWORD" in line, line
     assert wrong not in line
 
@@ -200,7 +183,7 @@ def test_a_start_without_a_client_certificate_is_refused_in_one_line(
     closed_etcd: ClosedEtcd, tmp_path: Path
 ) -> None:
     args = _trust_args(closed_etcd, client_cert=False)
-    line = _one_line(_serve(tmp_path, closed_etcd, args, PASSWORD))
+    line = refusal_line(_serve(tmp_path, closed_etcd, args, PASSWORD))
     assert "--etcd-cert-file" in line and closed_etcd.urls[0] in line, line
 
 

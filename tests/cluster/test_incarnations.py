@@ -95,6 +95,19 @@ def check_replicas(cluster: HeraldCluster, topic: str, acks: list[Ack]) -> None:
     assert report.acknowledged == len(acks)
 
 
+def publish_again_and_check(
+    cluster: HeraldCluster, acks: list[Ack], via: str | None = None
+) -> None:
+    """After a fault: once every node is back in the ISR of orders/0, a second batch is
+    acknowledged (through ``via``, else the leader then), and every record acknowledged
+    before and since is on every node, the replicas checked."""
+    cluster.wait_isr("orders", 0, cluster.nodes, within=60.0)
+    node = cluster.leader("orders").node_id if via is None else via
+    acks = acks + publish_acked(cluster, node, "orders", "b")
+    assert_every_ack_everywhere(cluster, "orders", acks)
+    check_replicas(cluster, "orders", acks)
+
+
 @pytest.fixture
 def slow_lease_cluster(tmp_path: Path) -> Iterator[HeraldCluster]:
     """Three nodes whose leases outlive a restart (10 s), so a node can start again, and
@@ -181,8 +194,9 @@ def test_a_leader_restarted_with_an_empty_disk_inside_its_lease_leads_only_throu
                 waiting = cluster.nodes[old].log().count("waiting for its lease to end")
                 restarted = pool.submit(cluster.restart, old)
                 cluster.wait_for(
-                    lambda: cluster.nodes[old].log().count("waiting for its lease to end")
-                    > waiting,
+                    lambda: (
+                        cluster.nodes[old].log().count("waiting for its lease to end") > waiting
+                    ),
                     120.0,
                     f"{old} started again and waiting for its old lease",
                 )
@@ -204,10 +218,7 @@ def test_a_leader_restarted_with_an_empty_disk_inside_its_lease_leads_only_throu
 
     after = cluster.wait_leader("orders", not_on={old}, within=60.0)
     assert after["epoch"] >= before["epoch"] + 1
-    cluster.wait_isr("orders", 0, cluster.nodes, within=60.0)
-    acks += publish_acked(cluster, cluster.leader("orders").node_id, "orders", "b")
-    assert_every_ack_everywhere(cluster, "orders", acks)
-    check_replicas(cluster, "orders", acks)
+    publish_again_and_check(cluster, acks)
 
 
 @pytest.mark.timeout(300)
@@ -232,10 +243,7 @@ def test_a_follower_restarted_empty_is_never_elected_over_one_that_holds_the_rec
     assert after["leader"] == keeper, f"{after['leader']} elected with an empty log"
     assert after["epoch"] >= state["epoch"] + 1
     cluster.restart(leader)
-    cluster.wait_isr("orders", 0, cluster.nodes, within=60.0)
-    acks += publish_acked(cluster, keeper, "orders", "b")
-    assert_every_ack_everywhere(cluster, "orders", acks)
-    check_replicas(cluster, "orders", acks)
+    publish_again_and_check(cluster, acks, via=keeper)
 
 
 @pytest.mark.timeout(360)
@@ -258,7 +266,4 @@ def test_after_a_whole_cluster_restart_with_one_disk_lost_the_most_up_to_date_re
 
     after = cluster.wait_leader("orders", not_on={old})
     assert after["epoch"] >= state["epoch"] + 1
-    cluster.wait_isr("orders", 0, cluster.nodes, within=60.0)
-    acks += publish_acked(cluster, after["leader"], "orders", "b")
-    assert_every_ack_everywhere(cluster, "orders", acks)
-    check_replicas(cluster, "orders", acks)
+    publish_again_and_check(cluster, acks, via=after["leader"])

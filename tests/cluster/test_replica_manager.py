@@ -18,6 +18,7 @@ from cluster.state import PartitionState, VersionedState
 from storage.config import TopicConfig
 from storage.engine import Storage
 from storage.record import Acks, NewRecord
+from storage.topic import Topic
 
 CLUSTER = "replicas"
 REF = ("t", 0)
@@ -66,6 +67,14 @@ def view_of(etcd: EtcdClient, topics: dict[str, int]) -> MetadataView:
     return view
 
 
+async def synced_topic(etcd: EtcdClient, replicas: ReplicaManager, topic_id: int = 10) -> Topic:
+    """Topic "t" (id ``topic_id``) synced from etcd's view: its local copy."""
+    await replicas.sync_topics(view_of(etcd, {"t": topic_id}))
+    topic = replicas.storage.topic("t")
+    assert topic is not None
+    return topic
+
+
 async def test_the_local_topics_follow_etcd(etcd: EtcdClient, replicas: ReplicaManager) -> None:
     await replicas.sync_topics(view_of(etcd, {"t": 10, "u": 11}))
     assert {t.name for t in replicas.storage.topics()} == {"t", "u"}
@@ -80,9 +89,7 @@ async def test_the_local_topics_follow_etcd(etcd: EtcdClient, replicas: ReplicaM
 async def test_a_copy_of_a_topic_created_again_is_wiped_before_anything_reads_it(
     etcd: EtcdClient, replicas: ReplicaManager
 ) -> None:
-    await replicas.sync_topics(view_of(etcd, {"t": 10}))
-    topic = replicas.storage.topic("t")
-    assert topic is not None
+    topic = await synced_topic(etcd, replicas)
     await topic.partitions[0].append([NewRecord(b'"of the old topic"')], Acks.LEADER)
     assert topic.partitions[0].log_end_offset == 1
 
@@ -97,9 +104,7 @@ async def test_a_copy_of_a_topic_created_again_is_wiped_before_anything_reads_it
 async def test_a_partition_led_by_this_incarnation_gets_a_leader_role(
     etcd: EtcdClient, membership: Membership, replicas: ReplicaManager
 ) -> None:
-    await replicas.sync_topics(view_of(etcd, {"t": 10}))
-    topic = replicas.storage.topic("t")
-    assert topic is not None
+    topic = await synced_topic(etcd, replicas)
     state = PartitionState(("n1",), "n1", 1, ("n1",), {"n1": membership.incarnation})
 
     await replicas.assign_role(topic, REF, VersionedState(state, 1), observed=())
@@ -111,9 +116,7 @@ async def test_a_partition_led_by_this_incarnation_gets_a_leader_role(
 async def test_a_partition_an_earlier_incarnation_led_is_not_led_again_without_an_election(
     etcd: EtcdClient, membership: Membership, replicas: ReplicaManager
 ) -> None:
-    await replicas.sync_topics(view_of(etcd, {"t": 10}))
-    topic = replicas.storage.topic("t")
-    assert topic is not None
+    topic = await synced_topic(etcd, replicas)
     earlier = {"n1": membership.incarnation - 1}
     state = PartitionState(("n1",), "n1", 1, ("n1",), earlier)
 

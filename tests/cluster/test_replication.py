@@ -307,9 +307,7 @@ def test_a_new_leaders_mark_is_settled_once_it_reaches_the_epoch_start() -> None
 def test_a_follower_whose_node_is_gone_leaves_the_isr_at_once_even_when_idle() -> None:
     # Nothing to fall behind on, so the lag rule never fires; its node's key is gone.
     clock = FakeClock()
-    r = leader(clock, min_insync=3)
-    r.on_fetch("b", 3, 0, 0)
-    r.on_fetch("c", 3, 0, 0)
+    r = in_sync_at(0, clock, min_insync=3)  # b and c fetched the empty log
     clock.advance(60_000)
     assert r.tick().isr_change is None  # caught up at the log end: in sync by the lag rule
     progress = r.followers_gone(["c", "a"])  # the leader's own id is never dropped
@@ -361,9 +359,7 @@ def test_a_follower_that_writes_but_cannot_fsync_leaves_the_isr_and_acks_all_goe
     # Issue 25 item 9: its fetches reach the log end, its fsynced end stays behind (a
     # failing disk). It held every acks=all publish for as long as it kept fetching.
     clock = FakeClock()
-    r = leader(clock, min_insync=2)
-    r.on_fetch("b", 3, 0, 0)
-    r.on_fetch("c", 3, 0, 0)
+    r = in_sync_at(0, clock, min_insync=2)  # b and c fetched the empty log
     r.on_append(10)
     r.on_flush(10)
     assert r.wait_commit(10).committed == ()

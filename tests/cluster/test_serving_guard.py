@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cluster.etcd import EtcdClient
+from cluster.etcd import EtcdClient, KeyValue
 from cluster.membership import Membership
 from cluster.serving_guard import ServingGuard
 from cluster.topics import config_to_json, topic_key
@@ -33,12 +33,18 @@ def guard(etcd: EtcdClient, membership: Membership, held: Mapping[str, int]) -> 
     )
 
 
-async def test_a_copy_of_the_topic_etcd_has_is_served(
-    etcd: EtcdClient, membership: Membership
-) -> None:
+async def put_topic(etcd: EtcdClient) -> KeyValue:
+    """Topic "t" created in etcd: its key as etcd holds it (create_revision: its id)."""
     await etcd.put(topic_key(CLUSTER, "t"), config_to_json(TopicConfig(partitions=1)))
     kv = await etcd.get(topic_key(CLUSTER, "t"))
     assert kv is not None
+    return kv
+
+
+async def test_a_copy_of_the_topic_etcd_has_is_served(
+    etcd: EtcdClient, membership: Membership
+) -> None:
+    kv = await put_topic(etcd)
 
     assert await guard(etcd, membership, {"t": kv.create_revision}).may_serve("t")
 
@@ -46,11 +52,9 @@ async def test_a_copy_of_the_topic_etcd_has_is_served(
 async def test_a_copy_of_a_topic_deleted_and_created_again_is_not_served(
     etcd: EtcdClient, membership: Membership
 ) -> None:
-    await etcd.put(topic_key(CLUSTER, "t"), config_to_json(TopicConfig(partitions=1)))
-    old = await etcd.get(topic_key(CLUSTER, "t"))
-    assert old is not None
+    old = await put_topic(etcd)
     await etcd.delete(topic_key(CLUSTER, "t"))
-    await etcd.put(topic_key(CLUSTER, "t"), config_to_json(TopicConfig(partitions=1)))
+    await put_topic(etcd)
 
     assert not await guard(etcd, membership, {"t": old.create_revision}).may_serve("t")
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import jsonschema_rs
+import msgspec
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -53,6 +54,9 @@ def _bounds(schema: dict[str, Any]) -> tuple[int, int]:
         (("TokenRequest", "ttl_ms"), limits.TOKEN_TTL_MS),
         (("Seek", "timestamp"), limits.TIMESTAMP),
         (("Message", "delay_ms"), limits.DELAY_MS),
+        (("CreditFrame", "n"), limits.IntRange(1, limits.MAX_CREDIT)),
+        (("NackFrame", "delay_ms"), limits.NACK_DELAY_MS),
+        (("ExtendFrame", "ms"), limits.EXTEND_MS),
     ],
 )
 def test_each_range_is_the_validators(path: tuple[str, str], allowed: limits.IntRange) -> None:
@@ -144,6 +148,56 @@ def test_the_websocket_routes_are_described() -> None:
     for route in described.values():
         assert "herald.token." in route["authentication"]
         assert {"4401", "4403"} <= set(route["close_codes"])
+
+
+def test_the_consumer_frames_are_published_from_their_models() -> None:
+    """Issue 29: each consumer socket's frames (PROTOCOL §3) are the components generated
+    from herald/protocol/frames.py; what the server writes and what a client may send
+    validate against them, and what it refuses does not."""
+    from delivery.events import Delivery
+    from server.route_table import openapi_document
+    from storage.record import Record, ValueKind
+    from subscribers import wire
+
+    served = orjson.loads(openapi_document(cluster=False))
+    sockets = served["x-websockets"]
+
+    def validator(path: str, side: str) -> Any:
+        schema = {**sockets[path]["frames"][side], "components": served["components"]}
+        return jsonschema_rs.Draft202012Validator(schema)
+
+    consumer, tail = "/v1/subscriptions/{name}/ws", "/v1/topics/{topic}/ws"
+    records = [
+        Record(0, 7, 1_700_000_000_000, b'{"a":1}'),
+        Record(
+            1, 8, 1_700_000_000_001, b"\x00", ValueKind.BYTES, "k", {"h": "v"}, 1_700_000_001_001
+        ),
+    ]
+    deliveries = [Delivery(r, 2) for r in records]
+    for path, frame in (
+        (consumer, wire.ready_frame("s", "c-1", 10)),
+        (tail, wire.ready_frame(None, "c-1", 0)),
+        (consumer, wire.deliver_frame(wire.deliveries_json("t", deliveries, "s"))),
+        (tail, wire.deliver_frame(wire.deliveries_json("t", deliveries, None))),
+        (consumer, wire.acked_frame(msgspec.Raw(b'{"n": [1]}'), ["0-7"], ["x"])),
+        (tail, wire.error_frame("unknown_type", "unknown frame type 'x'")),
+    ):
+        validator(path, "server").validate(orjson.loads(frame))
+    client = validator(consumer, "client")
+    for frame, valid in (
+        ({"type": "credit", "n": 5}, True),
+        ({"type": "ack", "ids": ["0-1"], "req": {"any": None}}, True),
+        ({"type": "nack", "ids": [], "delay_ms": 600_000, "reason": "r"}, True),
+        ({"type": "extend", "ids": ["0-1"], "ms": 100}, True),
+        ({"type": "credit", "n": 0}, False),
+        ({"type": "extend", "ids": ["0-1"], "ms": 99}, False),
+        ({"type": "ack", "ids": [1]}, False),
+        ({"type": "subscribe"}, False),
+    ):
+        assert client.is_valid(frame) == valid, frame
+    assert not validator(tail, "server").is_valid(
+        orjson.loads(wire.acked_frame(msgspec.Raw(b"1"), [], []))
+    )
 
 
 def test_a_subscription_is_published_from_its_models(herald_url: str) -> None:

@@ -74,6 +74,7 @@ PREVIOUS_TTL_MS = IntRange(0, 30 * 86_400_000)  # rotate-secret, 30 days
 REDRIVE_RATE = IntRange(1, REDRIVE_MAX_RATE)
 REDRIVE_MAX_RECORDS = IntRange(1, REDRIVE_MAX_RECORDS_LIMIT)
 NACK_DELAY_MS = IntRange(0, MAX_NACK_DELAY_MS)  # a nack's delay_ms (PROTOCOL §3)
+EXTEND_MS = IntRange(100, 600_000)  # an extend frame's `ms` (PROTOCOL §3)
 TOKEN_TTL_MS = IntRange(1_000, 86_400_000)  # a browser token's lifetime (PROTOCOL §8)
 MAX_TOKEN_PATTERNS = 64  # topic patterns a browser token holds for one role
 MAX_TOKEN_PATTERN_CHARS = 255

@@ -68,8 +68,17 @@ class PublishResponse(msgspec.Struct, frozen=True, kw_only=True):
     results: list[PublishResult]
 
 
+Attempt = Annotated[int, Meta(ge=1, description="1 on first delivery; every send counts")]
+
+
 class DeliveredRecord(Record, frozen=True, kw_only=True):
-    """A record delivered to a subscription (PROTOCOL §8 pull)."""
+    """A record delivered to a subscription (PROTOCOL §3 `deliver`, §8 pull)."""
 
     subscription: Name
-    attempt: Annotated[int, Meta(ge=1)]
+    attempt: Attempt
+
+
+class TailRecord(Record, frozen=True, kw_only=True):
+    """A record delivered to a tail (PROTOCOL §3): `attempt` 1, no `subscription`."""
+
+    attempt: Attempt

@@ -203,7 +203,7 @@ def check_ordered(
         raise OutOfRange(f"{names[0]} must not exceed {names[1]} ({low} > {high})")
 
 
-class RetryBackoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class RetryBackoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """min_ms <= max_ms (else 400 validation_error)."""
 
     min_ms: BackoffMs | None = None
@@ -213,7 +213,7 @@ class RetryBackoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         check_ordered(self.min_ms, self.max_ms, limits.DEFAULT_BACKOFF_MS, ("min_ms", "max_ms"))
 
 
-class Breaker(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Breaker(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """open_ms <= max_open_ms (else 400 validation_error)."""
 
     failures: Annotated[int, _within(limits.BREAKER_FAILURES)] | None = None
@@ -229,7 +229,7 @@ class Breaker(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         )
 
 
-class PushBatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class PushBatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """PROTOCOL §8: with max_records > 1 a request carries up to that many records as
     {"messages":[M, …]}, sent once max_records are ready or max_wait_ms after the first
     of them was."""
@@ -246,7 +246,9 @@ class PreviousSecret(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         check_secret(self.secret)
 
 
-class PushOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class PushOptions(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """What a push config holds besides its URL and secret."""
 
     max_in_flight: Annotated[int, _within(limits.PUSH_MAX_IN_FLIGHT)] | None = None
@@ -272,7 +274,9 @@ class PushOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise OutOfRange('payload "raw" needs batch.max_records 1')
 
 
-class PushConfig(PushOptions, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class PushConfig(
+    PushOptions, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """PROTOCOL §4 push: where and how records are POSTed."""
 
     url: PushUrl
@@ -284,7 +288,9 @@ class PushConfig(PushOptions, frozen=True, kw_only=True, forbid_unknown_fields=T
         super().__post_init__()
 
 
-class PushConfigPatch(PushOptions, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class PushConfigPatch(
+    PushOptions, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """Replaces the push config whole; without secret (or with null) the old one is kept."""
 
     url: PushUrl
@@ -296,7 +302,9 @@ class PushConfigPatch(PushOptions, frozen=True, kw_only=True, forbid_unknown_fie
         super().__post_init__()
 
 
-class SubscriptionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class SubscriptionConfig(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """`PUT /v1/subscriptions/{name}`: a field left out (or null) takes its default."""
 
     topic: NameText
@@ -312,14 +320,18 @@ class SubscriptionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     filter: FilterText | None = None
 
 
-class RetryBackoffPatch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class RetryBackoffPatch(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """Merged into the current one: a member left out is kept, a null one is its default."""
 
     min_ms: BackoffMs | UnsetType | None = UNSET
     max_ms: BackoffMs | UnsetType | None = UNSET
 
 
-class SubscriptionPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class SubscriptionPatch(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """PROTOCOL §8 change in place (JSON Merge Patch): a field left out is unchanged; null
     sets it back to its default (push: null stops pushing); records in flight keep their
     deadline. topic, start, delivery and ordered_by_key may be given only with their
