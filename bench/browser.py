@@ -16,6 +16,11 @@ Server RSS per browser connection: the server's VmRSS (/proc/PID/status) with th
 loaded and no tail open, then with the tails open (every one ``open``, then 1 s to
 settle), divided by the number of tails. Also the RSS at the end of the traffic.
 
+``--memory PAGES`` measures only that, idle, and over ``PAGES`` pages, each in a Chromium
+of its own (as many browsers, not one with many tabs): first a warm-up page opens 50 tails and keeps them (what a first
+connection allocates once is not counted, and no memory they let go is reused by the
+measured ones), then the pages open ``--tails`` tails between them; nothing is published.
+
 Run: ``python -m bench.browser [--tails 100] [--rate 1000] [--seconds 10]``. The page
 and the server share the host: the figures include the browser's own work (100 tails
 times 1,000 records/s = 100,000 renders a second) competing with the server for the CPUs.
@@ -241,6 +246,44 @@ def _measure(
     )
 
 
+def memory(tails: int, pages: int) -> tuple[int, int, int]:
+    """Server VmRSS (KiB) before and with ``tails`` idle browser tails over ``pages``
+    pages, and the tails open."""
+    # Every tail comes from 127.0.0.1: the per-address cap (256) out of the way.
+    env = {**os.environ, "HERALD_MAX_REQUESTS_PER_CLIENT": "1000000"}
+    with herald_server(env=env, prefix="herald-browser-bench-") as (url, pid):
+        made = httpx.put(f"{url}/v1/topics/{TOPIC}", json={}, timeout=10)
+        assert made.status_code in (200, 201), made.text
+        p = sync_playwright().start()
+        try:
+            browsers = [
+                p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+                for _ in range(pages + 1)
+            ]
+            warm = browsers[pages].new_page()
+            warm.goto(f"{url}/healthz")
+            warm.evaluate(OPEN_TAILS, [TOPIC, 50, 20, False])
+            wait_page(warm, "window.states.every((s) => s === 'open')", "50 warm-up tails open")
+            time.sleep(2)
+            before = vm_rss_kib(pid)
+            opened = []
+            for i in range(pages):
+                page = browsers[i].new_page()
+                page.goto(f"{url}/healthz")
+                share = tails // pages + (1 if i < tails % pages else 0)
+                page.evaluate(OPEN_TAILS, [TOPIC, share, 20, False])
+                opened.append(page)
+            for page in opened:
+                wait_page(page, "window.states.every((s) => s === 'open')", "tails open", 300)
+            time.sleep(2)
+            after = vm_rss_kib(pid)
+            for browser in browsers:
+                browser.close()
+        finally:
+            p.stop()
+    return before, after, tails
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tails", type=int, default=100)
@@ -259,7 +302,21 @@ def main() -> None:
         help="let the page, the server and the publisher share every CPU (by default the "
         "server and the publisher have CPU 0 and Chromium the others)",
     )
+    parser.add_argument(
+        "--memory",
+        type=int,
+        metavar="PAGES",
+        help="only the server's memory per idle browser tail, the tails over PAGES pages",
+    )
     args = parser.parse_args()
+    if args.memory:
+        before, after, tails = memory(args.tails, args.memory)
+        print(
+            f"{tails} idle browser tails over {args.memory} pages: server RSS "
+            f"{before / 1024:.1f} -> {after / 1024:.1f} MiB, {(after - before) / tails:.1f} KiB "
+            f"per browser tail (load average {os.getloadavg()[0]:.2f})"
+        )
+        return
     f = run(
         args.tails,
         args.rate,

@@ -13,6 +13,10 @@ opened and closed, so that what any first connection allocates once is not count
 defaults); without it they offer none, as the SDK does by default. ``--tails`` opens
 tails of the topic (``/v1/topics/mem/ws?from=latest``, what the browser SDK and the
 console open; browsers always offer permessage-deflate) instead of durable consumers.
+``--auth`` starts the server with an auth file (PROTOCOL §6) of two tokens made by
+``herald token create``: an admin one that sets up, and a ``subscribe`` one on the topic
+that every consumer presents (``Authorization: Bearer``), so that each socket is checked
+and tracked for the auth file's reloads.
 
 ``--trace N`` instead runs the server under tracemalloc (25 frames), opens N consumers
 (1,000) and prints what the server's Python heap grew by, per consumer, grouped by
@@ -44,21 +48,23 @@ import time
 import tracemalloc
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT, SERVE, herald_server, vm_rss_kib
+from bench.common import ROOT, SERVE, herald_server, temp_dir, vm_rss_kib
 
 WARMUP = 200
 CREDIT = 100
 HANDSHAKES_AT_ONCE = 32  # per client process
+TOKEN_ENV = "HERALD_BENCH_TOKEN"  # the consumers' token, to the client processes
 FRAMES = int(os.environ.get("HERALD_BENCH_TRACE_FRAMES", "25"))  # tracemalloc frames kept
 
 
 @contextlib.contextmanager
 def traced_or_plain_server(
-    serve: Sequence[str], trace_dir: str | None
+    serve: Sequence[str], trace_dir: str | None, flags: Sequence[str] = ()
 ) -> Iterator[tuple[str, int]]:
     # Every consumer comes from 127.0.0.1: the per-address cap (256) out of the way
     # (a big number, not 0: older trees read 0 as "none at all").
@@ -68,13 +74,46 @@ def traced_or_plain_server(
         env["HERALD_BENCH_TRACE_DIR"] = trace_dir
         cwd = ROOT  # where `python -m bench.consumer_memory` is found
     # tracemalloc makes the start slow
-    with herald_server(serve=serve, env=env, cwd=cwd, within_s=180) as server:
+    with herald_server(*flags, serve=serve, env=env, cwd=cwd, within_s=180) as server:
         yield server
 
 
-def setup(url: str, subscriptions: int) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Access:
+    """An auth file's server flags and the tokens of the setup and of the consumers."""
+
+    flags: tuple[str, ...] = ()
+    admin: str | None = None
+    consumer: str | None = None
+
+
+def _token(auth_file: Path, *roles: str) -> str:
+    """A new token of ``roles`` appended to ``auth_file`` (`herald token create`)."""
+    made = subprocess.run(
+        [sys.executable, "-m", "server.cli", "token", "create", *roles],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    with auth_file.open("a") as lines:
+        lines.write(made.stdout)
+    return next(line.split()[1] for line in made.stderr.splitlines() if line.startswith("token: "))
+
+
+@contextlib.contextmanager
+def access(auth: bool) -> Iterator[Access]:
+    if not auth:
+        yield Access()
+        return
+    with temp_dir("herald-mem-auth-") as folder:
+        auth_file = folder / "auth.toml"
+        admin = _token(auth_file, "--role", "admin")
+        consumer = _token(auth_file, "--role", "subscribe", "--topics", "mem")
+        yield Access(("--auth-file", str(auth_file)), admin, consumer)
+
+
+def setup(url: str, subscriptions: int, token: str | None = None) -> list[str]:
     names = [f"mem-{i}" for i in range(subscriptions)]
-    with httpx.Client(base_url=url, timeout=30) as http:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, timeout=30, headers=headers) as http:
         http.put("/v1/topics/mem", json={"partitions": 1}).raise_for_status()
         for name in names:
             body = {"topic": "mem", "start": "latest"}
@@ -91,6 +130,8 @@ async def _hold(urls: list[str], compression: bool) -> None:
 
     gate = asyncio.Semaphore(HANDSHAKES_AT_ONCE)
     stack = contextlib.AsyncExitStack()
+    token = os.environ.get(TOKEN_ENV)
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
 
     async def one(url: str) -> None:
         async with gate:
@@ -98,6 +139,7 @@ async def _hold(urls: list[str], compression: bool) -> None:
                 websockets.connect(
                     url,
                     compression="deflate" if compression else None,
+                    additional_headers=headers,
                     open_timeout=120,
                     ping_interval=None,  # the server pings; the client answers
                 )
@@ -121,7 +163,8 @@ class Clients:
     """``count`` consumers held open by ``processes`` client processes."""
 
     def __init__(self, url: str, subscriptions: list[str], count: int, processes: int,
-                 compression: bool, tails: bool = False) -> None:  # fmt: skip
+                 compression: bool, tails: bool = False,
+                 token: str | None = None) -> None:  # fmt: skip
         ws = url.replace("http", "ws", 1)
         urls = [f"{ws}/v1/subscriptions/{subscriptions[i % len(subscriptions)]}/ws"
                 f"?credit={CREDIT}" for i in range(count)]  # fmt: skip
@@ -130,13 +173,16 @@ class Clients:
         cmd = [sys.executable, "-m", "bench.consumer_memory", "--client"]
         if compression:
             cmd.append("--compression")
+        env = {**os.environ}
+        if token is not None:
+            env[TOKEN_ENV] = token
         self.procs: list[subprocess.Popen[str]] = []
         for part in range(processes):
             share = urls[part::processes]
             if not share:
                 continue
             proc = subprocess.Popen(
-                cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+                cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
             )
             assert proc.stdin is not None
             proc.stdin.write(" ".join(share) + "\n")
@@ -164,8 +210,9 @@ class Clients:
 
 @contextlib.contextmanager
 def consumers(url: str, subscriptions: list[str], count: int, processes: int,
-              compression: bool, tails: bool = False) -> Iterator[None]:  # fmt: skip
-    clients = Clients(url, subscriptions, count, processes, compression, tails)
+              compression: bool, tails: bool = False,
+              token: str | None = None) -> Iterator[None]:  # fmt: skip
+    clients = Clients(url, subscriptions, count, processes, compression, tails, token)
     try:
         clients.wait_open()
         yield
@@ -271,14 +318,17 @@ def _short(filename: str) -> str:
 
 def measure(args: argparse.Namespace) -> None:
     serve = shlex.split(args.serve) if args.serve else list(SERVE)
-    with traced_or_plain_server(serve, None) as (url, pid):
-        names = setup(url, args.subscriptions)
-        with consumers(url, names, WARMUP, 1, args.compression, args.tails):
+    with access(args.auth) as auth, traced_or_plain_server(serve, None, auth.flags) as (url, pid):
+        names = setup(url, args.subscriptions, auth.admin)
+        token = auth.consumer
+        with consumers(url, names, WARMUP, 1, args.compression, args.tails, token):
             pass
         time.sleep(2)
         before = vm_rss_kib(pid)
         started = time.monotonic()
-        with consumers(url, names, args.consumers, args.processes, args.compression, args.tails):
+        with consumers(
+            url, names, args.consumers, args.processes, args.compression, args.tails, token
+        ):
             opened = time.monotonic() - started
             time.sleep(2)
             after = vm_rss_kib(pid)
@@ -287,7 +337,8 @@ def measure(args: argparse.Namespace) -> None:
         "tails of one topic" if args.tails else f"consumers on {args.subscriptions} subscriptions"
     )
     print(f"{args.consumers} idle {what}, "
-          f"compression {'on' if args.compression else 'off'}: server RSS "
+          f"compression {'on' if args.compression else 'off'}"
+          f"{', auth file' if args.auth else ''}: server RSS "
           f"{before / 1024:.1f} -> {after / 1024:.1f} MiB, {per:.1f} KiB per consumer "
           f"(opened in {opened:.1f} s; load average {os.getloadavg()[0]:.2f})")  # fmt: skip
 
@@ -296,17 +347,24 @@ def trace(args: argparse.Namespace) -> None:
     trace_dir = tempfile.mkdtemp(prefix="herald-mem-trace-")
     serve = [sys.executable, "-m", "bench.consumer_memory", "--traced-server"]
     try:
-        with traced_or_plain_server(serve, trace_dir) as (url, _):
-            names = setup(url, args.subscriptions)
-            with consumers(url, names, WARMUP, 1, args.compression, args.tails):
+        with (
+            access(args.auth) as auth,
+            traced_or_plain_server(serve, trace_dir, auth.flags) as (url, _),
+        ):
+            names = setup(url, args.subscriptions, auth.admin)
+            token = auth.consumer
+            with consumers(url, names, WARMUP, 1, args.compression, args.tails, token):
                 pass
             time.sleep(1)
             before = snapshot(trace_dir, "before")
-            with consumers(url, names, args.trace, args.processes, args.compression, args.tails):
+            with consumers(
+                url, names, args.trace, args.processes, args.compression, args.tails, token
+            ):
                 time.sleep(1)
                 after = snapshot(trace_dir, "after")
         print(f"{'tails' if args.tails else 'consumers'}, "
-              f"compression {'on' if args.compression else 'off'}")  # fmt: skip
+              f"compression {'on' if args.compression else 'off'}"
+              f"{', auth file' if args.auth else ''}")  # fmt: skip
         print_profile(before, after, args.trace)
         print_object_counts(
             object_counts(trace_dir, "before"), object_counts(trace_dir, "after"), args.trace
@@ -328,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--processes", type=int, default=4, help="client processes (default 4)")
     p.add_argument("--compression", action="store_true", help="clients offer permessage-deflate")
     p.add_argument("--tails", action="store_true", help="open tails instead of consumers")
+    p.add_argument("--auth", action="store_true", help="serve with an auth file; tokens checked")
     p.add_argument("--trace", type=int, metavar="N", help="profile N consumers with tracemalloc")
     p.add_argument("--keep", metavar="PREFIX", help="with --trace: save the two snapshots")
     p.add_argument("--serve", help="the server command taking serve's flags (default: this tree)")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from delivery.cursor import PartitionState
 from delivery.dead_letter import ACK_DEADLINE, BEFORE_RESTART, DISCONNECT, NACKED
@@ -34,6 +35,14 @@ from storage.record import Record, slot_constructor
 READ_BATCH = 1000  # most records one ReadRequest asks for
 DEAD_LETTER_RETRY_S = 1.0  # a failed dead-letter publish is tried again after this
 _delivery = slot_constructor(Delivery)  # per sent record: skips the frozen __init__
+_T = TypeVar("_T")
+
+
+def _kept(items: Iterable[_T]) -> deque[_T] | None:
+    """``items`` as a queue, None if there are none (the core's queues are None while
+    empty: delivery/subscription_state.py)."""
+    queue = deque(items)
+    return queue if queue else None
 
 
 class SubscriptionCore(SubscriptionState):
@@ -133,7 +142,7 @@ class SubscriptionCore(SubscriptionState):
                 if state.is_done(ref.offset):
                     self._release_ref_key(ref)
                     continue
-                self._refetch_wait.append(ref)
+                self._queue_refetch(ref)
         for entry in self._in_flight.pop_expired(now):
             self._give_back(entry, now, None, ACK_DEADLINE)
         for ref in self._redelivery.pop_ready(now):
@@ -144,7 +153,7 @@ class SubscriptionCore(SubscriptionState):
                 self._release_ref_key(ref)  # expired by retention meanwhile
                 self._forget_error(ref.partition, ref.offset)
                 continue
-            self._refetch_wait.append(ref)
+            self._queue_refetch(ref)
 
     def next_wakeup(self) -> float | None:
         times = [self._in_flight.next_deadline(), self._redelivery.next_ready()]
@@ -186,12 +195,12 @@ class SubscriptionCore(SubscriptionState):
                 if ref[0] != partition or ref[1] >= start_offset
             }
         kept: deque[tuple[Record, int, int]] = deque()
-        for item in self._refetched:
+        for item in self._refetched or ():
             if gone(item[0]):
                 self._release_record_key(item[0])
             else:
                 kept.append(item)
-        self._refetched = kept
+        self._refetched = kept or None
         if self._delayed:
             # Delayed records may wait for days: free their room now.
             for ref in self._delayed.remove_where(
@@ -203,7 +212,7 @@ class SubscriptionCore(SubscriptionState):
     def take_reads(self) -> list[ReadRequest | RefetchRequest]:
         """The reads needed to fill the room that credit and max_in_flight leave.
         Every request must be answered with feed/feed_refetch or read_failed/refetch_failed."""
-        room = self._room() - len(self._refetched) - self._refetching  # sends still possible
+        room = self._room() - len(self._refetched or ()) - self._refetching  # sends possible
         want = room - self._buffered - self._reading  # records to read for them
         if self._match is None and (room <= 0 or want <= 0):
             return []
@@ -239,6 +248,8 @@ class SubscriptionCore(SubscriptionState):
             self.set_start(request.partition, first)
         fetch = state.fetch_offset
         buffer = state.buffer
+        if buffer is None:
+            buffer = state.buffer = deque()
         before = len(buffer)
         match = self._match
         for record in records:
@@ -255,6 +266,8 @@ class SubscriptionCore(SubscriptionState):
         if fetch > state.end_offset:
             state.end_offset = fetch
         self._buffered += len(buffer) - before
+        if not buffer:
+            state.buffer = None
 
     def read_failed(self, request: ReadRequest) -> None:
         self._reading -= request.max_records
@@ -279,6 +292,8 @@ class SubscriptionCore(SubscriptionState):
                 self._release_ref_key(ref)
                 self._forget_error(ref.partition, ref.offset)
                 continue
+            if self._refetched is None:
+                self._refetched = deque()
             self._refetched.append((record, ref.prior, ref.epoch))
 
     def refetch_failed(self, request: RefetchRequest, now: float) -> None:
@@ -318,6 +333,8 @@ class SubscriptionCore(SubscriptionState):
                 self._dead_letter(record, prior, epoch)
                 continue
             picked.append((record, prior + 1))
+        if refetched is not None and not refetched:
+            self._refetched = None
         if len(picked) < room and self._buffered:
             self._pick_first_deliveries(picked, room, wall_now)
         if not picked:
@@ -365,8 +382,10 @@ class SubscriptionCore(SubscriptionState):
         for p, offset in targets.items():
             self._buffered -= self._parts[p].reset(offset)
         self._in_flight.remove_where(lambda e: e.record.partition in targets)
-        self._refetch_wait = deque(r for r in self._refetch_wait if r.partition not in targets)
-        self._refetched = deque(i for i in self._refetched if i[0].partition not in targets)
+        self._refetch_wait = _kept(
+            r for r in self._refetch_wait or () if r.partition not in targets
+        )
+        self._refetched = _kept(i for i in self._refetched or () if i[0].partition not in targets)
         self._prior = {ref: n for ref, n in self._prior.items() if ref[0] not in targets}
         self._last_error = {r: e for r, e in self._last_error.items() if r[0] not in targets}
         self._delayed.remove_where(lambda r: r.partition in targets)
@@ -391,7 +410,7 @@ class SubscriptionCore(SubscriptionState):
         if delay_s is None:
             delay_s = self._backoff_s(entry.attempt)
         if delay_s <= 0:
-            self._refetch_wait.append(ref)
+            self._queue_refetch(ref)
         else:
             self._redelivery.schedule(now + delay_s, ref)
 
@@ -416,6 +435,8 @@ class SubscriptionCore(SubscriptionState):
                 continue
             by_partition.setdefault(ref.partition, []).append(ref)
             taken += 1
+        if not wait:
+            self._refetch_wait = None
         for partition, refs in by_partition.items():
             refs.sort(key=lambda r: r.offset)
             epoch = self._parts[partition].epoch
@@ -474,6 +495,7 @@ class SubscriptionCore(SubscriptionState):
         (taken, records consumed from the buffer, stalled: a delayed record found the
         delayed set full and waits at the head of the buffer)."""
         buffer = state.buffer
+        assert buffer is not None  # only partitions with buffered records are asked
         p = state.partition
         done = state.done
         gate = self._gate
@@ -508,6 +530,8 @@ class SubscriptionCore(SubscriptionState):
                 continue
             picked.append((record, prior + 1))
             taken += 1
+        if not buffer:
+            state.buffer = None
         return taken, consumed, False
 
     def _hold_delayed(self, record: Record, deliver_at: int, state: PartitionState) -> bool:

@@ -128,7 +128,9 @@ class PartitionState:
         # Next offset to read for a first delivery; everything in [floor, fetch_offset)
         # not done is in flight, waiting for redelivery, held by key or buffered.
         self.fetch_offset = self.ack_floor
-        self.buffer: deque[Record] = deque()  # read, not yet sent; offsets ascending
+        # Read, not yet sent; offsets ascending. None while empty: an empty deque holds
+        # 760 bytes, and an idle tail has a partition state per partition (issue 27 §3).
+        self.buffer: deque[Record] | None = None
         self.start_offset = 0
         self.end_offset = self.ack_floor
         self.reading = False  # a ReadRequest is out
@@ -162,11 +164,11 @@ class PartitionState:
 
     def reset(self, offset: int) -> int:
         """Seek: replay from ``offset`` (PROTOCOL §2 seek). Returns buffered records dropped."""
-        dropped = len(self.buffer)
+        dropped = len(self.buffer or ())
         self.ack_floor = offset
         self.done.clear()
         self.fetch_offset = offset
-        self.buffer.clear()
+        self.buffer = None
         self.reading = False
         self.epoch += 1
         return dropped
@@ -185,12 +187,14 @@ class PartitionState:
         if self.fetch_offset < start:
             # A read still out returns records from the log start; feed() skips what is
             # below fetch_offset, so it needs no new epoch.
-            dropped = len(buffer)
-            buffer.clear()
+            dropped = len(buffer or ())
+            self.buffer = None
             self.fetch_offset = start
-        else:
+        elif buffer is not None:
             while buffer and buffer[0].offset < start:
                 buffer.popleft()
                 dropped += 1
+            if not buffer:
+                self.buffer = None
         self.end_offset = max(self.end_offset, start)
         return expired, dropped

@@ -86,8 +86,11 @@ class SubscriptionState:
         self.consumers = Consumers()
         self._in_flight = InFlightTable()
         self._redelivery = RedeliveryQueue()  # waiting out a backoff or nack delay
-        self._refetch_wait: deque[RedeliveryRef] = deque()  # due, to be re-read
-        self._refetched: deque[tuple[Record, int, int]] = deque()  # re-read: (record, prior, epoch)
+        # Due, to be re-read; and re-read: (record, prior, epoch). None while empty: an
+        # empty deque holds 760 bytes, and most subscriptions (every tail) seldom redeliver
+        # (issue 27 §3: memory per tail).
+        self._refetch_wait: deque[RedeliveryRef] | None = None
+        self._refetched: deque[tuple[Record, int, int]] | None = None
         self._buffered = 0  # records in partition buffers
         self._reading = 0  # records asked for by ReadRequests still out
         self._refetching = 0  # refs in RefetchRequests still out
@@ -201,10 +204,10 @@ class SubscriptionState:
         for entry in self._in_flight:
             attempts[(entry.record.partition, entry.record.offset)] = entry.attempt
         current = {p: state.epoch for p, state in self._parts.items()}
-        for ref in [*self._redelivery.refs(), *self._refetch_wait, *self._delayed.refs()]:
+        for ref in [*self._redelivery.refs(), *(self._refetch_wait or ()), *self._delayed.refs()]:
             if current.get(ref.partition) == ref.epoch and ref.prior:
                 attempts[(ref.partition, ref.offset)] = ref.prior
-        for record, prior, epoch in self._refetched:
+        for record, prior, epoch in self._refetched or ():
             if current.get(record.partition) == epoch and prior:
                 attempts[(record.partition, record.offset)] = prior
         for (p, o, epoch), n in self._dl_pending.items():
@@ -268,7 +271,13 @@ class SubscriptionState:
         partition, offset = ref
         prior = self._prior.pop(ref, 0) if self._prior else 0
         epoch = self._parts[partition].epoch
-        self._refetch_wait.append(RedeliveryRef(partition, offset, prior, epoch, key))
+        self._queue_refetch(RedeliveryRef(partition, offset, prior, epoch, key))
+
+    def _queue_refetch(self, ref: RedeliveryRef) -> None:
+        """``ref`` is due: take_reads re-reads it from the log."""
+        if self._refetch_wait is None:
+            self._refetch_wait = deque()
+        self._refetch_wait.append(ref)
 
 
 def _matcher(config: SubscriptionConfig) -> Matcher | None:

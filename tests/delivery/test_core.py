@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 from delivery.config import Backoff, DeliveryMode, SubscriptionConfig
+from delivery.core import SubscriptionCore
 from delivery.events import PauseReason, ReadRequest
 from storage.cursors import CursorSnapshot, PartitionCursor
 
@@ -728,3 +731,22 @@ def test_a_changed_filter_applies_to_waiting_redeliveries():
     h.advance(0.01)
     assert h.attempts("c1")[2:] == [("0-1", 2)]
     assert h.core.stats().filtered_total == 1 and h.core.ack_floor(0) == 1
+
+
+# -- memory (issue 27 §3: every tail has a core of its own) -----------------------------
+
+
+def test_an_idle_subscription_makes_no_queue_before_something_waits_in_it():
+    """An empty deque holds 760 bytes: a tail of a topic of four partitions held six of
+    them (4.5 KiB, a partition buffer each and the two refetch queues) before any record
+    came. Its whole state is less than that now."""
+    cursor = CursorSnapshot({p: PartitionCursor(0) for p in range(4)}, {})
+    tail = config(delivery=DeliveryMode.AT_MOST_ONCE)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        cores = [SubscriptionCore(tail, cursor) for _ in range(50)]
+        each = (tracemalloc.get_traced_memory()[0] - before) / len(cores)
+    finally:
+        tracemalloc.stop()
+    assert each < 4096, f"{each:.0f} bytes per idle subscription state"
