@@ -30,60 +30,78 @@ RECEIVE_READY = "herald.receive_ready"
 
 
 def guarded_protocol(header_timeout_s: float) -> type[HttpToolsProtocol]:
-    class HeaderDeadlineProtocol(HttpToolsProtocol):
-        # When the awaited headers are due (loop time), None while none are awaited.
-        # One timer per connection checks it lazily: arming and disarming per request
-        # only set this field, instead of scheduling and cancelling a TimerHandle each.
-        _headers_due: float | None = None
-        _header_timer: asyncio.TimerHandle | None = None
+    """uvicorn's ``http`` protocol class, with a deadline of ``header_timeout_s``."""
+    return type(
+        "HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": header_timeout_s}
+    )
 
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self._arm()
 
-        def on_headers_complete(self) -> None:
-            self._headers_due = None
-            super().on_headers_complete()
-            cycle = self.cycle
-            if cycle is not None and cycle.transport is self.transport:
-                cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
-                # uvicorn's receive() waits only while this event is clear.
-                extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
-                extensions[RECEIVE_READY] = cycle.message_event.is_set
+class HeaderDeadlineProtocol(HttpToolsProtocol):
+    header_timeout_s: float  # set by guarded_protocol
+    # When the awaited headers are due (loop time), None while none are awaited.
+    # One timer per connection checks it lazily: arming and disarming per request
+    # only set this field, instead of scheduling and cancelling a TimerHandle each.
+    _headers_due: float | None = None
+    _header_timer: asyncio.TimerHandle | None = None
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._arm()  # the next request's headers (keep-alive) have the same deadline
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._arm()
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._headers_due = None
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-            super().connection_lost(exc)
+    def on_headers_complete(self) -> None:
+        self._headers_due = None
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+            # uvicorn's receive() waits only while this event is clear.
+            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+            extensions[RECEIVE_READY] = cycle.message_event.is_set
 
-        def _arm(self) -> None:
-            self._headers_due = self.loop.time() + header_timeout_s
-            if self._header_timer is None:
-                self._header_timer = self.loop.call_at(self._headers_due, self._check)
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm()  # the next request's headers (keep-alive) have the same deadline
 
-        def _check(self) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def handle_websocket_upgrade(self) -> None:
+        super().handle_websocket_upgrade()
+        # The connection is the WebSocket protocol's now, and nothing reads this one
+        # again. Its parser's callbacks are its bound methods (a reference cycle), and
+        # its header timer kept it on the loop: it lived on as garbage only a full
+        # collection frees, which a server holding many long-lived objects seldom
+        # runs: about 5 KiB per open WebSocket (issue 27 §3). Let go, it is freed now.
+        self._disarm()
+        self.parser = None  # type: ignore[assignment]
+
+    def _disarm(self) -> None:
+        self._headers_due = None
+        if self._header_timer is not None:
+            self._header_timer.cancel()
             self._header_timer = None
-            due = self._headers_due
-            if due is None:
-                return  # no headers awaited; the next _arm starts a timer again
-            if self.loop.time() < due:
-                self._header_timer = self.loop.call_at(due, self._check)
-                return
-            self._headers_due = None
-            # Only a connection between requests (no cycle running) is cut.
-            if (self.cycle is None or self.cycle.response_complete) and not (
-                self.transport.is_closing()
-            ):
-                self.transport.close()
 
-    return HeaderDeadlineProtocol
+    def _arm(self) -> None:
+        self._headers_due = self.loop.time() + self.header_timeout_s
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_at(self._headers_due, self._check)
+
+    def _check(self) -> None:
+        self._header_timer = None
+        due = self._headers_due
+        if due is None:
+            return  # no headers awaited; the next _arm starts a timer again
+        if self.loop.time() < due:
+            self._header_timer = self.loop.call_at(due, self._check)
+            return
+        self._headers_due = None
+        # Only a connection between requests (no cycle running) is cut.
+        if (self.cycle is None or self.cycle.response_complete) and not (
+            self.transport.is_closing()
+        ):
+            self.transport.close()
 
 
 class _HeadWithBody:
