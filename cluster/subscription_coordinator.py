@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
@@ -32,12 +33,41 @@ from cluster.coordination import (
     preferred_coordinator,
     subscriptions_prefix,
 )
-from cluster.etcd import Compare, Delete, EtcdClient, EtcdUnavailable, Get, Put
+from cluster.etcd import (
+    Compare,
+    Delete,
+    EtcdClient,
+    EtcdUnavailable,
+    Get,
+    Put,
+    RangeResult,
+    TxnResult,
+)
 from cluster.fence import Fence
 from cluster.membership import Member, Membership, node_key
 from cluster.metadata import MetadataView
 
 log = logging.getLogger("herald.cluster")
+
+
+@dataclass(slots=True)
+class Adoption:
+    """A runtime here: what it was adopted as, and the revision of etcd's cursor key as
+    it last read or wrote it (0: no cursor yet)."""
+
+    subscription_id: int  # the subscription key's create revision
+    lease: int
+    cursor_revision: int
+
+
+def _still_ours(result: TxnResult, node_id: str, lease: int) -> bool:
+    """Whether a failed cursor write's coordinator key (its first Get) is still this
+    node's under ``lease``."""
+    first = result.results[0] if result.results else None
+    if not isinstance(first, RangeResult) or not first.kvs:
+        return False
+    kv = first.kvs[0]
+    return kv.value == node_id.encode() and kv.lease == lease
 
 
 class SubscriptionHost(Protocol):
@@ -75,9 +105,11 @@ class SubscriptionCoordinator:
         self._caught_up = caught_up
         self._changed = changed
         self.host: SubscriptionHost | None = None
-        # running here -> (the subscription id it was adopted as, the lease it was adopted
-        # under): a runtime lives only as long as both
-        self._adopted: dict[str, tuple[int, int]] = {}
+        # running here -> the subscription id it was adopted as, the lease it was adopted
+        # under (a runtime lives only as long as both) and the cursor key's revision
+        self._adopted: dict[str, Adoption] = {}
+        # runtimes whose cursor etcd moved past them: the next pass adopts them anew
+        self._overtaken: set[str] = set()
         self._unclaimed_since: dict[str, float] = {}
         self._cursors: dict[str, bytes] = {}  # name -> latest cursor not yet in etcd
         self._cursor_wake = asyncio.Event()
@@ -133,6 +165,7 @@ class SubscriptionCoordinator:
     async def _end(self, name: str, host: SubscriptionHost, *, deleted: bool = False) -> None:
         """Stop the runtime here; its cursor not yet in etcd is not etcd's to take."""
         self._adopted.pop(name, None)
+        self._overtaken.discard(name)
         if deleted:
             await host.deleted(name)
         else:
@@ -162,16 +195,23 @@ class SubscriptionCoordinator:
         lease = self.membership.lease_id
         for name in sorted(host.running()):
             adopted, wanted = self._adopted.get(name), self.view.subscription_ids.get(name)
-            if adopted is not None and wanted is not None and adopted[0] != wanted:
+            if adopted is not None and wanted is not None and adopted.subscription_id != wanted:
                 # Deleted and created again (PROTOCOL §7): the runtime of the old one, its
                 # cursor and config included, ends here; the new one starts afresh.
                 log.warning("subscription %s was created again: the old one ends here", name)
                 await self._end(name, host, deleted=True)
-            elif adopted is not None and adopted[1] != lease:
+            elif adopted is not None and adopted.lease != lease:
                 # Adopted under a lease this node lost: another node may have run it since
                 # and moved its cursor on. Even if this node claimed it again, it starts
                 # again from etcd's cursor, never writing its older one back.
                 log.info("subscription %s was adopted under a lost lease: adopting it anew", name)
+                await self._end(name, host)
+            elif name in self._overtaken:
+                # Its cursor in etcd was written by another runtime since this one read it
+                # (an earlier runtime's write that was still on its way): this one's
+                # position may be behind it, so it starts again from etcd's cursor rather
+                # than writing an older one over it.
+                log.info("subscription %s: etcd's cursor moved past it: adopting it anew", name)
                 await self._end(name, host)
         running = host.running()
         for name in sorted(self.view.subscriptions):
@@ -213,7 +253,11 @@ class SubscriptionCoordinator:
                 # it: wait until this node's copies hold that (the next pass, within half
                 # a second, looks again).
                 return
-            self._adopted[name] = (self.view.subscription_ids.get(name, 0), lease)
+            self._adopted[name] = Adoption(
+                self.view.subscription_ids.get(name, 0),
+                lease,
+                cursor.mod_revision if cursor is not None else 0,
+            )
             await host.adopt(name, self.view.subscriptions[name], cursor.value if cursor else None)
             log.info("coordinating subscription %s", name)
         except EtcdUnavailable as exc:
@@ -257,27 +301,49 @@ class SubscriptionCoordinator:
             await asyncio.sleep(CURSOR_EVERY_S)
 
     async def flush_cursors(self) -> None:
-        """Write the pending cursors to etcd, each only while this node coordinates it."""
+        """Write the pending cursors to etcd, each only while this node coordinates it and
+        only over the cursor its runtime last read or wrote: a cursor never goes back."""
         pending, self._cursors = self._cursors, {}
         lease = self.membership.lease_id
         for name, cursor in pending.items():
             key = coordinators_prefix(self.cluster) + name
+            cursor_key = cursors_prefix(self.cluster) + name
             guards = [Compare.value(key, "=", self.node_id), Compare.lease(key, "=", lease)]
             adopted = self._adopted.get(name)
-            if adopted is not None and adopted[1] != lease:
+            if adopted is not None and adopted.lease != lease:
                 continue  # a runtime of a lost lease: its cursor is not etcd's to take
-            if adopted is not None and adopted[0]:
-                # The cursor of the subscription as adopted, not of one created since.
-                guards.append(
-                    Compare.create_revision(
-                        subscriptions_prefix(self.cluster) + name, "=", adopted[0]
+            if adopted is not None:
+                # Only over what this runtime last saw: a write of an earlier runtime still
+                # on its way when this one read etcd's cursor may land after that read.
+                guards.append(Compare.mod_revision(cursor_key, "=", adopted.cursor_revision))
+                if adopted.subscription_id:
+                    # The cursor of the subscription as adopted, not of one created since.
+                    guards.append(
+                        Compare.create_revision(
+                            subscriptions_prefix(self.cluster) + name,
+                            "=",
+                            adopted.subscription_id,
+                        )
                     )
-                )
             try:
-                await self.etcd.txn(guards, [Put.of(cursors_prefix(self.cluster) + name, cursor)])
+                result = await self.etcd.txn(
+                    guards,
+                    [Put.of(cursor_key, cursor)],
+                    [Get.of(key), Get.of(cursor_key)],
+                )
             except EtcdUnavailable as exc:
                 log.info("replicating the cursor of %s: %s", name, exc)
                 self._cursors.setdefault(name, cursor)  # the next round tries again
+                continue
+            if adopted is None or self._adopted.get(name) is not adopted:
+                continue  # its runtime ended meanwhile
+            if result.succeeded:
+                adopted.cursor_revision = result.revision
+            elif _still_ours(result, self.node_id, lease):
+                # The coordinator key is still this node's under this lease, so what
+                # failed is the cursor's revision: another runtime's write came between.
+                self._overtaken.add(name)
+                self._changed()
 
     # ------------------------------------------------------------------ admin
 

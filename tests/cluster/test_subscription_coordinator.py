@@ -129,3 +129,38 @@ async def test_a_deleted_subscription_ends_its_runtime(
     assert host.running() == set()
     assert host.ended == [("s", "deleted")]
     assert not await subscriptions.delete("s")
+
+
+async def test_a_cursor_written_after_a_runtime_read_it_is_never_written_over_by_an_older_one(
+    etcd: EtcdClient, membership: Membership
+) -> None:
+    """The nemesis finding of 2026-11-27 (seed 1, `cursor-back`): a node stopped its
+    runtime (its lease looked lost during an etcd election) and adopted the subscription
+    again 0.4 s later, reading etcd's cursor while the old runtime's last write was still
+    on its way; that write landed after the read, and the new runtime's first write, from
+    the older position, took the cursor back. A write now goes only over the cursor its
+    runtime last read or wrote; a runtime overtaken that way starts again from etcd's."""
+    subscriptions, view, host = await coordinator(etcd, membership)
+    await run_here(subscriptions, view, membership)
+    cursor_key = cursors_prefix(CLUSTER) + "s"
+    subscriptions.cursor_saved("s", b"at-10")
+    await subscriptions.flush_cursors()
+
+    await subscriptions.stop_all("its lease looked lost")
+    await subscriptions.reconcile(membership.members)  # adopted again, from "at-10"
+    assert host.runtimes == {"s": b"at-10"}
+    # The old runtime's last write lands now, after the new runtime read the cursor.
+    await etcd.put(cursor_key, b"at-14")
+
+    subscriptions.cursor_saved("s", b"at-12")  # the new runtime, from the older position
+    await subscriptions.flush_cursors()
+    stored = await etcd.get(cursor_key)
+    assert stored is not None and stored.value == b"at-14"
+
+    await subscriptions.reconcile(membership.members)  # ends the overtaken runtime
+    await subscriptions.reconcile(membership.members)  # and adopts it from etcd's cursor
+    assert host.runtimes == {"s": b"at-14"}
+    subscriptions.cursor_saved("s", b"at-15")
+    await subscriptions.flush_cursors()
+    stored = await etcd.get(cursor_key)
+    assert stored is not None and stored.value == b"at-15"
