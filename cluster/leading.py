@@ -172,6 +172,13 @@ class LeaderRole:
             )
 
     async def wait_commit(self, end_offset: int, acks: Acks) -> None:
+        if self.deposed:
+            # Deposed while the records were on their way to the local log: depose()
+            # refused the waiters it found, and nothing would ever answer a later one.
+            raise LeaderUnavailable(
+                f"partition {self.topic.name}/{self.partition.partition} changed leader "
+                "before the records were committed"
+            )
         if acks is Acks.ALL:
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._commits.setdefault(end_offset, []).append(future)
@@ -268,15 +275,13 @@ class LeaderRole:
                 self._counters.isr_shrinks += 1
             log.info("ISR of %s now %s", self.key, ",".join(isr))
             self._apply(self.replica.isr_stored(isr))
-        elif (
-            current is not None
-            and current.state.leader == self.node_id
-            and current.state.epoch == self.epoch
-        ):
+        elif current is not None and self._still_mine(current):
             self.state = current
             self._apply(self.replica.isr_stored(current.state.isr))
         else:
-            # Another leader (or the topic gone): etcd's watch deposes this role shortly.
+            # Another leader (or the topic gone, or deleted and created again: the same
+            # leader at the same epoch of another partition): etcd's watch deposes this
+            # role shortly.
             self._apply(self.replica.isr_write_failed())
 
     async def _learn_isr(self, proposed: PartitionState) -> None:
@@ -295,11 +300,7 @@ class LeaderRole:
             self._isr_write = None
             return
         self._isr_write = None
-        if (
-            current is not None
-            and current.state.leader == self.node_id
-            and current.state.epoch == self.epoch
-        ):
+        if current is not None and self._still_mine(current):
             if current.state.isr == proposed.isr and current.state != self.state.state:
                 grew = len(proposed.isr) > len(self.state.state.isr)
                 if grew:
@@ -310,6 +311,18 @@ class LeaderRole:
             self._apply(self.replica.isr_stored(current.state.isr))
         else:
             self._apply(self.replica.isr_write_failed())
+
+    def _still_mine(self, current: VersionedState) -> bool:
+        """Whether etcd's ``current`` state is of this role: this node leading at this
+        epoch, under the key this role's state was read from. A topic deleted and created
+        again while this role's view lagged has a key of the same name, led by the same
+        node at the same epoch (0): adopting it, this role would write its ISR changes
+        over another topic's partition."""
+        return (
+            current.state.leader == self.node_id
+            and current.state.epoch == self.epoch
+            and current.same_key(self.state)
+        )
 
     # -- the followers ------------------------------------------------------------------
 

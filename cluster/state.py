@@ -140,14 +140,21 @@ def partition_key(cluster: str, topic: str, partition: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class VersionedState:
-    """A state as read from etcd, with the revision a compare-and-set must name."""
+    """A state as read from etcd, with the revision a compare-and-set must name, and the
+    one its key was created at: a partition of a topic deleted and created again has a
+    key of the same name, and is another partition (0: not known)."""
 
     state: PartitionState
     mod_revision: int
+    create_revision: int = 0
 
     @classmethod
     def from_kv(cls, kv: KeyValue) -> VersionedState:
-        return cls(PartitionState.from_json(kv.value), kv.mod_revision)
+        return cls(PartitionState.from_json(kv.value), kv.mod_revision, kv.create_revision)
+
+    def same_key(self, other: VersionedState) -> bool:
+        """Whether ``other`` was read from the key this state was (not one created again)."""
+        return self.create_revision == other.create_revision
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +170,7 @@ async def read_partition(etcd: EtcdClient, key: str) -> VersionedState | None:
 
 async def create_partition(etcd: EtcdClient, key: str, state: PartitionState) -> CasOutcome:
     """Write the first state of a partition, unless someone already did."""
-    return await _conditional_put(etcd, key, state, [Compare.version(key, "=", 0)])
+    return await _conditional_put(etcd, key, state, [Compare.version(key, "=", 0)], None)
 
 
 async def compare_and_set(
@@ -178,7 +185,7 @@ async def compare_and_set(
     extra guard holds); otherwise nothing changes and ``current`` is what is there now."""
     check_transition(expected.state, new)
     compares = [Compare.mod_revision(key, "=", expected.mod_revision), *guards]
-    return await _conditional_put(etcd, key, new, compares)
+    return await _conditional_put(etcd, key, new, compares, expected.create_revision)
 
 
 MAX_TXN_OPS = 128  # etcd's default --max-txn-ops: compares, and ops per branch
@@ -213,7 +220,13 @@ async def compare_and_set_all(
         [Get.of(c.key) for c in changes],
     )
     if result.succeeded:
-        return BatchOutcome(True, {c.key: VersionedState(c.new, result.revision) for c in changes})
+        return BatchOutcome(
+            True,
+            {
+                c.key: VersionedState(c.new, result.revision, c.expected.create_revision)
+                for c in changes
+            },
+        )
     current: dict[str, VersionedState | None] = {}
     for change, found in zip(changes, result.results, strict=True):
         assert isinstance(found, RangeResult)
@@ -239,11 +252,19 @@ def failover_guards(
 
 
 async def _conditional_put(
-    etcd: EtcdClient, key: str, state: PartitionState, compares: Sequence[Compare]
+    etcd: EtcdClient,
+    key: str,
+    state: PartitionState,
+    compares: Sequence[Compare],
+    created_at: int | None,
 ) -> CasOutcome:
+    """``created_at``: the key's create revision (None: this put creates the key)."""
     result = await etcd.txn(compares, [Put.of(key, state.to_json())], [Get.of(key)])
     if result.succeeded:
-        return CasOutcome(True, VersionedState(state, result.revision))
+        written = VersionedState(
+            state, result.revision, result.revision if created_at is None else created_at
+        )
+        return CasOutcome(True, written)
     (current,) = result.results
     assert isinstance(current, RangeResult)
     return CasOutcome(False, VersionedState.from_kv(current.kvs[0]) if current.kvs else None)

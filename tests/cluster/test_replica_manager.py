@@ -3,18 +3,26 @@ registered node on a real etcd, the metadata view filled as etcd would fill it."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from cluster.errors import LeaderUnavailable
 from cluster.etcd import EtcdClient
 from cluster.following import FollowerRole
 from cluster.leading import LeaderRole
 from cluster.membership import Membership
 from cluster.metadata import MetadataView
 from cluster.replica_manager import ReplicaManager
-from cluster.state import PartitionState, VersionedState
+from cluster.state import (
+    PartitionState,
+    VersionedState,
+    create_partition,
+    partition_key,
+    read_partition,
+)
 from storage.config import TopicConfig
 from storage.engine import Storage
 from storage.record import Acks, NewRecord
@@ -143,3 +151,55 @@ async def test_a_partition_is_followed_when_this_node_is_a_replica_or_observes_i
     replicas.tail_opened("u")
     await replicas.assign_role(u, ("u", 0), VersionedState(elsewhere, 1), replicas.tailed_topics())
     assert isinstance(replicas.roles[("u", 0)], FollowerRole)  # an observer
+
+
+async def test_an_append_whose_leader_is_deposed_on_its_way_to_the_log_is_refused(
+    etcd: EtcdClient, membership: Membership, replicas: ReplicaManager
+) -> None:
+    """The stale-reads test's hang (CI, 2026-11-27): an acks=all publish passed its
+    leader's checks, and the role was deposed (the topic deleted and created again) while
+    the batch was with the writer thread. Its commit waiter came after depose() had
+    refused the others, and nothing ever answered it: the publish hung."""
+    topic = await synced_topic(etcd, replicas)
+    mine = {"n1": membership.incarnation, "n2": 7}
+    state = PartitionState(("n1", "n2"), "n1", 1, ("n1", "n2"), mine)
+    await replicas.assign_role(topic, REF, VersionedState(state, 1), observed=())
+
+    append = asyncio.create_task(topic.partitions[0].append([NewRecord(b'"x"')], Acks.ALL))
+    await asyncio.sleep(0)  # checked and handed to the writer thread, not yet written
+    await replicas.drop_role(REF)
+
+    async with asyncio.timeout(30):
+        with pytest.raises(LeaderUnavailable):
+            await append
+
+
+async def test_a_leader_never_writes_its_isr_over_a_partition_of_a_topic_created_again(
+    etcd: EtcdClient, membership: Membership, replicas: ReplicaManager
+) -> None:
+    """A topic deleted and created again while a leader's view lagged: the new partition
+    is led by the same node at the same epoch (0). The old role's ISR change found the
+    key changed and took the new partition's state for its own; its next change then
+    went through, over the new topic's ISR."""
+    topic = await synced_topic(etcd, replicas)
+    key = partition_key(CLUSTER, *REF)
+    state = PartitionState(("n1", "n2"), "n1", 0, ("n1", "n2"), {"n1": membership.incarnation})
+    first = await create_partition(etcd, key, state)
+    assert first.succeeded and first.current is not None
+    await replicas.assign_role(topic, REF, first.current, observed=())
+    role = replicas.roles[REF]
+    assert isinstance(role, LeaderRole)
+
+    await etcd.delete(key)
+    again = await create_partition(etcd, key, state)  # the topic's new partition
+    assert again.succeeded and again.current is not None
+
+    for _ in range(5):  # n2 is not live: each tick proposes an ISR without it
+        role.tick()
+        for _ in range(100):
+            if role._isr_write is None:
+                break
+            await asyncio.sleep(0.02)
+    now = await read_partition(etcd, key)
+    assert now is not None and now.state.isr == ("n1", "n2"), now
+    assert now.mod_revision == again.current.mod_revision
