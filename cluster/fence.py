@@ -141,6 +141,34 @@ class Fence:
             and any(at > failing + EARLY_SLACK_S for at in last.renewals.values())
         )
 
+    def refusal(self) -> str:
+        """Why this node may not serve now, for the operator's log: which peer renewed
+        after this node's first unanswered renewal, which did not answer, or why there is
+        no verdict to go by."""
+        failing = self._failing_since()
+        if failing is None:
+            return "its lease is gone and none of its renewals failed: it cannot tell"
+        last = self._last
+        if last is None:
+            return "no other node was asked yet"
+        age = self._clock() - last.started
+        if age > USABLE_S:
+            return f"its last verdict is {age:.1f} s old"
+        later = {node: at - failing for node, at in last.renewals.items() if at > failing}
+        if later:
+            return "etcd works for another node, not for this one: " + ", ".join(
+                f"{node} renewed its lease {delay:.2f} s after this node's first unanswered "
+                "renewal, at the latest"
+                for node, delay in sorted(later.items())
+            )
+        silent = sorted(last.must_answer - last.renewals.keys())
+        if silent:
+            return (
+                f"{', '.join(silent)} did not answer within {PROBE_TIMEOUT_S:g} s: etcd may "
+                "work for it, so this node cannot tell"
+            )
+        return "etcd is down for every node"
+
     async def refresh(self) -> None:
         """Ask the peers again if the last verdict is older than ``FRESH_S``."""
         last = self._last
@@ -154,15 +182,30 @@ class Fence:
         return await asyncio.shield(self._probing)
 
     async def _ask_peers(self) -> _Probe:
+        probe = await self._ask_once()
+        failing = self._failing_since()
+        if failing is not None and not etcd_down_for_all(
+            failing, probe.renewals, probe.must_answer
+        ):
+            # A refusal costs every read and delivery here, and one probe misleads on a
+            # loaded host: a peer's answer stalled past PROBE_TIMEOUT_S, or a renewal
+            # placed late by the time its answer waited on this node's loop (the cluster
+            # loop of 2026-11-27: a node refused a read 7.6 s into an outage of etcd for
+            # every node). Asked again at once: a node cut off alone is refused by the
+            # second probe as by the first, and a verdict that etcd is down for every
+            # node is sound by itself.
+            probe = await self._ask_once()
+        self._last = probe
+        return probe
+
+    async def _ask_once(self) -> _Probe:
         started = self._clock()
         urls, live = self._peers()
         try:
             renewals = await asyncio.wait_for(self._ask(urls, PROBE_TIMEOUT_S), PROBE_TIMEOUT_S + 1)
         except TimeoutError:
             renewals = {}
-        probe = _Probe(started, renewals, frozenset(live))
-        self._last = probe
-        return probe
+        return _Probe(started, renewals, frozenset(live))
 
     async def close(self) -> None:
         if self._probing is not None:

@@ -104,7 +104,7 @@ class ServingGuard:
                     log.exception("asking the other nodes for their renewals failed")
             now_serving = self.fence.serving()
             if serving and not now_serving:
-                log.warning("fenced off: etcd works for another node, not for this one")
+                log.warning("fenced off: %s", self.fence.refusal())
                 await self._stop_serving()
             serving = now_serving
 

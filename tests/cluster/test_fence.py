@@ -109,3 +109,56 @@ def test_shown_cut_off_alone_a_node_stops_before_its_lease_runs_out() -> None:
     later, _ = fence_with(clock, {"n2": 99.4}, lease=True, failing=clock.now + 1)
     asyncio.run(later.refresh())
     assert later.serving()
+
+
+def test_a_refusal_names_the_peer_that_renewed_since_or_did_not_answer() -> None:
+    """The log line of a fenced node says why: a load-stalled peer that did not answer in
+    time is no proof of a partition, and an operator must be able to tell the two apart."""
+    clock = Clock()
+    alone, _ = fence_with(clock, {"n2": 99.4, "n3": 98.5}, lease=False, failing=99.0)
+    assert alone.refusal() == "no other node was asked yet"
+    asyncio.run(alone.refresh())
+    assert not alone.serving()
+    assert alone.refusal() == (
+        "etcd works for another node, not for this one: n2 renewed its lease 0.40 s after "
+        "this node's first unanswered renewal, at the latest"
+    )
+
+    silent, _ = fence_with(clock, {"n2": 98.0}, lease=False, failing=99.0)
+    asyncio.run(silent.refresh())
+    assert not silent.serving()
+    assert silent.refusal().startswith("n3 did not answer within")
+
+    clock.now += USABLE_S + 0.01
+    assert silent.refusal() == f"its last verdict is {USABLE_S + 0.01:.1f} s old"
+
+
+def test_a_verdict_against_serving_is_asked_again_once_before_it_stands() -> None:
+    """One probe misleads on a loaded host (a peer's answer stalls past the probe's
+    timeout): a node of an outage for every node refused a read. A negative verdict is
+    asked again at once; a node cut off alone is refused by both."""
+    clock = Clock()
+    answers = [{"n2": 98.0}, {"n2": 98.0, "n3": 98.5}]  # n3 stalled, then answered
+    asked: list[int] = []
+
+    async def ask(urls: Mapping[str, str], timeout_s: float) -> dict[str, float]:
+        asked.append(len(urls))
+        return answers.pop(0)
+
+    fence = Fence(
+        holds_lease=lambda: False,
+        failing_since=lambda: 99.0,
+        peers=lambda: ({"n2": "http://n2", "n3": "http://n3"}, {"n2", "n3"}),
+        ask=ask,
+        clock=clock,
+    )
+    assert asyncio.run(fence.allows())
+    assert fence.serving()
+    assert asked == [2, 2]
+
+    alone, asked_alone = fence_with(clock, {"n2": 99.4, "n3": 98.5}, lease=False, failing=99.0)
+    assert not asyncio.run(alone.allows())
+    assert asked_alone == [2, 2]
+    down, asked_down = fence_with(clock, {"n2": 98.0, "n3": 98.5}, lease=False, failing=99.0)
+    assert asyncio.run(down.allows())
+    assert asked_down == [2]  # a verdict for serving is not asked again
