@@ -53,6 +53,11 @@ def test_a_node_whose_etcd_is_gone_stops_promptly_on_sigterm(
     log = node.log()
     assert took < STOP_WITHIN_S, f"took {took:.1f} s to stop; log:\n{log[-3000:]}"
     # What waited: the lease's revoke on the way out, a courtesy (the lease expires on its
-    # own), now given up after REVOKE_WITHIN_S instead of a whole etcd timeout.
-    (revoke,) = [line for line in log.splitlines() if "not revoked" in line]
-    assert f"within {REVOKE_WITHIN_S:g} s" in revoke, revoke
+    # own), now given up after REVOKE_WITHIN_S instead of a whole etcd timeout. On a loaded
+    # host the lease may lapse before the SIGTERM lands (its TTL is 2 s): then there is
+    # nothing to revoke (the cluster loop of 2026-11-27).
+    lines = log.splitlines()
+    revokes = [line for line in lines if "not revoked" in line]
+    if not any("lapsed" in line for line in lines):
+        assert len(revokes) == 1, log[-3000:]
+    assert all(f"within {REVOKE_WITHIN_S:g} s" in revoke for revoke in revokes), revokes
