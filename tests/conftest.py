@@ -44,10 +44,17 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, settings
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Generous: several Pythons importing the server at once on a loaded 2-core host (two
 # test workers, other suites) took over 10 s to answer /healthz.
+# Hypothesis's timing checks assert a speed, and the suite runs on loaded machines: a
+# property test failed its "input generation is slow" health check at load 20 (the whole
+# loop of 2026-11-27). Tests assert what the code promises, never how fast it runs.
+settings.register_profile("herald", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("herald")
+
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 
