@@ -33,6 +33,7 @@ from herald.protocol.errors import (
     SubscriptionNotFound,
     TopicNotFound,
 )
+from herald.protocol.stats import SubscriptionStats
 from storage.cursors import CursorSnapshot, PartitionCursor
 from storage.engine import Storage
 from storage.topic import Topic
@@ -274,10 +275,14 @@ class DeliveryEngine:
         return list(self._runtimes)
 
     def stats(self, name: str) -> dict[str, Any]:
-        """PROTOCOL §5 stats."""
+        """PROTOCOL §5 stats, as the JSON object of a subscription's answer."""
+        return self.stats_of(name).as_dict()
+
+    def stats_of(self, name: str) -> SubscriptionStats:
+        """PROTOCOL §5 stats, as the model the console's snapshot is built of."""
         runtime = self._runtime(name)
         runtime.refresh_bounds()
-        return runtime.core.stats().as_dict()
+        return runtime.core.stats()
 
     def pause_reason(self, name: str) -> str:
         """no_credit | max_in_flight | backoff | none — for the console."""

@@ -20,12 +20,14 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import msgspec
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive
 
 from herald.protocol.errors import BadRequest, PayloadTooLarge
+from herald.protocol.snapshot import StatsSnapshot, SubscriptionSnapshot
 from storage.topic import Topic
 
 if TYPE_CHECKING:
@@ -126,6 +128,14 @@ def json_response(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type=JSON)
 
 
+encode_model = msgspec.json.Encoder().encode
+
+
+def model_response(body: msgspec.Struct, status: int = 200) -> Response:
+    """An answer declared as a protocol model (herald/protocol/), encoded as it is."""
+    return Response(encode_model(body), status_code=status, media_type=JSON)
+
+
 def topic_body(topic: Topic) -> dict[str, Any]:
     """The GET /v1/topics/{topic} body (PROTOCOL §2)."""
     return {
@@ -174,13 +184,19 @@ def is_admin(scope: Any) -> bool:
     return principal is None or bool(principal.is_admin)
 
 
-def shown_to_non_admin(snapshot: dict[str, Any]) -> dict[str, Any]:
+def shown_to_non_admin(snapshot: StatsSnapshot) -> StatsSnapshot:
     """A stats snapshot whose push urls have no user info or query (PROTOCOL §6)."""
-    for subscription in snapshot.get("subscriptions", ()):
-        push = subscription.get("config", {}).get("push")
-        if isinstance(push, dict) and isinstance(push.get("url"), str):
-            push["url"] = without_secrets(push["url"])
-    return snapshot
+    shown = [_push_url_shown(s) for s in snapshot.subscriptions]
+    return msgspec.structs.replace(snapshot, subscriptions=shown)
+
+
+def _push_url_shown(subscription: SubscriptionSnapshot) -> SubscriptionSnapshot:
+    push = subscription.config.push
+    if push is None:
+        return subscription
+    shown = msgspec.structs.replace(push, url=without_secrets(push.url))
+    config = msgspec.structs.replace(subscription.config, push=shown)
+    return msgspec.structs.replace(subscription, config=config)
 
 
 def without_secrets(url: str) -> str:

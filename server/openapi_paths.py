@@ -403,7 +403,7 @@ STATS: dict[str, Any] = {
     "summary": "One snapshot for the console: server, totals, topics, "
     "subscriptions (with pause_reason and oldest_unacked_age_ms). "
     "GET /v1/stats/ws pushes it every second as {type: stats, ...}",
-    "responses": {"200": _json({"type": "object"}, "the snapshot")},
+    "responses": {"200": _json(_ref("StatsResponse"), "the snapshot")},
 }
 
 
@@ -418,7 +418,7 @@ STATS_HISTORY: dict[str, Any] = {
         {"name": "subscription", "in": "query", "schema": _NAME},
     ],
     "responses": {
-        "200": _json({"type": "object"}, "the samples"),
+        "200": _json({"oneOf": [_ref("TopicHistory"), _ref("SubscriptionHistory")]}, "samples"),
         "400": _problem("validation_error: neither or both of topic and subscription"),
     },
 }
@@ -595,4 +595,5 @@ STATS_SOCKET: dict[str, Any] = {
     "parameters": [],
     "authentication": _AUTH,
     "close_codes": _CLOSES,
+    "frames": {"server": _ref("StatsFrame")},  # client frames are ignored
 }

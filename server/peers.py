@@ -21,12 +21,14 @@ forwarding node's (server/limits.py; issue 26 item 8).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import httpx
+import msgspec
 import orjson
 
 from cluster.clock import lease_clock
@@ -34,6 +36,8 @@ from cluster.errors import LeaderUnavailable
 from cluster.fence import renewed_by
 from cluster.trust import PeerVerifier
 from herald.protocol.errors import HeraldError
+from herald.protocol.snapshot import SubscriptionSnapshot
+from herald.protocol.unchecked import unchecked_struct
 from server.security_cli import KEEP_ALIVE_TIMEOUT_S
 
 log = logging.getLogger("herald.server")
@@ -205,12 +209,13 @@ class Peers:
         except httpx.HTTPError as exc:
             raise LeaderUnavailable(f"the node at {url} did not answer: {exc}") from exc
 
-    async def node_stats(self, urls: Iterable[str]) -> list[dict[str, Any]]:
-        """Each node's own ``GET /v1/stats?scope=node`` (within a second, else left out)."""
+    async def node_stats(self, urls: Iterable[str]) -> list[list[SubscriptionSnapshot]]:
+        """Each node's own subscriptions, from its ``GET /v1/stats?scope=node`` (within a
+        second, else left out)."""
 
-        async def one(url: str) -> dict[str, Any]:
+        async def one(url: str) -> list[SubscriptionSnapshot]:
             if not await self.trusted(url):
-                return {}
+                return []
             try:
                 response = await self._http.get(
                     f"{url}/v1/stats",
@@ -222,7 +227,7 @@ class Peers:
                     return _node_stats(response.json())
             except (httpx.HTTPError, ValueError) as exc:
                 log.debug("stats of %s: %s", url, exc)
-            return {}
+            return []
 
         return list(await asyncio.gather(*(one(url) for url in urls)))
 
@@ -277,38 +282,22 @@ class Peers:
         return [report for report in reports if report is not None]
 
 
-def _node_stats(body: Any) -> dict[str, Any]:
+def _node_stats(body: Any) -> list[SubscriptionSnapshot]:
     """What a node's stats say of its subscriptions, as far as it is stats: an answer of
-    another shape (another program on the port, a proxy's page) says nothing, never a 500."""
+    another shape (another program on the port, a proxy's page) says nothing, never a
+    500, and a subscription not of the snapshot's shape is left out."""
     subscriptions = body.get("subscriptions") if isinstance(body, dict) else None
     if not isinstance(subscriptions, list):
-        return {}
-    return {
-        "subscriptions": [
-            s
-            for s in subscriptions
-            if isinstance(s, dict)
-            and isinstance(s.get("name"), str)
-            and isinstance(s.get("stats"), dict)
-            and all(
-                isinstance(v, int) and not isinstance(v, bool)
-                for k, v in s["stats"].items()
-                if k in SUMMED_STATS
-            )
-        ]
-    }
+        return []
+    found = []
+    for subscription in subscriptions:
+        with contextlib.suppress(msgspec.ValidationError):
+            found.append(msgspec.convert(subscription, _PEER_SUBSCRIPTION))
+    return found
 
 
-# The members of a subscription's stats that GET /v1/stats adds up over the cluster.
-SUMMED_STATS = (
-    "delivered_total",
-    "acked_total",
-    "redelivered_total",
-    "dead_lettered_total",
-    "backlog",
-    "in_flight",
-    "consumers",
-)
+# A node's own answer: the shape is checked, its constraints are not checked again.
+_PEER_SUBSCRIPTION = unchecked_struct(SubscriptionSnapshot)
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from dataclasses import asdict
 from importlib import metadata
-from typing import Any
 
-import orjson
+import msgspec
+from msgspec import UNSET, UnsetType
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
@@ -27,15 +28,30 @@ from delivery.engine import AttachedConsumer
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import SubscriptionNotFound, ValidationError
 from herald.protocol.names import check_name
+from herald.protocol.snapshot import (
+    ConsumerView,
+    PushStats,
+    ServerHistory,
+    ServerInfo,
+    StatsFrame,
+    StatsResponse,
+    StatsSnapshot,
+    SubscriptionSnapshot,
+    Totals,
+)
+from herald.protocol.stats import PartitionStats
+from herald.protocol.subscriptions import SubscriptionConfigView
+from herald.protocol.topics import Topic as TopicView
+from herald.protocol.unchecked import unchecked_struct
 from server.http import (
+    encode_model,
     is_admin,
     json_body,
     json_response,
-    push_stats,
+    model_response,
     shown_to_non_admin,
     topic_body,
 )
-from server.peers import SUMMED_STATS
 from server.runtime import Services, services
 from server.validation import parse_redrive
 from storage.topic import Topic
@@ -47,19 +63,27 @@ except metadata.PackageNotFoundError:  # run from a source tree that was never i
     VERSION = "0+unknown"
 
 STATS_INTERVAL_S = 1.0
+# The parts the server builds as JSON objects for other answers too (a topic, a
+# subscription's config, its push members): taken into the snapshot's models as they
+# are, their constraints not checked again (the server made them).
+TOPIC_VIEW = unchecked_struct(TopicView)
+CONFIG_VIEW = unchecked_struct(SubscriptionConfigView)
+PUSH_VIEW = unchecked_struct(PushStats)
+# The totals that are sums of the subscriptions' stats (over the cluster, GET /v1/stats).
+SUMMED_STATS = Totals.__struct_fields__[Totals.__struct_fields__.index("delivered_total") :]
 
 
 # ------------------------------------------------------------------ snapshot
 
 
 async def oldest_unacked_age_ms(
-    topic: Topic, floors: list[dict[str, int]], now_ms: int
+    topic: Topic, floors: Sequence[PartitionStats], now_ms: int
 ) -> int | None:
     """Age of the oldest record at or above an ack floor: one cached read per partition
     with a backlog, so the console can show it every second."""
     oldest: int | None = None
     for floor in floors:
-        number, offset = floor["partition"], floor["ack_floor"]
+        number, offset = floor.partition, floor.ack_floor
         if number >= len(topic.partitions):
             continue
         partition = topic.partitions[number]
@@ -72,84 +96,96 @@ async def oldest_unacked_age_ms(
     return None if oldest is None else max(0, now_ms - oldest)
 
 
-async def subscription_snapshot(state: Services, name: str, now_ms: int) -> dict[str, Any]:
+async def subscription_snapshot(state: Services, name: str, now_ms: int) -> SubscriptionSnapshot:
     engine = state.engine
     config: SubscriptionConfig = engine.get(name)
-    stats = engine.stats(name)
+    stats = engine.stats_of(name)
     topic: Topic | None = state.storage.topic(config.topic)
     age = None
-    if topic is not None and stats["backlog"] > 0:
-        age = await oldest_unacked_age_ms(topic, stats["partitions"], now_ms)
-    push = push_stats(state.webhooks, name)
+    if topic is not None and stats.backlog > 0:
+        age = await oldest_unacked_age_ms(topic, stats.partitions, now_ms)
+    pushed = state.webhooks.stats(name)
+    push = None if pushed is None else msgspec.convert(pushed, PUSH_VIEW)
     pause = engine.pause_reason(name)
-    if push.get("endpoint_state") == "open":  # PROTOCOL §4: the breaker grants no credit
+    if push is not None and push.endpoint_state == "open":  # PROTOCOL §4: no credit granted
         pause = "circuit_open"
-    return {
-        "name": name,
-        "topic": config.topic,
-        "config": config.public_dict(),
-        "stats": stats,
-        "push": push or None,
-        "pause_reason": pause,
-        "oldest_unacked_age_ms": age,
-        "consumers": consumers_body(engine.consumers_of(name)),
-    }
+    return SubscriptionSnapshot(
+        name=name,
+        topic=config.topic,
+        config=msgspec.convert(config.public_dict(), CONFIG_VIEW),
+        stats=stats,
+        push=push,
+        pause_reason=pause,  # type: ignore[arg-type]  # delivery/events.py PauseReason's values
+        oldest_unacked_age_ms=age,
+        consumers=consumer_views(engine.consumers_of(name)),
+    )
 
 
-def consumers_body(consumers: list[AttachedConsumer]) -> list[dict[str, Any]]:
+def consumer_views(consumers: list[AttachedConsumer]) -> list[ConsumerView]:
     """docs/protocol.md "Stats": each connected consumer with its address, outstanding
     credit, records in flight and since when it is connected (a pull consumer has no
     connection: its address and connected_ms are null)."""
     return [
-        {
-            "id": consumer.id,
-            "address": getattr(consumer.sink, "address", None),
-            "credit": consumer.credit,
-            "in_flight": consumer.in_flight,
-            "connected_ms": getattr(consumer.sink, "connected_ms", None),
-        }
+        ConsumerView(
+            id=consumer.id,
+            address=getattr(consumer.sink, "address", None),
+            credit=consumer.credit,
+            in_flight=consumer.in_flight,
+            connected_ms=getattr(consumer.sink, "connected_ms", None),
+        )
         for consumer in consumers
     ]
 
 
-async def snapshot(state: Services) -> dict[str, Any]:
+async def snapshot(state: Services) -> StatsSnapshot:
     now_ms = wall_clock_ms()
     topics = sorted(state.storage.topics(), key=lambda t: t.name)
     subscriptions = []
     for name in sorted(state.engine.names()):
         with contextlib.suppress(SubscriptionNotFound):  # deleted while we built this
             subscriptions.append(await subscription_snapshot(state, name, now_ms))
-    totals: dict[str, int] = {
-        "topics": len(topics),
-        "subscriptions": len(subscriptions),
-        "published_records_total": sum(t.messages_total for t in topics),
-        "published_bytes_total": sum(t.bytes_total for t in topics),
-        "storage_bytes": sum(p.size_bytes for t in topics for p in t.partitions),
-    }
-    for member in SUMMED_STATS:
-        totals[member] = sum(s["stats"][member] for s in subscriptions)
     started_ms: int = state.started_ms
-    return {
-        "server": {
-            "version": VERSION,
-            "now_ms": now_ms,
-            "started_ms": started_ms,
-            "uptime_ms": max(0, now_ms - started_ms),
-        },
-        "totals": totals,
-        "topics": [topic_body(t) for t in topics],
-        "subscriptions": subscriptions,
-    }
+    return StatsSnapshot(
+        server=ServerInfo(
+            version=VERSION,
+            now_ms=now_ms,
+            started_ms=started_ms,
+            uptime_ms=max(0, now_ms - started_ms),
+        ),
+        totals=totals(topics, subscriptions),
+        topics=[msgspec.convert(topic_body(t), TOPIC_VIEW) for t in topics],
+        subscriptions=subscriptions,
+    )
+
+
+def totals(topics: list[Topic], subscriptions: list[SubscriptionSnapshot]) -> Totals:
+    """Sums over the topics and subscriptions listed."""
+    return Totals(
+        topics=len(topics),
+        subscriptions=len(subscriptions),
+        published_records_total=sum(t.messages_total for t in topics),
+        published_bytes_total=sum(t.bytes_total for t in topics),
+        storage_bytes=sum(p.size_bytes for t in topics for p in t.partitions),
+        **subscription_totals(subscriptions),
+    )
+
+
+def subscription_totals(subscriptions: list[SubscriptionSnapshot]) -> dict[str, int]:
+    return {member: sum(getattr(s.stats, member) for s in subscriptions) for member in SUMMED_STATS}
 
 
 async def get_stats(request: Request) -> Response:
     state = services(request)
-    body = await snapshot(state)
+    found = await snapshot(state)
     if state.cluster is not None and request.query_params.get("scope") != "node":
-        await _with_cluster_subscriptions(state, body)
+        found = await _with_cluster_subscriptions(state, found)
+    if not is_admin(request.scope):
+        found = shown_to_non_admin(found)
+    history: ServerHistory | UnsetType = UNSET
     if request.query_params.get("history") == "1":  # docs/protocol.md "Stats": the charts' past
-        body["history"] = state.history.body()
-    return json_response(body if is_admin(request.scope) else shown_to_non_admin(body))
+        history = state.history.body()
+    body = StatsResponse(**msgspec.structs.asdict(found), history=history)
+    return model_response(body)
 
 
 async def get_history(request: Request) -> Response:
@@ -162,12 +198,12 @@ async def get_history(request: Request) -> Response:
         raise ValidationError("give exactly one of topic and subscription")
     history = services(request).history
     if given[0] == "topic":
-        return json_response(history.topic_body(check_name(params["topic"])))
+        return model_response(history.topic_body(check_name(params["topic"])))
     name = check_name(params["subscription"], "subscription")
-    return json_response(history.subscription_body(name))
+    return model_response(history.subscription_body(name))
 
 
-async def _with_cluster_subscriptions(state: Services, body: dict[str, Any]) -> None:
+async def _with_cluster_subscriptions(state: Services, found: StatsSnapshot) -> StatsSnapshot:
     """PROTOCOL §7: the stats of every subscription, from the node coordinating each
     (``?scope=node`` asks a node for its own); a node that does not answer within a
     second is left out."""
@@ -178,18 +214,18 @@ async def _with_cluster_subscriptions(state: Services, body: dict[str, Any]) -> 
         for node, url in sorted((n, m.url) for n, m in cluster.membership.members.items())
         if node != cluster.node_id
     ]
-    theirs = await peers.node_stats(urls)
-    mine = {s["name"] for s in body["subscriptions"]}
-    for report in theirs:
-        for subscription in report.get("subscriptions", ()):
-            if subscription.get("name") not in mine:
-                mine.add(subscription["name"])
-                body["subscriptions"].append(subscription)
-    body["subscriptions"].sort(key=lambda s: s["name"])
-    totals = body["totals"]
-    totals["subscriptions"] = len(body["subscriptions"])
-    for member in SUMMED_STATS:
-        totals[member] = sum(s["stats"].get(member, 0) for s in body["subscriptions"])
+    subscriptions = list(found.subscriptions)
+    mine = {s.name for s in subscriptions}
+    for theirs in await peers.node_stats(urls):
+        for subscription in theirs:
+            if subscription.name not in mine:
+                mine.add(subscription.name)
+                subscriptions.append(subscription)
+    subscriptions.sort(key=lambda s: s.name)
+    summed = msgspec.structs.replace(
+        found.totals, subscriptions=len(subscriptions), **subscription_totals(subscriptions)
+    )
+    return msgspec.structs.replace(found, totals=summed, subscriptions=subscriptions)
 
 
 async def stats_socket(websocket: WebSocket) -> None:
@@ -202,10 +238,11 @@ async def stats_socket(websocket: WebSocket) -> None:
     stopped = asyncio.ensure_future(stopping.wait())
     try:
         while True:
-            body = {"type": "stats", **await snapshot(state)}
+            found = await snapshot(state)
             if not admin:  # a metrics token: push urls without user info or query
-                body = shown_to_non_admin(body)
-            await websocket.send_text(orjson.dumps(body).decode())
+                found = shown_to_non_admin(found)
+            frame = StatsFrame(**msgspec.structs.asdict(found))
+            await websocket.send_text(encode_model(frame).decode())
             done, _ = await asyncio.wait(
                 (receiver, stopped), timeout=STATS_INTERVAL_S, return_when=asyncio.FIRST_COMPLETED
             )

@@ -10,7 +10,18 @@ from typing import Any, get_args
 
 import msgspec
 
-from herald.protocol import actions, frames, limits, publish, pull, records, seek, tokens, topics
+from herald.protocol import (
+    actions,
+    frames,
+    limits,
+    publish,
+    pull,
+    records,
+    seek,
+    snapshot,
+    tokens,
+    topics,
+)
 from herald.protocol import subscriptions as wire
 from herald.protocol.errors import Problem
 from herald.protocol.stats import SubscriptionStats
@@ -46,6 +57,11 @@ MODELS: tuple[Any, ...] = (
     *get_args(frames.ClientFrame),
     *get_args(frames.ConsumerFrame),
     frames.TailDeliverFrame,
+    # docs/protocol.md "Stats": the console's snapshot, its frame and its samples
+    snapshot.StatsResponse,
+    snapshot.StatsFrame,
+    snapshot.TopicHistory,
+    snapshot.SubscriptionHistory,
 )
 # What their types cannot say.
 EXTRA: dict[str, dict[str, Any]] = {

@@ -17,27 +17,27 @@ import contextlib
 from array import array
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Generic, TypeVar
 
 from delivery.engine import DeliveryEngine
 from herald.protocol.errors import SubscriptionNotFound
+from herald.protocol.snapshot import (
+    ServerHistory,
+    ServerSample,
+    SubscriptionHistory,
+    SubscriptionSample,
+    TopicHistory,
+    TopicSample,
+)
 from storage.engine import Storage
 from storage.writer import wall_clock_ms
 
 SAMPLE_INTERVAL_S = 1.0  # the console's charts move once a second
 HISTORY_SAMPLES = 900  # 15 minutes at that resolution
 MAX_TRACKED = 500  # topics with a history, and subscriptions with one
+INTERVAL_MS = int(SAMPLE_INTERVAL_S * 1000)
 
-TOPIC_MEMBERS = ("published_records_total",)
-SUBSCRIPTION_MEMBERS = ("delivered_total", "acked_total", "backlog")
-
-
-@dataclass(frozen=True, slots=True)
-class StatsSample:
-    now_ms: int
-    published_records_total: int
-    delivered_total: int
+Sample = TypeVar("Sample", TopicSample, SubscriptionSample)
 
 
 class _Series:
@@ -51,11 +51,14 @@ class _Series:
         self.values = array("q", bytes(8 * capacity * width))
 
 
-class SeriesSet:
-    """The series of one kind of thing (topics or subscriptions), by name."""
+class SeriesSet(Generic[Sample]):
+    """The series of one kind of thing (topics or subscriptions), by name: its samples
+    are ``sample`` (herald/protocol/snapshot.py), whose members after ``now_ms`` are
+    the numbers kept."""
 
-    def __init__(self, members: tuple[str, ...], capacity: int, max_tracked: int) -> None:
-        self.members = members
+    def __init__(self, sample: type[Sample], capacity: int, max_tracked: int) -> None:
+        self.sample: type[Sample] = sample
+        self.members = sample.__struct_fields__[1:]
         self.capacity = capacity
         self.max_tracked = max_tracked
         self._series: dict[str, _Series] = {}
@@ -76,7 +79,7 @@ class SeriesSet:
             at = (tick % self.capacity) * width
             series.values[at : at + width] = array("q", row)
 
-    def samples(self, name: str, last_tick: int, times: array[int]) -> list[dict[str, int]]:
+    def samples(self, name: str, last_tick: int, times: array[int]) -> list[Sample]:
         """Oldest first; empty for a name not tracked."""
         series = self._series.get(name)
         if series is None:
@@ -87,7 +90,7 @@ class SeriesSet:
         for tick in range(first, last_tick + 1):
             slot = tick % self.capacity
             values = series.values[slot * width : (slot + 1) * width]
-            found.append({"now_ms": times[slot], **dict(zip(self.members, values, strict=True))})
+            found.append(self.sample(times[slot], *values))
         return found
 
 
@@ -95,50 +98,36 @@ class StatsHistory:
     """The last ``capacity`` samples, oldest first."""
 
     def __init__(self, capacity: int = HISTORY_SAMPLES, max_tracked: int = MAX_TRACKED) -> None:
-        self._samples: deque[StatsSample] = deque(maxlen=capacity)
+        self._samples: deque[ServerSample] = deque(maxlen=capacity)
         self._capacity = capacity
         self._tick = -1  # the last sample's number
         self._times = array("q", bytes(8 * capacity))
-        self.topics = SeriesSet(TOPIC_MEMBERS, capacity, max_tracked)
-        self.subscriptions = SeriesSet(SUBSCRIPTION_MEMBERS, capacity, max_tracked)
+        self.topics = SeriesSet(TopicSample, capacity, max_tracked)
+        self.subscriptions = SeriesSet(SubscriptionSample, capacity, max_tracked)
 
     def record(self, storage: Storage, engine: DeliveryEngine) -> None:
         """Take one sample of this node's counters (the same numbers as GET /v1/stats)."""
         subscriptions: dict[str, tuple[int, int, int]] = {}
         for name in engine.names():
             with contextlib.suppress(SubscriptionNotFound):  # deleted meanwhile
-                stats = engine.stats(name)
-                subscriptions[name] = (
-                    stats["delivered_total"],
-                    stats["acked_total"],
-                    stats["backlog"],
-                )
+                stats = engine.stats_of(name)
+                subscriptions[name] = (stats.delivered_total, stats.acked_total, stats.backlog)
         topics = {topic.name: (topic.messages_total,) for topic in storage.topics()}
         now_ms = wall_clock_ms()
         published = sum(row[0] for row in topics.values())
         delivered = sum(row[0] for row in subscriptions.values())
-        self._samples.append(StatsSample(now_ms, published, delivered))
+        self._samples.append(ServerSample(now_ms, published, delivered))
         self._tick += 1
         self._times[self._tick % self._capacity] = now_ms
         self.topics.record(self._tick, topics)
         self.subscriptions.record(self._tick, subscriptions)
 
-    def body(self) -> dict[str, Any]:
-        return {
-            "interval_ms": int(SAMPLE_INTERVAL_S * 1000),
-            "samples": [asdict(sample) for sample in self._samples],
-        }
+    def body(self) -> ServerHistory:
+        return ServerHistory(INTERVAL_MS, list(self._samples))
 
-    def topic_body(self, name: str) -> dict[str, Any]:
-        return {
-            "interval_ms": int(SAMPLE_INTERVAL_S * 1000),
-            "topic": name,
-            "samples": self.topics.samples(name, self._tick, self._times),
-        }
+    def topic_body(self, name: str) -> TopicHistory:
+        return TopicHistory(INTERVAL_MS, name, self.topics.samples(name, self._tick, self._times))
 
-    def subscription_body(self, name: str) -> dict[str, Any]:
-        return {
-            "interval_ms": int(SAMPLE_INTERVAL_S * 1000),
-            "subscription": name,
-            "samples": self.subscriptions.samples(name, self._tick, self._times),
-        }
+    def subscription_body(self, name: str) -> SubscriptionHistory:
+        samples = self.subscriptions.samples(name, self._tick, self._times)
+        return SubscriptionHistory(INTERVAL_MS, name, samples)

@@ -13,6 +13,7 @@ from msgspec import UNSET
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.errors import SubscriptionNotFound
 from herald.protocol.frames import AckFrame, ClientFrame, CreditFrame, ExtendFrame, NackFrame
+from herald.protocol.limits import MAX_CREDIT  # PROTOCOL §3: outstanding credit is capped here
 from storage.writer import wall_clock_ms
 from subscribers.connection import ConsumerConnection
 from subscribers.frames import is_message_id
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from delivery.events import Delivery
 
 
-MAX_CREDIT = 1_000_000  # PROTOCOL §3: outstanding credit is capped here
 _FIRST_SLICE = 16  # records the engine may send before their size is known
 
 

@@ -30,7 +30,7 @@ import pytest
 import websockets
 
 from server.peers import CLIENT, PEER_AUTHORIZATION
-from tests.cluster.nodes import HeraldCluster
+from tests.cluster.nodes import ClusterNode, HeraldCluster
 from tests.cluster.test_cluster_subscriptions import wait_coordinated
 from tests.security.conftest import write_auth_file
 
@@ -109,15 +109,21 @@ def capped_cluster(tmp_path: Path, tokens: dict[str, str], size: int) -> HeraldC
     return cluster
 
 
+def parked_subscription(cluster: HeraldCluster, partitions: int) -> ClusterNode:
+    """Topic `busy` of ``partitions`` and its subscription `parked`, made through n1;
+    returns the node coordinating `parked`."""
+    cluster.create_topic("busy", partitions=partitions)
+    made = cluster.put("n1", "/v1/subscriptions/parked", {"topic": "busy"})
+    assert made.status_code == 201, made.text
+    return cluster.nodes[wait_coordinated(cluster, "parked")]
+
+
 def test_a_client_parking_the_cap_through_a_node_leaves_other_clients_served(
     tmp_path: Path, tokens: dict[str, str]
 ) -> None:
     cluster = capped_cluster(tmp_path, tokens, 3)
     with cluster:
-        cluster.create_topic("busy", partitions=3)
-        made = cluster.put("n1", "/v1/subscriptions/parked", {"topic": "busy"})
-        assert made.status_code == 201, made.text
-        coordinator = cluster.nodes[wait_coordinated(cluster, "parked")]
+        coordinator = parked_subscription(cluster, 3)
         entry = next(n for n in cluster.nodes.values() if n is not coordinator)
         led = [
             p
@@ -169,10 +175,7 @@ def test_a_client_naming_another_client_is_not_believed(
     different address on each request is still counted under its own."""
     cluster = capped_cluster(tmp_path, tokens, 2)
     with cluster:
-        cluster.create_topic("busy", partitions=1)
-        made = cluster.put("n1", "/v1/subscriptions/parked", {"topic": "busy"})
-        assert made.status_code == 201, made.text
-        coordinator = cluster.nodes[wait_coordinated(cluster, "parked")]
+        coordinator = parked_subscription(cluster, 1)
         app = tokens["app"]
         forged = {CLIENT: "127.0.0.9", PEER_AUTHORIZATION: f"Bearer {app}"}  # not a node's
 

@@ -112,12 +112,8 @@ def publish_again_and_check(
 def slow_lease_cluster(tmp_path: Path) -> Iterator[HeraldCluster]:
     """Three nodes whose leases outlive a restart (10 s), so a node can start again, and
     register anew, while its old incarnation still holds its key."""
-    cluster = HeraldCluster(tmp_path / "cluster", 3, node_ttl_ms=10_000)
-    cluster.start()
-    try:
+    with HeraldCluster(tmp_path / "cluster", 3, node_ttl_ms=10_000) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 async def _registration(cluster: HeraldCluster, node: str) -> tuple[int, int] | None:

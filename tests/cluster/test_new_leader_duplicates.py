@@ -39,12 +39,8 @@ NOT_BEFORE_S = 3.0  # how long the duplicate is watched while the follower is fr
 def cluster(tmp_path: Path) -> Iterator[HeraldCluster]:
     # replica_lag_ms long: the frozen follower stays in the ISR for the whole test (it is
     # not the lag rule that is tested here).
-    cluster = HeraldCluster(tmp_path / "cluster", 3, replica_lag_ms=120_000)
-    cluster.start()
-    try:
+    with HeraldCluster(tmp_path / "cluster", 3, replica_lag_ms=120_000) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 async def _back_in_the_isr(cluster: HeraldCluster, node: str) -> bool:

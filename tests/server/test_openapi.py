@@ -14,6 +14,7 @@ import jsonschema_rs
 import msgspec
 import orjson
 import pytest
+import websockets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -198,6 +199,53 @@ def test_the_consumer_frames_are_published_from_their_models() -> None:
     assert not validator(tail, "server").is_valid(
         orjson.loads(wire.acked_frame(msgspec.Raw(b"1"), [], []))
     )
+
+
+async def test_the_stats_answers_and_frames_are_published_from_their_models(
+    herald_url: str,
+) -> None:
+    """Issue 29: GET /v1/stats and the frames of /v1/stats/ws are described by components
+    generated from herald/protocol/snapshot.py (they were `{"type": "object"}`): a
+    snapshot with a push subscription and a connected consumer validates against them,
+    and one without its totals does not."""
+    from server.route_table import openapi_document
+
+    served = orjson.loads(openapi_document(cluster=False))
+
+    def validator(schema: dict[str, Any]) -> Any:
+        return jsonschema_rs.Draft202012Validator({**schema, "components": served["components"]})
+
+    answer = validator(
+        served["paths"]["/v1/stats"]["get"]["responses"]["200"]["content"]["application/json"][
+            "schema"
+        ]
+    )
+    socket = validator(served["x-websockets"]["/v1/stats/ws"]["frames"]["server"])
+    ws_url = herald_url.replace("http://", "ws://")
+    hook = {"url": "http://user:pw@127.0.0.1:9/hook?key=1", "secret": SECRET_PREFIX + "A" * 24}
+    async with httpx.AsyncClient(base_url=herald_url) as http:
+        body = {"messages": [{"value": 1, "key": "k"}]}
+        assert (await http.post("/v1/topics/t/messages", json=body)).status_code == 200
+        for name, config in (
+            ("workers", {"topic": "t", "start": "earliest"}),
+            ("hooked", {"topic": "quiet", "push": hook}),  # nothing to send: no posts
+        ):
+            created = await http.put(f"/v1/subscriptions/{name}", json=config)
+            assert created.status_code == 201, created.text
+        async with websockets.connect(f"{ws_url}/v1/subscriptions/workers/ws?credit=1") as ws:
+            assert orjson.loads(await ws.recv())["type"] == "ready"
+            async with websockets.connect(f"{ws_url}/v1/stats/ws") as stats:
+                frame = orjson.loads(await stats.recv())
+            snapshot = (await http.get("/v1/stats", params={"history": "1"})).json()
+    for found in (frame, snapshot):
+        subscriptions = {s["name"]: s for s in found["subscriptions"]}
+        assert subscriptions["hooked"]["push"]["endpoint_state"] == "closed"
+        assert [c["credit"] for c in subscriptions["workers"]["consumers"]] in ([0], [1])
+    assert frame["type"] == "stats" and "history" in snapshot
+    socket.validate(frame)
+    answer.validate(snapshot)
+    assert not socket.is_valid({k: v for k, v in frame.items() if k != "totals"})
+    assert not answer.is_valid({k: v for k, v in snapshot.items() if k != "totals"})
 
 
 def test_a_subscription_is_published_from_its_models(herald_url: str) -> None:

@@ -18,7 +18,7 @@ from msgspec import UNSET, Meta, Raw, UnsetType
 
 from herald.protocol import limits
 from herald.protocol.names import Name
-from herald.protocol.records import DeliveredRecord, TailRecord
+from herald.protocol.records import DeliveredRecord, NackDelayMs, NackReason, TailRecord
 
 MessageIds = Annotated[list[str], Meta(description="message ids; unknown ids are ignored")]
 
@@ -47,19 +47,8 @@ class NackFrame(Frame, frozen=True, tag="nack"):
     """Redeliver after `delay_ms`, else after the subscription's backoff."""
 
     ids: MessageIds
-    delay_ms: (
-        Annotated[int, Meta(ge=limits.NACK_DELAY_MS.low, le=limits.NACK_DELAY_MS.high)] | None
-    ) = None
-    reason: (
-        Annotated[
-            str,
-            Meta(
-                max_length=limits.MAX_NACK_REASON,
-                description="PROTOCOL §8: what a dead letter of them says went wrong",
-            ),
-        ]
-        | None
-    ) = None
+    delay_ms: NackDelayMs | None = None
+    reason: NackReason | None = None
 
 
 class ExtendFrame(Frame, frozen=True, tag="extend"):

@@ -10,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from herald.protocol import limits
-from herald.protocol.records import DeliveredRecord
+from herald.protocol.records import DeliveredRecord, NackDelayMs, NackReason
 
 DEFAULT_PULL_MAX_MESSAGES = 100
 
@@ -59,27 +59,8 @@ class NackRequest(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
 ):
     ids: MessageIds
-    delay_ms: (
-        Annotated[
-            int,
-            Meta(
-                ge=limits.NACK_DELAY_MS.low,
-                le=limits.NACK_DELAY_MS.high,
-                description="else the subscription's backoff",
-            ),
-        ]
-        | None
-    ) = None
-    reason: (
-        Annotated[
-            str,
-            Meta(
-                max_length=limits.MAX_NACK_REASON,
-                description="the dead letter's herald-source-last-error",
-            ),
-        ]
-        | None
-    ) = None
+    delay_ms: NackDelayMs | None = None
+    reason: NackReason | None = None
 
 
 class PullResponse(msgspec.Struct, frozen=True):

@@ -1,6 +1,6 @@
 """Records on the wire as a server shows them, declared once: a record
 (PROTOCOL §1, §2), a read's answer, a publish's answer, and a record delivered to a
-subscription. /openapi.json publishes their schemas (server/schemas.py); the server
+subscription, and what a nack says of records delivered. /openapi.json publishes their schemas (server/schemas.py); the server
 writes them with hand-tuned encoders (subscribers/wire.py record_json: the hot path of
 every delivery), which its tests check against these schemas."""
 
@@ -69,6 +69,24 @@ class PublishResponse(msgspec.Struct, frozen=True, kw_only=True):
 
 
 Attempt = Annotated[int, Meta(ge=1, description="1 on first delivery; every send counts")]
+
+# What a nack says of the delivered records it hands back, over a socket (PROTOCOL §3
+# `nack` frame) or over HTTP (PROTOCOL §8 pull): frames.py and pull.py share them.
+NackDelayMs = Annotated[
+    int,
+    Meta(
+        ge=limits.NACK_DELAY_MS.low,
+        le=limits.NACK_DELAY_MS.high,
+        description="redeliver after this many ms; else after the subscription's backoff",
+    ),
+]
+NackReason = Annotated[
+    str,
+    Meta(
+        max_length=limits.MAX_NACK_REASON,
+        description="PROTOCOL §8: the herald-source-last-error of a dead letter of them",
+    ),
+]
 
 
 class DeliveredRecord(Record, frozen=True, kw_only=True):
