@@ -4,6 +4,7 @@ the rows a parquet query has committed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,47 @@ def herald_source(spark: Any, url: str, topic: str, sub: str, **options: Any) ->
     return reader.load()
 
 
-def into_parquet(frame: Any, out: Path, checkpoint: Path) -> Any:
+# Spark gives the Python worker of a streaming source a fixed 10 s to connect back
+# (PythonWorkerFactory.createSimpleWorker; no setting changes it).
+WORKER_LATE = "Python worker failed to connect back"
+MAX_RESTARTS = 3
+
+
+class ParquetQuery:
+    """A running query writing to parquet, started again from its checkpoint when Spark's
+    Python worker did not connect back in time: a loaded 2-core host took longer than
+    Spark's fixed 10 s (the whole-suite loop of 2026-11-27, where the test's setup alone
+    took 112 s). A restart from the checkpoint is what a supervisor does, and exactly-once
+    holds across it; every other failure stays a failure. Anything else is the query's."""
+
+    def __init__(self, start: Callable[[], Any]) -> None:
+        self._start = start
+        self._query = start()
+        self.restarts = 0
+
+    def exception(self) -> Any:
+        error = self._query.exception()
+        if error is not None and WORKER_LATE in str(error) and self.restarts < MAX_RESTARTS:
+            self.restarts += 1
+            self._query = self._start()
+            return None
+        return error
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._query, name)
+
+
+def into_parquet(frame: Any, out: Path, checkpoint: Path) -> ParquetQuery:
     """Start writing ``frame`` to parquet files under ``out``, checkpointed at
     ``checkpoint``, a micro-batch every :data:`TRIGGER`; the running query."""
-    return (
-        frame.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=TRIGGER)
-        .start()
+    return ParquetQuery(
+        lambda: (
+            frame.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime=TRIGGER)
+            .start()
+        )
     )
 
 
