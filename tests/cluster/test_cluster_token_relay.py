@@ -66,4 +66,6 @@ def test_a_relayed_consumers_token_reaches_no_log(
             log = node.log()
             assert "WebSocket" in log or "ws" in log
             for token in tokens.values():
-                assert token.rsplit("_", 1)[-1] not in log, node.node_id
+                # The whole secret (after ``hrd_<id>_``): it may hold ``_`` itself, and
+                # the part after its last one can be short enough to match by chance.
+                assert token.split("_", 2)[2] not in log, node.node_id

@@ -29,10 +29,14 @@ from tests.security.conftest import write_auth_file
 
 
 def _secrets_in(log: str, tokens: list[str]) -> list[str]:
-    """The tokens (their secret tails: an id alone may be logged) found in ``log``."""
+    """The tokens (their secrets: an id alone may be logged) found in ``log``. A secret is
+    everything after ``hrd_<id>_``: it may hold ``_`` itself, and the part after its last
+    one (what this took once) was a few characters that matched the log by chance (the
+    console loop of 2026-11-27)."""
     found = []
     for token in tokens:
-        secret = token.rsplit("_", 1)[-1] if token.startswith("hrd_") else token[4:]
+        secret = token.split("_", 2)[2] if token.startswith("hrd_") else token[4:]
+        assert len(secret) >= 16, token[:12]
         if secret[:16] in log:
             found.append(token[:12] + "…")
     return found
