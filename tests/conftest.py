@@ -59,10 +59,22 @@ START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free now, and never handed out before in this process: a cluster's
+    nodes get theirs before any binds it, and the kernel may give a port twice in a row
+    (a fresh-check of 2026-11-27 reported two nodes of one cluster with one URL, and the
+    records forwarded to one went to the other)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no loopback port that was not handed out already")
 
 
 def freeze(proc: subprocess.Popen[bytes]) -> None:
