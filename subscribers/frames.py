@@ -120,6 +120,19 @@ def parse_from_param(raw: str | None) -> StartAt:
     raise ValueError(f"from must be latest, earliest, an offset or ts:<ms>, got {raw!r}")
 
 
+def parse_positions_param(raw: str | None) -> bool:
+    """A tail's `?positions=true|false` (docs/protocol.md §3, an extension): whether its
+    `ready` frame says where the tail starts in each partition. Default false.
+
+    Raises ValueError for anything else; the caller closes with 4400.
+    """
+    if raw is None or raw == "false":
+        return False
+    if raw == "true":
+        return True
+    raise ValueError(f"positions must be true or false, got {raw!r}")
+
+
 def _capped(digits: str, cap: int) -> int:
     """The decimal ``digits`` as an int, at most ``cap``, without converting thousands
     of digits (Python refuses past 4300, and it is slow well before)."""

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from msgspec import UNSET
+
 from delivery.config import DeliveryMode, SubscriptionConfig
 from delivery.core import SubscriptionCore
 from delivery.runtime import SubscriptionRuntime
@@ -84,7 +86,10 @@ class TailSession:
 
     # -- the connection ----------------------------------------------------------------
 
-    async def run(self, start: StartAt, credit: int) -> None:
+    async def run(self, start: StartAt, credit: int, positions: bool = False) -> None:
+        """Serve the tail from ``start``; with ``positions``, its `ready` frame says where
+        it starts in each partition (a client that resumes learns what retention took
+        between its own lookup of the topic and this moment: docs/protocol.md §3)."""
         offsets = await start.offsets_in(self.topic.partitions)
         cursor = CursorSnapshot({p: PartitionCursor(o) for p, o in offsets.items()}, {})
         config = SubscriptionConfig(topic=self.topic.name, delivery=DeliveryMode.AT_MOST_ONCE)
@@ -104,7 +109,10 @@ class TailSession:
         runtime.sinks[self.consumer_id] = self
         self.registry.add(self)
         try:
-            await self.connection.send_now(ready_frame(None, self.consumer_id, credit))
+            ready = ready_frame(
+                None, self.consumer_id, credit, dict(offsets) if positions else UNSET
+            )
+            await self.connection.send_now(ready)
             runtime.listen()
             # The delivery worker is a task of the connection's (not one more TaskGroup
             # and task of the tail's own: issue 27 §3, memory per tail).

@@ -28,7 +28,7 @@ from herald.protocol.errors import (
 )
 from storage.errors import resource_exhausted
 from subscribers.connection import ConnectionSettings, ConsumerConnection
-from subscribers.frames import parse_credit_param, parse_from_param
+from subscribers.frames import parse_credit_param, parse_from_param, parse_positions_param
 from subscribers.session import ConsumerSession
 from subscribers.tail import TailRegistry, TailSession
 
@@ -67,7 +67,7 @@ async def subscription_socket(websocket: WebSocket) -> None:
 
 
 async def topic_tail_socket(websocket: WebSocket) -> None:
-    """`GET /v1/topics/{topic}/ws?from=…[&credit=N]`: an ephemeral tail."""
+    """`GET /v1/topics/{topic}/ws?from=…[&credit=N][&positions=true]`: an ephemeral tail."""
     await _serve(websocket, _tail_topic)
 
 
@@ -102,6 +102,7 @@ async def _tail_topic(websocket: WebSocket) -> None:
     name = websocket.path_params["topic"]
     credit = _query(websocket, "credit", parse_credit_param)
     start = _query(websocket, "from", parse_from_param)
+    positions = _query(websocket, "positions", parse_positions_param)
     topic = storage.topic(name)
     if topic is None:  # PROTOCOL §3: tails never auto-create
         raise TopicNotFound(f"topic {name!r} does not exist")
@@ -114,7 +115,7 @@ async def _tail_topic(websocket: WebSocket) -> None:
         raise TopicNotFound(f"topic {name!r} does not exist")
     connection = ConsumerConnection(websocket, sockets.settings)
     tail = TailSession(storage, topic, connection, sockets.tails)
-    await tail.run(start, credit)
+    await tail.run(start, credit, positions)
 
 
 def _query(websocket: WebSocket, name: str, parse: Callable[[str | None], T]) -> T:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 import orjson
-from msgspec import Raw
+from msgspec import UNSET, Raw, UnsetType
 
 from herald.protocol.frames import AckedFrame, ErrorCode, ErrorFrame, ReadyFrame
 from storage.record import Record, ValueKind
@@ -135,9 +135,18 @@ def deliver_frame(items: Iterable[bytes]) -> bytes:
     return b'{"type":"deliver","messages":[' + b",".join(items) + b"]}"
 
 
-def ready_frame(subscription: str | None, consumer: str, credit: int) -> bytes:
-    """The first frame of every consumer connection (PROTOCOL §3)."""
-    return _encode(ReadyFrame(subscription=subscription, consumer=consumer, credit=credit))
+def ready_frame(
+    subscription: str | None,
+    consumer: str,
+    credit: int,
+    positions: dict[int, int] | UnsetType = UNSET,
+) -> bytes:
+    """The first frame of every consumer connection (PROTOCOL §3); a tail's may say
+    where it starts in each partition (docs/protocol.md §3, `?positions=true`)."""
+    frame = ReadyFrame(
+        subscription=subscription, consumer=consumer, credit=credit, positions=positions
+    )
+    return _encode(frame)
 
 
 def error_frame(code: ErrorCode, message: str) -> bytes:

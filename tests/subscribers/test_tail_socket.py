@@ -128,7 +128,59 @@ async def test_tail_bad_frames_are_answered(shared_herald: HeraldProcess, topic:
 
 
 @pytest.mark.parametrize(
-    "query", ["?from=nope", "?from=-1", "?from=ts:", "?from=ts:x", "?credit=x"]
+    ("query", "positions"),
+    [
+        ("?from=earliest&positions=true", {"0": 0, "1": 0}),
+        ("?from=2&positions=true", {"0": 2, "1": 2}),
+        ("?from=1000&positions=true", {"0": 5, "1": 3}),  # past the end: the end
+        ("?positions=true", {"0": 5, "1": 3}),  # latest
+        ("?from=earliest&positions=false", None),
+        ("?from=earliest", None),
+    ],
+)
+async def test_a_tail_asked_for_positions_says_where_it_starts(
+    shared_herald: HeraldProcess, topic: str, query: str, positions: dict[str, int] | None
+) -> None:
+    """docs/protocol.md §3 "Where a tail starts": an extension a client asks for."""
+    async with websockets.connect(tail_url(shared_herald, topic, query)) as ws:
+        ready = await recv_json(ws)
+        assert ready["type"] == "ready"
+        assert ready.get("positions") == positions
+        if positions is None:
+            assert "positions" not in ready
+
+
+async def test_a_tail_s_positions_start_past_what_retention_removed(
+    herald_factory: Callable[..., HeraldProcess],
+) -> None:
+    """A tail asked to start below the log's start starts at the start, and says so:
+    what a resuming client needs to tell its application which records it missed."""
+    server = herald_factory("--segment-bytes", "65536", "--retention-interval", "0.2")
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+        made = await http.put("/v1/topics/aging", json={"partitions": 1, "retention_ms": 1000})
+        assert made.status_code == 201, made.text
+        for n in range(30):  # ~240 kB: several 64 KiB segments
+            await publish(http, "aging", [{"n": n, "pad": "x" * 8000}], partition=0)
+
+        async def start_offset() -> int:
+            body = (await http.get("/v1/topics/aging")).json()
+            return int(body["partitions"][0]["start_offset"])
+
+        deadline = time.monotonic() + 60
+        while (before := await start_offset()) == 0:
+            assert time.monotonic() < deadline, "retention never deleted a segment"
+            await asyncio.sleep(0.2)
+        async with websockets.connect(
+            tail_url(server, "aging", "?from=0&positions=true&credit=100")
+        ) as ws:
+            ready = await recv_json(ws)
+            after = await start_offset()  # retention goes on meanwhile
+            assert before <= ready["positions"]["0"] <= after
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["?from=nope", "?from=-1", "?from=ts:", "?from=ts:x", "?credit=x", "?positions=yes"],
 )
 async def test_bad_tail_query_closes_4400(
     shared_herald: HeraldProcess, topic: str, query: str

@@ -73,6 +73,16 @@ class ReadyFrame(Frame, frozen=True, tag="ready", omit_defaults=False):
     subscription: Name | None
     consumer: str
     credit: Annotated[int, Meta(ge=0, le=limits.MAX_CREDIT)]
+    positions: (
+        Annotated[
+            dict[int, int],
+            Meta(
+                description="a tail opened with ?positions=true: each partition's offset "
+                "the tail starts at (docs/protocol.md §3)"
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class DeliverFrame(Frame, frozen=True, tag="deliver"):

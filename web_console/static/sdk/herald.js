@@ -306,7 +306,21 @@ export class Tail extends Stream {
     return wsUrl(this.herald._url(false), `/v1/topics/${encodeURIComponent(this.topic)}/ws`, {
       from: Number.isFinite(lowest) ? lowest : "latest",
       credit: this.credit,
+      positions: true,
     });
+  }
+
+  _ready(frame) {
+    // Where the server really starts each partition: retention may have passed our
+    // position between the lookup above and the socket's open (docs/protocol.md §3).
+    for (const [p, start] of Object.entries(frame.positions || {})) {
+      const partition = Number(p);
+      const next = this.positions.get(partition);
+      if (next === undefined || start <= next) continue;
+      this._gap(partition, next, start - 1);
+      this.positions.set(partition, start);
+    }
+    this._save();
   }
 
   _gap(partition, first, last) {
@@ -319,6 +333,7 @@ export class Tail extends Stream {
   }
 
   _frame(frame) {
+    if (frame.type === "ready") this._ready(frame);
     if (frame.type !== "deliver") return;
     for (const record of frame.messages) {
       const next = this.positions.get(record.partition);
