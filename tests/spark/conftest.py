@@ -20,6 +20,22 @@ from tests.helpers import wait_until_sync
 
 JAVA_HINT = "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"
 
+# pytest-timeout's budget for a Spark test, its fixtures' setup included. The first Spark
+# test of a worker starts the JVM (150 s of setup seen on a loaded 2-core host, loop of
+# 2026-11-27), and a query restarted after Spark's fixed 10 s Python connect-back
+# (streams.ParquetQuery) starts its workers again. A test that outlives the budget is
+# interrupted inside a py4j call, which leaves the session's gateway socket mid-answer
+# and fails every later Spark test of that worker: the tests' own bounded waits
+# (`wait_until`'s `within`) are what should say what was late, well inside it.
+SPARK_TEST_TIMEOUT_S = 900
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TEST_TIMEOUT_S))
+
 
 def _worker_python(directory: Path) -> str:
     """The interpreter Spark starts its Python workers with: this one, importing pyspark

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from herald import Producer
 from tests.cluster.nodes import HeraldCluster
@@ -19,8 +18,6 @@ from tests.spark.streams import (
     into_parquet,
     wait_for_rows,
 )
-
-pytestmark = pytest.mark.timeout(300)
 
 
 async def _publish(url: str, numbers: range) -> None:
