@@ -4,12 +4,11 @@ the delivery core fills them in, the server's OpenAPI document publishes their s
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
-from msgspec import Meta
 
-Count = Annotated[int, Meta(ge=0)]
+from herald.protocol.records import Count
 
 
 class PartitionStats(msgspec.Struct, frozen=True):

@@ -24,6 +24,7 @@ from herald.protocol.patterns import (
     SECRET_PREFIX,
     base64_pattern,
 )
+from herald.protocol.records import Timestamp
 from herald.protocol.stats import SubscriptionStats
 
 
@@ -31,7 +32,6 @@ def _within(allowed: limits.IntRange) -> Meta:
     return Meta(ge=allowed.low, le=allowed.high)
 
 
-Timestamp = Annotated[int, _within(limits.TIMESTAMP)]
 BackoffMs = Annotated[int, _within(limits.BACKOFF_MS)]
 BreakerOpenMs = Annotated[int, _within(limits.BREAKER_OPEN_MS)]
 DeliveryName = Literal["at_least_once", "at_most_once"]
