@@ -25,7 +25,7 @@ from herald.protocol.patterns import (
     base64_pattern,
 )
 from herald.protocol.records import Timestamp
-from herald.protocol.stats import SubscriptionStats
+from herald.protocol.stats import SubscriptionStatsView
 
 
 def _within(allowed: limits.IntRange) -> Meta:
@@ -102,7 +102,7 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
 
     name: Name
     config: SubscriptionConfigView
-    stats: SubscriptionStats
+    stats: SubscriptionStatsView
 
 
 class SubscriptionSummary(msgspec.Struct, frozen=True, kw_only=True):
