@@ -4,8 +4,9 @@ Built from what the server itself uses, so it cannot drift from it: every schema
 its components is generated from the protocol's models (herald/protocol/, through
 server/schemas.py), the ones the server validates requests with and answers from;
 the ``paths`` and ``x-websockets`` are made from the endpoint table
-(server/route_table.py, server/openapi_paths.py), with the small helpers below, and a
-test checks that the document's paths and methods are exactly the app's routes.
+(server/route_table.py, server/openapi_paths.py, server/openapi_sockets.py), with
+the small helpers below, and a test checks that the document's paths and methods are
+exactly the app's routes.
 Requests and responses have separate schemas (a push secret is required in a request
 and never shown in a response); PROTOCOL §2's "an optional field given as null is the
 same as the field left out" is written out: each optional request field also takes

@@ -3,7 +3,8 @@
 A row says the method and path, the handler, who may call it (PROTOCOL §6: a row
 without a rule needs admin, and so does anything not in the table), the audit event
 it records, whether it runs on the subscription's coordinator (PROTOCOL §7), the
-body limit it reads under and its OpenAPI operation (server/openapi_paths.py). server/endpoint.py compiles the table; from it come the
+body limit it reads under and its OpenAPI operation (server/openapi_paths.py; a
+WebSocket's, server/openapi_sockets.py). server/endpoint.py compiles the table; from it come the
 Starlette routes, the access check (server/access.py), the audit log, forwarding to
 the coordinator (server/coordinated.py), the publish fast path (server/publish.py) and
 the ``paths`` and ``x-websockets`` of /openapi.json.
@@ -20,6 +21,7 @@ from cluster.trust import PROOF_PATH, ClusterKeys
 from herald.protocol import frames
 from server import console, openapi
 from server import openapi_paths as api
+from server import openapi_sockets as sockets
 from server.access import AccessGuard
 from server.cluster_trust import PROOF_BODY_LIMIT, peer_proof_route
 from server.endpoint import (
@@ -131,7 +133,7 @@ def endpoints(
                 "/v1/topics/{topic}/ws",
                 topic_tail_socket,
                 on_topic("subscribe"),
-                doc=api.TOPIC_TAIL_SOCKET | {"frames": socket_frames(frames.TailFrame)},
+                doc=sockets.TOPIC_TAIL_SOCKET | {"frames": socket_frames(frames.TailFrame)},
             ),
             # -- subscriptions (PROTOCOL §2, §3, §8); creating and deleting go to etcd
             # from any node, the rest to the coordinator of an existing subscription.
@@ -206,7 +208,7 @@ def endpoints(
                 subscription_socket,
                 _CONSUMES,
                 coordinated=True,
-                doc=api.SUBSCRIPTION_SOCKET | {"frames": socket_frames(frames.ConsumerFrame)},
+                doc=sockets.SUBSCRIPTION_SOCKET | {"frames": socket_frames(frames.ConsumerFrame)},
             ),
             Endpoint(
                 "GET",
@@ -235,12 +237,14 @@ def endpoints(
             # -- the console's view (PROTOCOL §5)
             Endpoint("GET", "/v1/stats", get_stats, METRICS, doc=api.STATS),
             Endpoint("GET", "/v1/stats/history", get_history, METRICS, doc=api.STATS_HISTORY),
-            Endpoint(WEBSOCKET, "/v1/stats/ws", stats_socket, METRICS, doc=api.STATS_SOCKET),
+            Endpoint(WEBSOCKET, "/v1/stats/ws", stats_socket, METRICS, doc=sockets.STATS_SOCKET),
             # -- the cluster (PROTOCOL §7); node to node: admin, i.e. the cluster token
             Endpoint("GET", "/v1/cluster", get_cluster, METRICS, doc=api.CLUSTER),
             Endpoint("GET", "/v1/cluster/replication", get_replication, doc=api.REPLICATION),
             Endpoint("GET", "/v1/cluster/lease", get_lease, doc=api.LEASE),
-            Endpoint(WEBSOCKET, "/v1/cluster/fetch", fetch_socket, doc=api.CLUSTER_FETCH_SOCKET),
+            Endpoint(
+                WEBSOCKET, "/v1/cluster/fetch", fetch_socket, doc=sockets.CLUSTER_FETCH_SOCKET
+            ),
             # A node proving itself to another: before the asker sends it any credential.
             Endpoint(
                 "POST",

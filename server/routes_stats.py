@@ -30,7 +30,6 @@ from herald.protocol.errors import SubscriptionNotFound, ValidationError
 from herald.protocol.names import check_name
 from herald.protocol.snapshot import (
     ConsumerView,
-    PushStats,
     ServerHistory,
     ServerInfo,
     StatsFrame,
@@ -39,7 +38,7 @@ from herald.protocol.snapshot import (
     SubscriptionSnapshot,
     Totals,
 )
-from herald.protocol.stats import PartitionStats
+from herald.protocol.stats import PartitionStats, PushStats
 from herald.protocol.subscriptions import SubscriptionConfigView
 from herald.protocol.topics import Topic as TopicView
 from herald.protocol.unchecked import unchecked_struct

@@ -24,7 +24,7 @@ from herald.protocol import (
 )
 from herald.protocol import subscriptions as wire
 from herald.protocol.errors import Problem
-from herald.protocol.stats import SubscriptionStats
+from herald.protocol.stats import PushStats, SubscriptionStats
 
 REF_TEMPLATE = "#/components/schemas/{name}"
 
@@ -70,6 +70,10 @@ EXTRA: dict[str, dict[str, Any]] = {
     "DeliveredRecord": records.ONE_VALUE,
     "TailRecord": records.ONE_VALUE,
     "Message": publish.ONE_VALUE,
+    # docs/protocol.md: a push subscription's stats carry every push member, others none
+    "SubscriptionStatsView": {
+        "dependentRequired": {PushStats.__struct_fields__[0]: list(PushStats.__struct_fields__[1:])}
+    },
 }
 
 

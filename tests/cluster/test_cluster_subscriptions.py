@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from herald import Consumer, Producer, Tail
+from herald.message import Message
 from tests.cluster.nodes import HeraldCluster
 from tests.webhooks.receiver import Answer, Received, Receiver, body_json
 
@@ -74,6 +75,50 @@ def subscribed(
     others = [n for n in ("n1", "n2", "n3") if n != owner]
     asyncio.run(publish([cluster.nodes[n].url for n in others], topic, count))
     return owner, others
+
+
+class CoordinatorKill:
+    """A subscription ``sub`` to ``count`` records (`subscribed`), and consumers acking
+    them while its coordinator ``owner`` is killed (kill -9) once a third are acked: what
+    was delivered and acked when, to check PROTOCOL §7's promise after the run."""
+
+    def __init__(self, cluster: HeraldCluster, topic: str, sub: str, count: int) -> None:
+        self.cluster, self.count = cluster, count
+        self.owner, self.others = subscribed(cluster, topic, sub, count)
+        self.acked_at: dict[int, float] = {}
+        self.deliveries: list[tuple[int, float]] = []  # (value, when), redeliveries too
+        self.killed_at: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return len(self.acked_at) >= self.count
+
+    async def take(self, message: Message) -> bool:
+        """Note ``message``, ack it, kill the coordinator at a third; whether all are acked."""
+        self.deliveries.append((int(message.value), time.monotonic()))
+        await message.ack()
+        self.acked_at.setdefault(int(message.value), time.monotonic())
+        if len(self.acked_at) >= self.count // 3 and self.killed_at is None:
+            self.cluster.kill(self.owner)
+            self.killed_at = time.monotonic()
+        return self.done
+
+    def check(self, *context: object) -> float:
+        """Every record acked, none acked more than 1 s before the kill delivered after
+        it (PROTOCOL §7); the moment of the kill."""
+        never = sorted(set(range(self.count)) - set(self.acked_at))
+        assert set(self.acked_at) == set(range(self.count)), (
+            *context,
+            f"never delivered: {never[:20]}",
+        )
+        assert self.killed_at is not None
+        kill = self.killed_at
+        early = {v for v, at in self.acked_at.items() if at < kill - 1.0}
+        again = [v for v, at in self.deliveries if v in early and at > kill]
+        assert again == [], (
+            f"{len(again)} record(s) acked > 1 s before the kill redelivered: {again[:10]}"
+        )
+        return kill
 
 
 def test_any_node_creates_lists_serves_and_deletes_a_subscription(
@@ -180,28 +225,18 @@ def test_killing_the_coordinator_redelivers_nothing_acked_a_second_before(
     herald_cluster: HeraldCluster,
 ) -> None:
     cluster = herald_cluster
-    count = 3000
-    owner, others = subscribed(cluster, "events", "audit", count)
-
-    acked_at: dict[int, float] = {}
-    deliveries: list[tuple[int, float]] = []
-    killed: dict[str, float] = {}
+    run = CoordinatorKill(cluster, "events", "audit", count=3000)
+    owner, others = run.owner, run.others
     errors: list[str] = []
 
     async def consume(node: str) -> None:
         deadline = time.monotonic() + 120
-        while len(acked_at) < count and time.monotonic() < deadline:
+        while not run.done and time.monotonic() < deadline:
             consumer = Consumer(cluster.nodes[node].url, "audit", credit=50)
             try:
                 async with asyncio.timeout(deadline - time.monotonic()):
                     async for message in consumer:
-                        deliveries.append((int(message.value), time.monotonic()))
-                        await message.ack()
-                        acked_at.setdefault(int(message.value), time.monotonic())
-                        if len(acked_at) >= count // 3 and not killed:
-                            cluster.kill(owner)
-                            killed["at"] = time.monotonic()
-                        if len(acked_at) >= count:
+                        if await run.take(message):
                             return
             except Exception as exc:  # the SDK gave up on this connection: a new one
                 errors.append(repr(exc))
@@ -222,18 +257,9 @@ def test_killing_the_coordinator_redelivers_nothing_acked_a_second_before(
         await asyncio.gather(*tasks, return_exceptions=True)
 
     asyncio.run(both())
-    assert set(acked_at) == set(range(count)), (
-        errors[-5:],
-        f"never delivered: {sorted(set(range(count)) - set(acked_at))[:20]}",
-    )
-    kill = killed["at"]
-    early = {v for v, at in acked_at.items() if at < kill - 1.0}
-    again = [v for v, at in deliveries if v in early and at > kill]
-    assert again == [], (
-        f"{len(again)} record(s) acked > 1 s before the kill redelivered: {again[:10]}"
-    )
+    kill = run.check(errors[-5:])
     new = wait_coordinated(cluster, "audit", not_on=owner)
-    after = [at for _, at in deliveries if at > kill]
+    after = [at for _, at in run.deliveries if at > kill]
     print(
         f"coordinator {owner} killed; {new} took over; first delivery {after[0] - kill:.2f} s later"
     )

@@ -5,6 +5,7 @@ comparison is tests/security/test_fuzz_api.py (schemathesis)."""
 from __future__ import annotations
 
 import base64
+import copy
 import datetime
 import re
 from typing import Any
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from herald.protocol import limits
 from herald.protocol.errors import HeraldError
 from herald.protocol.patterns import PUSH_URL_PATTERN, SECRET_PATTERN, SECRET_PREFIX, base64_pattern
-from herald.protocol.stats import SubscriptionStats
+from herald.protocol.stats import PushStats, SubscriptionStats, SubscriptionStatsView
 from server import validation as v
 from server.openapi import document
 from tests.server import conformance
@@ -268,6 +269,33 @@ def test_a_subscription_is_published_from_its_models(herald_url: str) -> None:
     assert "delayed" in answer["stats"] and answer["config"]["filter"] == 'key = "a"'
     validator.validate(answer)
     assert set(SCHEMAS["SubscriptionConfigView"]["properties"]) == set(answer["config"])
+
+
+def test_every_member_of_a_push_subscriptions_stats_is_published(herald_url: str) -> None:
+    """Issue 29: a push subscription's stats carry the push members of docs/protocol.md
+    (`endpoint_state`, `last_status`, …); the published Subscription schema names each
+    of them, so its answer validates with the stats object closed (it once validated
+    only because the object was open)."""
+    schemas = copy.deepcopy(SCHEMAS)
+    stats = schemas["Subscription"]["properties"]["stats"]
+    while "$ref" in stats:
+        stats = schemas[stats["$ref"].rsplit("/", 1)[-1]]
+    stats["additionalProperties"] = False
+    push_members = set(PushStats.__struct_fields__)
+    assert set(stats["properties"]) == set(SubscriptionStats.__struct_fields__) | push_members
+    assert set(SubscriptionStatsView.__struct_fields__) == set(stats["properties"])
+    closed = jsonschema_rs.Draft202012Validator(
+        {"$ref": "#/components/schemas/Subscription", "components": {"schemas": schemas}}
+    )
+    hook = {"url": "http://127.0.0.1:9/hook", "secret": SECRET_PREFIX + "A" * 24}
+    with httpx.Client(base_url=herald_url) as http:
+        created = http.put("/v1/subscriptions/hooked", json={"topic": "quiet", "push": hook})
+        assert created.status_code == 201, created.text
+        answer = http.get("/v1/subscriptions/hooked").json()
+    assert push_members <= set(answer["stats"]) and answer["stats"]["endpoint_state"] == "closed"
+    closed.validate(answer)
+    unknown = {**answer, "stats": {**answer["stats"], "endpoint_unknown": 1}}
+    assert not closed.is_valid(unknown)
 
 
 def test_an_answer_the_document_does_not_describe_is_caught() -> None:

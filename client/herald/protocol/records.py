@@ -15,6 +15,7 @@ from herald.protocol import limits
 from herald.protocol.names import Name
 from herald.protocol.patterns import base64_pattern
 
+# The annotated types every model of the package shares, declared here once.
 Count = Annotated[int, Meta(ge=0)]
 Base64 = Annotated[
     str, Meta(extra_json_schema={"pattern": f"^{base64_pattern()}$", "contentEncoding": "base64"})

@@ -14,13 +14,12 @@ from msgspec import UNSET, Meta, UnsetType
 
 from herald.protocol.names import Name
 from herald.protocol.records import Count, Timestamp
-from herald.protocol.stats import SubscriptionStats
+from herald.protocol.stats import PushStats, SubscriptionStats
 from herald.protocol.subscriptions import SubscriptionConfigView
 from herald.protocol.topics import Topic
 
 # delivery/events.py PauseReason, and circuit_open while a push endpoint's breaker is open
 PauseReason = Literal["none", "no_credit", "max_in_flight", "backoff", "delayed", "circuit_open"]
-EndpointState = Literal["closed", "open", "half_open"]  # delivery/breaker.py
 
 
 class ServerInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,26 +45,6 @@ class Totals(msgspec.Struct, frozen=True, kw_only=True):
     backlog: Count
     in_flight: Count
     consumers: Count
-
-
-class PushStats(msgspec.Struct, frozen=True, kw_only=True):
-    """The push members of a push subscription's stats (docs/protocol.md)."""
-
-    endpoint_state: EndpointState
-    last_status: int | None
-    last_error: Annotated[
-        str | None, Meta(description="its category: timeout, connection refused, http 500…")
-    ]
-    endpoint_concurrency: Count
-    endpoint_in_flight: Annotated[int, Meta(ge=0, description="requests (a batch is one)")]
-    endpoint_in_flight_records: Count
-    endpoint_waiting: Annotated[
-        int, Meta(ge=0, description="received, held (breaker, Retry-After)")
-    ]
-    endpoint_credit: Count
-    endpoint_requests_total: Count
-    endpoint_failures_total: Count
-    breaker_opened_total: Count
 
 
 class ConsumerView(msgspec.Struct, frozen=True, kw_only=True):

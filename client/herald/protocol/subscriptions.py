@@ -24,14 +24,14 @@ from herald.protocol.patterns import (
     SECRET_PREFIX,
     base64_pattern,
 )
-from herald.protocol.stats import SubscriptionStats
+from herald.protocol.records import Timestamp
+from herald.protocol.stats import SubscriptionStatsView
 
 
 def _within(allowed: limits.IntRange) -> Meta:
     return Meta(ge=allowed.low, le=allowed.high)
 
 
-Timestamp = Annotated[int, _within(limits.TIMESTAMP)]
 BackoffMs = Annotated[int, _within(limits.BACKOFF_MS)]
 BreakerOpenMs = Annotated[int, _within(limits.BREAKER_OPEN_MS)]
 DeliveryName = Literal["at_least_once", "at_most_once"]
@@ -102,7 +102,7 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
 
     name: Name
     config: SubscriptionConfigView
-    stats: SubscriptionStats
+    stats: SubscriptionStatsView
 
 
 class SubscriptionSummary(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,6 +14,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from herald.protocol import limits
 from herald.protocol.names import Name
+from herald.protocol.records import Count
 
 # The defaults the server fills in (storage/config.py TopicConfig).
 DEFAULT_PARTITIONS = 1
@@ -100,8 +101,6 @@ class TopicConfigView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # ---------------------------------------------------------------- responses
-
-Count = Annotated[int, Meta(ge=0)]
 
 
 class PartitionView(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,81 @@
+"""The ``x-websockets`` entries of /openapi.json: each WebSocket endpoint's summary, query
+parameters, authentication and close codes (PROTOCOL §3), attached to its row in
+server/route_table.py as server/openapi_paths.py's operations are to theirs; the frames
+each one carries are generated from the protocol's models (server/schemas.py
+``socket_frames``). OpenAPI has no way to describe a WebSocket: a vendor extension, so
+that tools reading the document still learn them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.openapi import _int, _ref
+
+_AUTH = (
+    "With a credentials file: `Authorization: Bearer <token>`; browsers offer the "
+    "subprotocols `herald.v1` and `herald.token.<token>` (the server selects "
+    "`herald.v1`), or pass `?token=` (kept for compatibility; URLs end up in logs)."
+)
+_CLOSES = {
+    "1001": "server shutting down",
+    "1008": "too many bad frames",
+    "1013": "too many connections from this client address, or the server is out of "
+    "descriptors or disk (try again)",
+    "4400": "bad query parameters",
+    "4401": "no or bad credentials (or the browser token expired)",
+    "4403": "not allowed",
+    "4404": "no such subscription or topic",
+    "4409": "the subscription is a push subscription",
+    "4410": "subscription or topic deleted",
+}
+_CREDIT = {"name": "credit", "in": "query", "schema": _int(default=0)}
+
+# /v1/subscriptions/{name}/ws
+SUBSCRIPTION_SOCKET: dict[str, Any] = {
+    "summary": "A durable consumer (PROTOCOL §3): ready, deliver, acked and error "
+    "frames out; credit, ack, nack and extend frames in",
+    "needs": "subscribe on the subscription's topic",
+    "parameters": [_CREDIT],
+    "authentication": _AUTH,
+    "close_codes": _CLOSES,
+}
+
+
+# /v1/topics/{topic}/ws
+TOPIC_TAIL_SOCKET: dict[str, Any] = {
+    "summary": "An ephemeral tail (PROTOCOL §3), at-most-once",
+    "needs": "subscribe on the topic",
+    "parameters": [
+        _CREDIT,
+        {
+            "name": "from",
+            "in": "query",
+            "schema": {"type": "string", "default": "latest"},
+            "description": "latest, earliest, an offset or ts:<ms>",
+        },
+    ],
+    "authentication": _AUTH,
+    "close_codes": _CLOSES,
+}
+
+
+# /v1/cluster/fetch
+CLUSTER_FETCH_SOCKET: dict[str, Any] = {
+    "summary": "Node to node (PROTOCOL §7): a follower's replication stream",
+    "needs": "admin (the cluster token)",
+    "parameters": [],
+    "authentication": _AUTH,
+    "close_codes": _CLOSES,
+}
+
+
+# /v1/stats/ws
+STATS_SOCKET: dict[str, Any] = {
+    "summary": "The GET /v1/stats snapshot, pushed every second as {type: stats, …}",
+    "needs": "metrics or admin",
+    "parameters": [],
+    "authentication": _AUTH,
+    "close_codes": _CLOSES,
+    "frames": {"server": _ref("StatsFrame")},  # client frames are ignored
+}
