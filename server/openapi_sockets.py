@@ -54,6 +54,13 @@ TOPIC_TAIL_SOCKET: dict[str, Any] = {
             "schema": {"type": "string", "default": "latest"},
             "description": "latest, earliest, an offset or ts:<ms>",
         },
+        {
+            "name": "positions",
+            "in": "query",
+            "schema": {"type": "string", "enum": ["true", "false"], "default": "false"},
+            "description": "true: the ready frame says where the tail starts in each "
+            "partition (`positions`, docs/protocol.md §3)",
+        },
     ],
     "authentication": _AUTH,
     "close_codes": _CLOSES,
