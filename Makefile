@@ -33,6 +33,7 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed-test chromium etcd iptables
 	@command -v java >/dev/null || { echo "Spark tests need Java 17: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
@@ -53,6 +54,7 @@ iptables:
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 ## The tests of many minutes `make test` leaves out (10,000 topics under the open-files limit).

@@ -103,9 +103,7 @@ def main() -> None:
             F.to_json(
                 F.struct(
                     "key",
-                    F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias(
-                        "window_start"
-                    ),
+                    F.date_format("window_start", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window_start"),
                     "count",
                 )
             ).alias("value"),

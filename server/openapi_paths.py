@@ -70,7 +70,8 @@ def _attempts() -> dict[str, Any]:
             "time": _int(limits.TIMESTAMP),
             "id": {"type": "string", "description": "the (first) record's id"},
             "count": _int(
-                limits.BATCH_MAX_RECORDS, description="records in the request (a batch: PROTOCOL §8)"
+                limits.BATCH_MAX_RECORDS,
+                description="records in the request (a batch: PROTOCOL §8)",
             ),
             "attempt": _int(limits.IntRange(1), description="the highest attempt of its records"),
             "status": {"type": ["integer", "null"]},
@@ -100,9 +101,13 @@ def _redrive_response() -> dict[str, Any]:
 
 _READ_PARAMS = [
     _param("offset", "query", _int(limits.OFFSET), "first offset; not with timestamp"),
-    _param("timestamp", "query", _int(limits.TIMESTAMP), "from the first record with timestamp >= T"),
+    _param(
+        "timestamp", "query", _int(limits.TIMESTAMP), "from the first record with timestamp >= T"
+    ),
     _param("limit", "query", _int(limits.READ_LIMIT, default=limits.DEFAULT_READ_LIMIT)),
-    _param("wait_ms", "query", _int(limits.WAIT_MS, default=0), "long-poll when nothing is there yet"),
+    _param(
+        "wait_ms", "query", _int(limits.WAIT_MS, default=0), "long-poll when nothing is there yet"
+    ),
 ]
 
 # GET /healthz

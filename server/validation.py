@@ -358,6 +358,7 @@ def parse_read_query(params: Mapping[str, str]) -> ReadQuery:
 
 # ---------------------------------------------------------------- subscriptions
 
+
 def parse_subscription_config(body: Any) -> tuple[SubscriptionConfig, frozenset[str]]:
     """A full SubscriptionConfig (defaults filled) and the fields the request gave."""
     request = from_model(body, wire.SubscriptionConfig, "the subscription config")

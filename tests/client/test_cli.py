@@ -112,11 +112,15 @@ def test_url_and_token_before_the_subcommand(
     shared_herald: HeraldProcess, unique: Callable[[str], str]
 ) -> None:
     topic = unique("glob")
-    created = herald_bare("--url", shared_herald.url, "--token", "unused", "topics", "create", topic)
+    created = herald_bare(
+        "--url", shared_herald.url, "--token", "unused", "topics", "create", topic
+    )
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout)["name"] == topic
     # After the subcommand wins: the dead URL before it is not used.
-    listed = herald_bare("--url", "http://127.0.0.1:9", "topics", "list", "--url", shared_herald.url)
+    listed = herald_bare(
+        "--url", "http://127.0.0.1:9", "topics", "list", "--url", shared_herald.url
+    )
     assert listed.returncode == 0, listed.stderr
     wrong = herald_bare("--url", "http://127.0.0.1:9", "topics", "list")
     assert wrong.returncode == 1 and "cannot reach http://127.0.0.1:9" in wrong.stderr

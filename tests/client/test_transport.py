@@ -100,7 +100,11 @@ async def test_an_error_answer_is_raised_with_its_problem() -> None:
     ):
         with pytest.raises(HeraldClientError) as caught:
             await asyncio.wait_for(producer.send_and_wait("t", 1), 10)
-    assert (caught.value.status, caught.value.code, caught.value.index) == (413, "payload_too_large", 0)
+    assert (caught.value.status, caught.value.code, caught.value.index) == (
+        413,
+        "payload_too_large",
+        0,
+    )
 
 
 async def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:

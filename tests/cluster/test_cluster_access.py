@@ -93,7 +93,11 @@ def test_a_subscribe_token_is_served_on_every_subscription_route_by_every_node(
             ("team-a.pull", "orders", {}),
             ("team-b.pull", "orders", {}),
             ("payments.pull", "payments", {}),
-            ("hook", "orders", {"push": {"url": f"http://127.0.0.1:{hook_port}/", "secret": SECRET}}),
+            (
+                "hook",
+                "orders",
+                {"push": {"url": f"http://127.0.0.1:{hook_port}/", "secret": SECRET}},
+            ),
         ):
             body = {"topic": topic, "start": "earliest", **extra}
             made = cluster.put("n1", f"/v1/subscriptions/{name}", body)
@@ -208,9 +212,7 @@ def test_each_node_shows_the_digest_of_its_credentials_and_a_mismatch_shows(
         # Rolled out to n1 as well: the digests agree again.
         files["n1"].write_text(edited)
         cluster.wait_for(
-            lambda: all(
-                digests(node) == {"n1": changed, "n2": changed} for node in cluster.nodes
-            ),
+            lambda: all(digests(node) == {"n1": changed, "n2": changed} for node in cluster.nodes),
             30.0,
             "the digests agree again",
         )

@@ -54,9 +54,7 @@ def test_a_relayed_consumers_token_reaches_no_log(
         # A subscribe token: any node serves its subscription (issue 26 item 8).
         token = tokens["reader"]
         by_subprotocol = asyncio.run(
-            _first_record(
-                f"{base}?credit=1", subprotocols=[SUBPROTOCOL, TOKEN_SUBPROTOCOL + token]
-            )
+            _first_record(f"{base}?credit=1", subprotocols=[SUBPROTOCOL, TOKEN_SUBPROTOCOL + token])
         )
         assert by_subprotocol["value"] == 7
         by_query = asyncio.run(_first_record(f"{base}?credit=1&token={token}"))

@@ -51,9 +51,7 @@ def _mint(server: HeraldProcess, token: str, **rights: list[str]) -> httpx.Respo
 
 async def _tail_close_code(url: str, token: str) -> int | None:
     ws_url = url.replace("http", "ws", 1) + "/v1/topics/orders.a/ws?from=earliest"
-    async with websockets.connect(
-        ws_url, additional_headers=_bearer(token), open_timeout=60
-    ) as ws:
+    async with websockets.connect(ws_url, additional_headers=_bearer(token), open_timeout=60) as ws:
         try:
             async with asyncio.timeout(30):
                 async for _ in ws:

@@ -147,9 +147,7 @@ WS_MATRIX = [
 ]
 
 
-async def check_socket(
-    url: str, tokens: dict[str, str], path: str, allowed: set[str]
-) -> None:
+async def check_socket(url: str, tokens: dict[str, str], path: str, allowed: set[str]) -> None:
     ws_url = url.replace("http://", "ws://") + path
     assert await ws_outcome(ws_url, {}) == 4401
     joiner = "&" if "?" in path else "?"

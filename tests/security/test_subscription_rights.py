@@ -29,9 +29,7 @@ def _bearer(token: str) -> dict[str, str]:
 
 async def _consumer_close_code(url: str, name: str, token: str) -> int | None:
     ws_url = url.replace("http", "ws", 1) + f"/v1/subscriptions/{name}/ws?credit=10"
-    async with websockets.connect(
-        ws_url, additional_headers=_bearer(token), open_timeout=60
-    ) as ws:
+    async with websockets.connect(ws_url, additional_headers=_bearer(token), open_timeout=60) as ws:
         try:
             async with asyncio.timeout(30):
                 async for _ in ws:
@@ -94,7 +92,9 @@ def test_subscription_patterns_and_push_subscriptions_are_enforced(
         assert status("team_a", "pull", "team-a.pull") == 200
         for verb in ("get", "pull", "ack", "nack", "seek"):
             assert status("team_a", verb, "team-b.pull") == 403, verb
-        assert asyncio.run(_consumer_close_code(server.url, "team-b.pull", tokens["team_a"])) == 4403
+        assert (
+            asyncio.run(_consumer_close_code(server.url, "team-b.pull", tokens["team_a"])) == 4403
+        )
         # A token without patterns keeps every subscription of its topics ...
         assert status("plain", "pull", "team-b.pull") == 200
         # ... but a push subscription's records are its endpoint's: admin only.

@@ -30,9 +30,7 @@ BOUND_BYTES = 16 * 1024 * 1024
 
 
 def _stats(url: str) -> dict[str, int]:
-    stats: dict[str, int] = httpx.get(f"{url}/v1/subscriptions/unread", timeout=30).json()[
-        "stats"
-    ]
+    stats: dict[str, int] = httpx.get(f"{url}/v1/subscriptions/unread", timeout=30).json()["stats"]
     return stats
 
 
