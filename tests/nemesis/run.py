@@ -141,7 +141,16 @@ async def _exercise(
         await workload.read_everywhere(clients, how="final-read", once=True)
         marks, replicas = await asyncio.to_thread(high_watermarks, cluster)
         if not await etcd_log.caught_up(ETCD_LOG_WITHIN_S):
-            notes.append(f"etcd's history not recorded to its end within {ETCD_LOG_WITHIN_S:.0f} s")
+            notes.append(
+                f"etcd's history not recorded to its end within {ETCD_LOG_WITHIN_S:.0f} s"
+                f" (from revision {etcd_log.next_revision}: not checked)"
+            )
+            etcd_log.end_unrecorded()
+        if etcd_log.failures:
+            notes.append(
+                f"etcd's history watch failed {len(etcd_log.failures)} times and went on;"
+                f" the last: {etcd_log.failures[-1]}"
+            )
         if etcd_log.gaps:
             notes.append(
                 f"etcd's history has {etcd_log.gaps} gaps (compacted while no member answered)"

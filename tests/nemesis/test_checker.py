@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from tests.nemesis import checker
-from tests.nemesis.etcd_log import GAP
+from tests.nemesis.etcd_log import GAP, EtcdLog
 from tests.nemesis.history import OK, UNKNOWN, Fault, History, Incarnation, Seen, Write
 
 TOPICS = {"t": 1}
@@ -182,6 +182,25 @@ def test_a_restarted_leader_keeping_its_epoch() -> None:
     deleted = {"key": P, "type": "DELETE", "revision": 12, "value": ""}
     re_created = [events[0], deleted, events[1]]  # a new topic led by n1 at epoch 0
     assert checker.check_restarts(history, re_created) == []
+
+
+def test_a_restart_past_the_end_of_the_recorded_history_is_not_read() -> None:
+    """The recorder did not catch up (seed 927: it recorded nothing past revision 2,582 of
+    a run that went on to ~4,000): a restart after that is not judged by the last state
+    recorded before it, which would read as a leadership kept."""
+    history = History()
+    history.faults.append(Fault("kill", "n1", 10.0, 15.0, "", (30, 40)))
+    recorded = [
+        put(5, P, state("n1", 0, ["n1", "n2", "n3"])),
+        put(18, P, state("n1", 0, ["n1", "n2"])),
+    ]
+    [violation] = checker.check_restarts(history, recorded)  # as the run read it
+    assert violation.kind == "restart-kept-leadership"
+    log = EtcdLog([], "/herald/herald/")
+    log.events, log.next_revision = list(recorded), 19
+    log.end_unrecorded()
+    assert checker.check_restarts(history, log.events) == []
+    assert checker.check_etcd(log.events) == []
 
 
 def test_a_topic_created_again_or_a_new_incarnation_is_not_a_kept_leadership() -> None:
