@@ -263,11 +263,19 @@ class LeaderReplica:
     def _maybe_expand(self, follower: str) -> IsrChange | None:
         """Kafka's rule: a follower rejoins once it has the high watermark and something
         of this epoch (so it truncated against this leader) — fsynced, or a follower
-        that cannot fsync would rejoin at once and hold acks=all again."""
+        that cannot fsync would rejoin at once and hold acks=all again. And it must be
+        in sync by :meth:`tick`'s own test: under load the high watermark trails the log
+        end, and a follower admitted at the high watermark without having caught up
+        with the log end within ``replica_lag_ms`` was dropped again by the next tick
+        (the ISR flapped in and out in under a second in nemesis runs)."""
         if self.pending is not None or follower in self.isr:
             return None
         state = self.followers[follower]
-        if state.fsynced >= self.high_watermark and state.fsynced >= self.epoch_start_offset:
+        if (
+            state.fsynced >= self.high_watermark
+            and state.fsynced >= self.epoch_start_offset
+            and not self._out_of_sync(state, self._clock())
+        ):
             self.pending = IsrChange(self.epoch, self._ordered({*self.isr, follower}), True)
             return self.pending
         return None

@@ -188,6 +188,29 @@ def test_a_follower_rejoins_once_it_has_the_high_watermark_of_this_epoch() -> No
     assert r.isr == ("a", "b", "c") and r.pending is None
 
 
+def test_a_follower_at_the_high_watermark_rejoins_only_once_it_keeps_up() -> None:
+    # Under load the high watermark trails the log end. A follower back after an
+    # absence reached it on its first fetch and was admitted, and the next tick dropped
+    # it again (it had not had the log end within replica_lag_ms): the ISR flapped.
+    clock = FakeClock()
+    r = leader(clock, isr=("a", "b"), log_end=10)
+    r.on_fetch("b", 3, 10, 10)
+    clock.advance(LAG_MS * 3)
+    r.on_fetch("b", 3, 10, 10)
+    r.on_append(20)  # b has not fetched these yet: the high watermark stays at 10
+    assert r.high_watermark == 10
+    assert r.on_fetch("c", 3, 10, 10).progress.isr_change is None
+    assert r.tick().isr_change is None
+    # Its next fetch has what the leader had at its previous one: it keeps up, it rejoins.
+    clock.advance(1)
+    change = r.on_fetch("c", 3, 20, 20).progress.isr_change
+    assert change == IsrChange(3, ("a", "b", "c"), True)
+    r.isr_stored(change.isr)
+    clock.advance(1)
+    r.on_append(30)
+    assert r.tick().isr_change is None and r.isr == ("a", "b", "c")
+
+
 def test_a_failed_isr_write_is_proposed_again() -> None:
     clock = FakeClock()
     r = leader(clock, isr=("a", "b"), log_end=10)
