@@ -79,6 +79,7 @@ log = logging.getLogger("herald.cluster")
 Ref = tuple[str, int]  # (topic, partition)
 _RECONCILE_EVERY_S = 0.5  # besides every change etcd reports
 _WAIT_APPLIED_S = 5.0  # an admin call waits this long for its change to reach this node
+_SLOW_PASS_S = 10.0  # a reconcile pass this long is logged, with where it waits, each time
 _AUTHENTICATE_WITHIN_S = 30.0  # at a start, etcd's answer to this node's user
 
 
@@ -301,12 +302,15 @@ class ClusterNode:
                 async with asyncio.timeout(_RECONCILE_EVERY_S):
                     await self._dirty.wait()
             self._dirty.clear()
+            slow = _SlowPass(asyncio.current_task())
             try:
                 await self._reconcile()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("reconciling the cluster state failed")
+            finally:
+                slow.done()
 
     async def _reconcile(self) -> None:
         lease = self.membership.lease_id
@@ -565,6 +569,48 @@ class ClusterNode:
     @property
     def nodes_prefix(self) -> str:
         return nodes_prefix(self.name)
+
+
+class _SlowPass:
+    """Logs a reconcile pass that has run for ``_SLOW_PASS_S``, and again each
+    ``_SLOW_PASS_S`` after, with the stack it waits in: nothing else would show a pass
+    that waits on something that never comes while the node's view of etcd moves on."""
+
+    def __init__(self, task: asyncio.Task[object] | None) -> None:
+        self._task = task
+        self._started = asyncio.get_running_loop().time()
+        self._timer = asyncio.get_running_loop().call_later(_SLOW_PASS_S, self._report)
+
+    def _report(self) -> None:
+        if self._task is None:
+            return
+        ran_s = asyncio.get_running_loop().time() - self._started
+        where = "\n".join(_awaiting(self._task.get_coro()))
+        log.warning("a reconcile pass has run for %.1f s; it waits in:\n%s", ran_s, where)
+        self._timer = asyncio.get_running_loop().call_later(_SLOW_PASS_S, self._report)
+
+    def done(self) -> None:
+        self._timer.cancel()
+        ran_s = asyncio.get_running_loop().time() - self._started
+        if ran_s >= _SLOW_PASS_S:
+            log.warning("a reconcile pass ended after %.1f s", ran_s)
+
+
+def _awaiting(awaitable: object) -> list[str]:
+    """The chain of coroutines a suspended task waits in, outermost first, down to what
+    the innermost awaits (``Task.get_stack`` gives only the outermost frame)."""
+    lines: list[str] = []
+    for _ in range(100):
+        frame = getattr(awaitable, "cr_frame", None) or getattr(awaitable, "ag_frame", None)
+        if frame is None:
+            lines.append(f"  awaiting {awaitable!r}")
+            break
+        code = frame.f_code
+        lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}')
+        awaitable = getattr(awaitable, "cr_await", None) or getattr(awaitable, "ag_await", None)
+        if awaitable is None:
+            break
+    return lines
 
 
 async def _no_answers(urls: Mapping[str, str], timeout_s: float) -> dict[str, float]:
