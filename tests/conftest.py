@@ -122,6 +122,7 @@ class HeraldProcess:
         self._fixed_port = port is not None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.server.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log_start = 0  # where this spawn's output begins in the log
 
     @property
     def url(self) -> str:
@@ -161,6 +162,7 @@ class HeraldProcess:
     def _spawn(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()
             self.proc = subprocess.Popen(
                 self.command(), cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
             )
@@ -173,12 +175,25 @@ class HeraldProcess:
                 return False
             try:
                 healthz = httpx.get(f"{self.url}/healthz", verify=self.verify, timeout=1.0)
-                if healthz.status_code == 200:
+                if healthz.status_code == 200 and self._listening():
                     return True
             except httpx.TransportError:
                 pass
             time.sleep(0.05)
         return False
+
+    def _listening(self) -> bool:
+        """Whether *this* process said it listens on the port (its startup line, written
+        once uvicorn listens): an answer on the port may come from another test's
+        server that was given the same port, while this one failed to bind it and is
+        about to exit — the test would then talk to, and stop, a server not its own."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_start)
+                started = log.read()
+        except FileNotFoundError:
+            return False
+        return f":{self.port}/console".encode() in started and self.is_running()
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
