@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from herald.protocol.close_codes import MEANINGS
 from server.openapi import _int, _ref
 
 _AUTH = (
@@ -17,18 +18,7 @@ _AUTH = (
     "subprotocols `herald.v1` and `herald.token.<token>` (the server selects "
     "`herald.v1`), or pass `?token=` (kept for compatibility; URLs end up in logs)."
 )
-_CLOSES = {
-    "1001": "server shutting down",
-    "1008": "too many bad frames",
-    "1013": "too many connections from this client address, or the server is out of "
-    "descriptors or disk (try again)",
-    "4400": "bad query parameters",
-    "4401": "no or bad credentials (or the browser token expired)",
-    "4403": "not allowed",
-    "4404": "no such subscription or topic",
-    "4409": "the subscription is a push subscription",
-    "4410": "subscription or topic deleted",
-}
+_CLOSES = {str(int(code)): meaning for code, meaning in MEANINGS.items()}
 _CREDIT = {"name": "credit", "in": "query", "schema": _int(default=0)}
 
 # /v1/subscriptions/{name}/ws

@@ -149,7 +149,12 @@ def test_the_websocket_routes_are_described() -> None:
     assert served and served == set(described)
     for route in described.values():
         assert "herald.token." in route["authentication"]
-        assert {"4401", "4403"} <= set(route["close_codes"])
+        assert {"4401", "4403", "1012"} <= set(route["close_codes"])
+    # Said once: the close codes' table in herald/protocol/close_codes.py, every code the
+    # server closes with but the two it never says (1000 is a client's, 1006 no frame).
+    from herald.protocol.close_codes import MEANINGS, CloseCode
+
+    assert set(MEANINGS) == set(CloseCode) - {CloseCode.NORMAL, CloseCode.ABNORMAL}
 
 
 def test_the_consumer_frames_are_published_from_their_models() -> None:

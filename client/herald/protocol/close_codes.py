@@ -24,6 +24,26 @@ class CloseCode(enum.IntEnum):
     DELETED = 4410  # the subscription or topic was deleted
 
 
+# What each code means when a Herald server sends it: the OpenAPI document's
+# `x-websockets` close codes are this table (1000 and 1006 are not the server's to say).
+MEANINGS: dict[CloseCode, str] = {
+    CloseCode.GOING_AWAY: "server shutting down",
+    CloseCode.INVALID_DATA: "a node's frame that is not a message of the cluster's wire "
+    "(the replication socket only)",
+    CloseCode.POLICY: "too many bad frames",
+    CloseCode.INTERNAL: "an unexpected server error",
+    CloseCode.SERVICE_RESTART: "the subscription moved to another node, or this node "
+    "stopped serving it (PROTOCOL §7): reconnect",
+    CloseCode.TRY_AGAIN_LATER: "too many connections from this client address, or the "
+    "server is out of descriptors or disk (try again)",
+    CloseCode.BAD_QUERY: "bad query parameters",
+    CloseCode.UNAUTHORIZED: "no or bad credentials (or the browser token expired)",
+    CloseCode.FORBIDDEN: "not allowed",
+    CloseCode.NOT_FOUND: "no such subscription or topic",
+    CloseCode.PUSH_SUBSCRIPTION: "the subscription is a push subscription",
+    CloseCode.DELETED: "subscription or topic deleted",
+}
+
 # The closes after which reconnecting cannot help, and the code a client reports for each.
 TERMINAL: dict[int, str] = {
     CloseCode.BAD_QUERY: "bad_request",
