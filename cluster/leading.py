@@ -357,6 +357,23 @@ class LeaderRole:
             or self.replica.high_watermark > known_high_watermark
         )
 
+    def _may_join(self, follower: str) -> bool:
+        """Whether ``follower`` may join the ISR: only as a live node, of the incarnation
+        the ISR would record for it (KIP-841: a fenced broker is not eligible). A node cut
+        off from etcd goes on fetching; each of its fetches readmitted it, and the next
+        tick dropped it again as not live — an ISR write to etcd every half second for as
+        long as the cut lasted (nemesis seed 1001). Without a view of the live nodes,
+        as in tick, nobody is held out."""
+        if follower in self.replica.isr:
+            return True
+        live = self._live()
+        if not live:
+            return True
+        incarnation = self._fetched.get(follower) or self.state.state.incarnation_of(follower)
+        if self._is_current is None or not incarnation:
+            return follower in live
+        return self._is_current(follower, incarnation)
+
     def note_fetch(
         self, follower: str, request: FetchRequest, incarnation: int = 0
     ) -> FetchError | None:
@@ -380,7 +397,11 @@ class LeaderRole:
                 # A new incarnation of an ISR member: whatever it had may be gone.
                 self._apply(self.replica.followers_gone([follower]))
         decision = self.replica.on_fetch(
-            follower, request.epoch, request.fetch_offset, request.fsynced_offset
+            follower,
+            request.epoch,
+            request.fetch_offset,
+            request.fsynced_offset,
+            may_join=self._may_join(follower),
         )
         self._apply(decision.progress)
         if decision.error is FetchError.FENCED_LEADER_EPOCH:

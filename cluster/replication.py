@@ -225,10 +225,18 @@ class LeaderReplica:
     # -- followers ---------------------------------------------------------------------
 
     def on_fetch(
-        self, follower: str, epoch: int, fetch_offset: int, fsynced_offset: int
+        self,
+        follower: str,
+        epoch: int,
+        fetch_offset: int,
+        fsynced_offset: int,
+        *,
+        may_join: bool = True,
     ) -> FetchDecision:
         """A follower's fetch: it has written up to ``fetch_offset`` and fsynced up to
-        ``fsynced_offset``. Refused (and nothing noted) under another epoch."""
+        ``fsynced_offset``. Refused (and nothing noted) under another epoch. With
+        ``may_join`` false (its node is not live in etcd: Kafka's KIP-841 keeps a fenced
+        broker out of the ISR) it is noted but never joins the ISR."""
         error = self._check_fetch(follower, epoch, fetch_offset)
         if error is not None:
             return FetchDecision(error, self._progress())
@@ -246,7 +254,7 @@ class LeaderReplica:
         elif state.fsynced >= state.last_fetch_leader_end:
             state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
         state.last_fetch_leader_end, state.last_fetch_ms = self.log_end, now
-        change = self._maybe_expand(follower)
+        change = self._maybe_expand(follower) if may_join else None
         return FetchDecision(None, self._advance(change))
 
     def _check_fetch(self, follower: str, epoch: int, fetch_offset: int) -> FetchError | None:

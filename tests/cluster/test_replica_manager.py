@@ -11,6 +11,7 @@ import pytest
 
 from cluster.errors import LeaderUnavailable
 from cluster.etcd import EtcdClient
+from cluster.follower import FetchRequest
 from cluster.following import FollowerRole
 from cluster.leading import LeaderRole
 from cluster.membership import Membership
@@ -203,3 +204,48 @@ async def test_a_leader_never_writes_its_isr_over_a_partition_of_a_topic_created
     now = await read_partition(etcd, key)
     assert now is not None and now.state.isr == ("n1", "n2"), now
     assert now.mod_revision == again.current.mod_revision
+
+
+async def test_a_follower_whose_node_is_not_live_never_joins_the_isr(
+    etcd: EtcdClient, membership: Membership, replicas: ReplicaManager
+) -> None:
+    """KIP-841: a node cut off from etcd (its key lapsed) goes on fetching. Each of its
+    fetches readmitted it and the next tick dropped it again as not live: nemesis seed
+    1001 logged the ISR of one partition written every 0.7 s for as long as the cut
+    lasted. It joins once it is live again, as the incarnation its fetches carry."""
+    topic = await synced_topic(etcd, replicas)
+    key = partition_key(CLUSTER, *REF)
+    state = PartitionState(("n1", "n2"), "n1", 0, ("n1",), {"n1": membership.incarnation})
+    created = await create_partition(etcd, key, state)
+    assert created.succeeded and created.current is not None
+    await replicas.assign_role(topic, REF, created.current, observed=())
+    role = replicas.roles[REF]
+    assert isinstance(role, LeaderRole)
+
+    async def fetch_at_the_log_end(incarnation: int) -> None:
+        end = topic.partitions[0].log_end_offset
+        request = FetchRequest("t", 0, 0, end, end, 1 << 20, topic_id=10)
+        assert role.note_fetch("n2", request, incarnation) is None
+        for _ in range(250):  # an ISR write, if one was proposed, ends
+            if role._isr_write is None:
+                break
+            await asyncio.sleep(0.02)
+
+    await fetch_at_the_log_end(incarnation=12345)  # n2 holds no key in etcd
+    role.tick()
+    stored = await read_partition(etcd, key)
+    assert stored is not None and stored.state.isr == ("n1",), stored
+    assert role.replica.isr == ("n1",)
+
+    async with Membership(
+        etcd, cluster=CLUSTER, node_id="n2", advertise_url="http://127.0.0.1:9", ttl_s=5
+    ) as n2:
+        for _ in range(500):  # n1's view of the members learns of n2 (bounded)
+            if membership.is_current("n2", n2.incarnation):
+                break
+            await asyncio.sleep(0.02)
+        assert membership.is_current("n2", n2.incarnation)
+        await fetch_at_the_log_end(incarnation=n2.incarnation)
+        stored = await read_partition(etcd, key)
+        assert stored is not None and stored.state.isr == ("n1", "n2"), stored
+        assert stored.state.incarnation_of("n2") == n2.incarnation

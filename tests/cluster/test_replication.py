@@ -211,6 +211,16 @@ def test_a_follower_at_the_high_watermark_rejoins_only_once_it_keeps_up() -> Non
     assert r.tick().isr_change is None and r.isr == ("a", "b", "c")
 
 
+def test_a_follower_that_may_not_join_is_noted_but_stays_out() -> None:
+    clock = FakeClock()
+    r = leader(clock, isr=("a", "b"), log_end=10)
+    r.on_fetch("b", 3, 10, 10)
+    assert r.on_fetch("c", 3, 10, 10, may_join=False).progress.isr_change is None
+    assert r.followers["c"].fsynced == 10 and r.isr == ("a", "b")
+    change = r.on_fetch("c", 3, 10, 10).progress.isr_change
+    assert change == IsrChange(3, ("a", "b", "c"), True)
+
+
 def test_a_failed_isr_write_is_proposed_again() -> None:
     clock = FakeClock()
     r = leader(clock, isr=("a", "b"), log_end=10)
