@@ -10,6 +10,7 @@ import asyncio
 import errno
 import gc
 import importlib.metadata
+import logging
 import os
 import signal
 import socket
@@ -55,6 +56,10 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+_SIGNAL_NAMES = {int(s): s.name for s in signal.Signals}
+_log = logging.getLogger("herald.server")
+
+
 class HeraldServer(uvicorn.Server):
     """uvicorn's server with Herald's SIGTERM order (PROTOCOL §3).
 
@@ -70,6 +75,15 @@ class HeraldServer(uvicorn.Server):
         self.herald = herald
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Which signal, in the server's own log: "Shutting down" alone does not say
+        # whether an operator, a supervisor or a terminal asked.
+        # Logged from the loop, not from inside the signal handler.
+        again = " again: exiting now" if self.should_exit else ": shutting down"
+        name = _SIGNAL_NAMES.get(sig, str(sig))
+        try:
+            asyncio.get_running_loop().call_soon_threadsafe(_log.info, "%s received%s", name, again)
+        except RuntimeError:  # no loop running (yet)
+            _log.info("%s received%s", name, again)
         super().handle_exit(sig, frame)
         # uvicorn re-raises a captured signal once shut down, so the process would die
         # "by SIGTERM". Herald's shutdown is complete and graceful then: exit 0.

@@ -99,6 +99,7 @@ def test_sigterm_shuts_down_gracefully_and_keeps_everything(
     started = time.monotonic()
     assert herald_server.terminate() == 0
     assert time.monotonic() - started < 15
+    assert "SIGTERM received: shutting down" in herald_server.log()
     herald_server.restart()
     with httpx.Client(base_url=herald_server.url) as http:
         assert http.get(f"/v1/subscriptions/{sub}").json()["config"]["ack_deadline_ms"] == 1234
