@@ -274,8 +274,8 @@ class LeaderReplica:
         that cannot fsync would rejoin at once and hold acks=all again. And it must be
         in sync by :meth:`tick`'s own test: under load the high watermark trails the log
         end, and a follower admitted at the high watermark without having caught up
-        with the log end within ``replica_lag_ms`` was dropped again by the next tick
-        (the ISR flapped in and out in under a second in nemesis runs)."""
+        with the log end within ``replica_lag_ms`` would be dropped by the next tick.
+        (Whether its node is live is the caller's to say: ``may_join``.)"""
         if self.pending is not None or follower in self.isr:
             return None
         state = self.followers[follower]
