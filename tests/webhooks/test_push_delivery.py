@@ -111,11 +111,13 @@ def test_a_timeout_is_a_failed_delivery(herald_url: str, unique: Any) -> None:
         publish(herald_url, topic, ["x"])
         wait_until_sync(lambda: stats(herald_url, name)["acked_total"] == 1)
     attempts = httpx.get(f"{herald_url}/v1/subscriptions/{name}/attempts").json()["attempts"]
-    assert [(a["attempt"], a["status"], a["error"]) for a in attempts] == [
-        (2, 200, None),  # newest first (PROTOCOL §8)
-        (1, None, "timeout"),
-    ]
-    assert attempts[1]["latency_ms"] >= 150  # it waited for the timeout_ms of 200
+    got = [(a["attempt"], a["status"], a["error"]) for a in attempts]  # newest first (§8)
+    # The first attempt waited out its timeout and the delivery was retried until an
+    # answer came in time. Which retry that is, is not promised: at load 13 the quick
+    # answer to attempt 2 took longer than 200 ms too (a whole-folder loop, 2026-11-28).
+    assert len(got) >= 2 and got[0] == (len(got), 200, None), got
+    assert got[1:] == [(n, None, "timeout") for n in range(len(got) - 1, 0, -1)], got
+    assert attempts[-1]["latency_ms"] >= 150  # it waited for the timeout_ms of 200
 
 
 def two_attempts(
