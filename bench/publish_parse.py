@@ -1,4 +1,4 @@
-"""`python -m bench.publish_parse [--iterations N] [--messages M] [--value json|string]`:
+"""`python -m bench.publish_parse [--iterations N] [--messages M] [--value json|string|bytes]`:
 the CPU a publish body's parse costs, as the server reads one (server/validation.py:
 the one-pass decode into the declared model, herald/protocol/publish.py, then the
 checks no type states), turning the body into the records it appends. Time it
@@ -17,6 +17,7 @@ trees); the model decode takes less CPU (README.md, "Publish parsing").
 from __future__ import annotations
 
 import argparse
+import base64
 
 import orjson
 
@@ -28,6 +29,11 @@ MAX_MESSAGE_BYTES = 1_048_576
 
 def body(messages: int, value: str) -> bytes:
     """A batch of 1 KiB values, as bench/herald_bench.py publishes them."""
+    if value == "bytes":  # value_b64 of 1 KiB of bytes, fixed so that runs compare
+        payload = bytes(range(256)) * 4
+        return orjson.dumps(
+            {"messages": [{"value_b64": base64.b64encode(payload).decode()}] * messages}
+        )
     if value == "string":
         one: object = "x" * 1000
     else:
@@ -46,7 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--messages", type=int, default=100)
-    parser.add_argument("--value", choices=["json", "string"], default="json")
+    parser.add_argument("--value", choices=["json", "string", "bytes"], default="json")
     args = parser.parse_args()
     raw = body(args.messages, args.value)
     assert parse(raw) == args.messages
