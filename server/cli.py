@@ -75,9 +75,9 @@ class HeraldServer(uvicorn.Server):
         self.herald = herald
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        # Which signal, in the server's own log: "Shutting down" alone does not say
-        # whether an operator, a supervisor or a terminal asked.
-        # Logged from the loop, not from inside the signal handler.
+        # Which signal, in the server's own log ("Shutting down" alone does not say
+        # whether an operator, a supervisor or a terminal asked), logged from the loop:
+        # written from the handler, it could interrupt a write to the same stream.
         again = " again: exiting now" if self.should_exit else ": shutting down"
         name = _SIGNAL_NAMES.get(sig, str(sig))
         try:
