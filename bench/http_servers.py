@@ -13,6 +13,12 @@ served three ways, each on a free loopback port in its own process, in turn
 - ``granian``: the same ASGI app under granian (a Rust HTTP server; one worker,
   one runtime thread, uvloop) — only if ``granian`` is installed
   (``pip install granian``; it is not a Herald dependency);
+- ``herald``: the same, under uvicorn as ``herald serve`` configures it: no proxy
+  headers (none trusted by default), and server/http_protocol.py's protocol class
+  (the header deadline, a response's head and body in one write);
+- ``lean``: the same ASGI app under the least an ASGI server must do on uvloop and
+  httptools (a scope, a task per request, ``receive`` and ``send`` as coroutines):
+  what ASGI itself costs, as against uvicorn's implementation of it;
 - ``raw``: an asyncio protocol on uvloop parsing with httptools and writing a
   prebuilt answer: the floor of any Python server on this loop.
 
@@ -90,8 +96,80 @@ async def main(port):
 uvloop.run(main(int(sys.argv[1])))
 """
 
+LEAN_SERVER = """
+import asyncio, sys
+import httptools, uvloop
+from app import app
+
+class Protocol(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+        self.parser = httptools.HttpRequestParser(self)
+
+    def data_received(self, data):
+        self.parser.feed_data(data)
+
+    def on_message_begin(self):
+        self.url, self.headers, self.body = b"", [], []
+
+    def on_url(self, url):
+        self.url += url
+
+    def on_header(self, name, value):
+        self.headers.append((name.lower(), value))
+
+    def on_body(self, body):
+        self.body.append(body)
+
+    def on_message_complete(self):
+        url = httptools.parse_url(self.url)
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": self.parser.get_method().decode("ascii"), "scheme": "http",
+            "path": url.path.decode("ascii"), "raw_path": url.path,
+            "query_string": url.query or b"", "root_path": "", "headers": self.headers,
+            "client": None, "server": None,
+        }
+        body, transport, head = b"".join(self.body), self.transport, []
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            if message["type"] == "http.response.start":
+                head.append(b"HTTP/1.1 %d OK\\r\\n" % message["status"])
+                head.extend(b"%s: %s\\r\\n" % pair for pair in message["headers"])
+                head.append(b"\\r\\n")
+            else:
+                transport.write(b"".join(head) + message["body"])
+
+        asyncio.get_running_loop().create_task(app(scope, receive, send))
+
+async def main(port):
+    server = await asyncio.get_running_loop().create_server(Protocol, "127.0.0.1", port)
+    await server.serve_forever()
+
+uvloop.run(main(int(sys.argv[1])))
+"""
+
+
+HERALD_UVICORN = """
+import sys
+sys.path.insert(0, sys.argv[2])
+import uvicorn
+from app import app
+from server.http_protocol import guarded_protocol
+
+uvicorn.run(
+    app, port=int(sys.argv[1]), loop="uvloop", http=guarded_protocol(10.0),
+    proxy_headers=False, access_log=False, server_header=False, log_level="warning",
+)
+"""
+
 
 def _command(kind: str, port: int) -> list[str]:
+    if kind == "herald":
+        return [sys.executable, "herald_uvicorn.py", str(port), str(Path(__file__).parents[1])]
     if kind == "uvicorn":
         return [
             sys.executable, "-m", "uvicorn", "app:app", "--port", str(port),
@@ -104,7 +182,7 @@ def _command(kind: str, port: int) -> list[str]:
             "--workers", "1", "--runtime-threads", "1", "--runtime-mode", "st",
             "--loop", "uvloop", "--log-level", "warning", "app:app",
         ]  # fmt: skip
-    return [sys.executable, "raw.py", str(port)]
+    return [sys.executable, f"{kind}.py", str(port)]
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -166,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--requests", type=int, default=5000)
     args = parser.parse_args(argv)
-    kinds = ["uvicorn", "raw"]
+    kinds = ["uvicorn", "herald", "lean", "raw"]
     if importlib.util.find_spec("granian") is not None:
         kinds.insert(1, "granian")
     else:
@@ -176,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         (workdir / "app.py").write_text(ASGI_APP)
         (workdir / "raw.py").write_text(RAW_SERVER)
+        (workdir / "lean.py").write_text(LEAN_SERVER)
+        (workdir / "herald_uvicorn.py").write_text(HERALD_UVICORN)
         for round_ in range(args.rounds):
             for kind in kinds if round_ % 2 == 0 else kinds[::-1]:
                 proc, port = _serve(kind, workdir)
