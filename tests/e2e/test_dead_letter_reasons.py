@@ -88,6 +88,9 @@ async def test_deadline_then_disconnect_says_disconnect(
         letter = await dead_letter(http, dead)
     assert letter["headers"]["herald-source-last-error"] == "ack deadline"
 
+    # A deadline the disconnect comes well within, on a loaded host too.
+    answer = await http.patch(f"/v1/subscriptions/{name}", json={"ack_deadline_ms": 60_000})
+    assert answer.status_code == 200, answer.text
     await publish(http, topic, ["gone"])
     async with consumer(shared_herald, name, 5) as ws:
         await recv_json(ws)

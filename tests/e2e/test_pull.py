@@ -106,9 +106,18 @@ async def test_unacked_pulled_record_is_redelivered_after_its_deadline(
     [first] = await pull(http, name)
     [again] = await pull(http, name, wait_ms=5000)
     assert (again["id"], again["attempt"]) == (first["id"], 2)
-    assert (await ack(http, name, [first["id"]]))["ok"] == [first["id"]]
+    # This attempt has 200 ms too: an ack later than that (a loaded host) is answered
+    # unknown, and the record is pulled again and acked then.
+    for _ in range(20):
+        if (await ack(http, name, [first["id"]]))["ok"] == [first["id"]]:
+            break
+        [again] = await pull(http, name, wait_ms=5000)
+        assert again["id"] == first["id"]
+    else:
+        raise AssertionError("never acked within its deadline")
     current = await stats(http, name)
-    assert (current["redelivered_total"], current["backlog"]) == (1, 0)
+    assert current["backlog"] == 0
+    assert current["redelivered_total"] == again["attempt"] - 1
 
 
 async def test_nack_redelivers_and_dead_letters_with_the_reason(

@@ -62,15 +62,28 @@ async def test_unacked_record_is_redelivered_after_the_deadline_with_attempt_2(
     topic, name = unique("dl"), unique("dls")
     await make_subscription(http, name, topic, ack_deadline_ms=200, retry_backoff=FAST_BACKOFF)
     await publish(http, topic, ["late"])
+    # Before the connection: the first send, whenever this client reads it, comes after.
+    connecting = time.monotonic()
     async with consumer(shared_herald, name, 5) as ws:
         await recv_json(ws)
         first = await one_record(ws)
-        sent = time.monotonic()
         again = await one_record(ws)
-        assert time.monotonic() - sent >= 0.2 - 0.02, "not before the ack deadline"
+        assert time.monotonic() - connecting >= 0.2 - 0.02, "not before the ack deadline"
         assert (again["id"], first["attempt"], again["attempt"]) == (first["id"], 1, 2)
-        assert (await ack(ws, [again["id"]]))["ok"] == [again["id"]]
+        # This attempt has 200 ms too: an ack later than that (a loaded host) is
+        # answered unknown and the record comes again; that one is acked.
+        await ack_until_ok(ws, again)
         assert await nothing_arrives(ws, 0.5), "an acked record is not redelivered"
+
+
+async def ack_until_ok(ws: Any, record: dict[str, Any], attempts: int = 20) -> dict[str, Any]:
+    """Ack ``record``; if its deadline passed first, ack its next delivery. -> the attempt
+    acked."""
+    for _ in range(attempts):
+        if (await ack(ws, [record["id"]]))["ok"] == [record["id"]]:
+            return record
+        record = await one_record(ws)
+    raise AssertionError(f"{record['id']} was never acked within its deadline")
 
 
 async def test_nack_with_delay_is_not_redelivered_before_the_delay(
@@ -110,16 +123,17 @@ async def test_extend_postpones_redelivery(
     shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
 ) -> None:
     topic, name = unique("ex"), unique("exs")
-    await make_subscription(http, name, topic, ack_deadline_ms=300, retry_backoff=FAST_BACKOFF)
+    # The extend must come within the first deadline, on a loaded host too: 1.5 s.
+    await make_subscription(http, name, topic, ack_deadline_ms=1500, retry_backoff=FAST_BACKOFF)
     await publish(http, topic, ["x"])
     async with consumer(shared_herald, name, 5) as ws:
         await recv_json(ws)
         first = await one_record(ws)
         extended = time.monotonic()
-        await send_json(ws, {"type": "extend", "ids": [first["id"], "7-7", "junk"], "ms": 1500})
-        assert await nothing_arrives(ws, 1.0), "the old 300 ms deadline no longer applies"
+        await send_json(ws, {"type": "extend", "ids": [first["id"], "7-7", "junk"], "ms": 3000})
+        assert await nothing_arrives(ws, 2.0), "the old 1.5 s deadline no longer applies"
         again = await one_record(ws)
-        assert time.monotonic() - extended >= 1.5 - 0.02
+        assert time.monotonic() - extended >= 3.0 - 0.02
         assert (again["id"], again["attempt"]) == (first["id"], 2)
 
 
@@ -175,15 +189,16 @@ async def test_without_dead_letter_topic_the_record_is_dropped_and_counted(
 ) -> None:
     topic, name = unique("dr"), unique("drs")
     await make_subscription(
-        http, name, topic, max_deliveries=1, dead_letter_topic=None, ack_deadline_ms=200,
+        http, name, topic, max_deliveries=1, dead_letter_topic=None, ack_deadline_ms=60_000,
         retry_backoff=FAST_BACKOFF,
     )  # fmt: skip
     await publish(http, topic, ["drop me", "keep me"])
     async with consumer(shared_herald, name, 5) as ws:
         await recv_json(ws)
         records = await receive_records(ws, 2)
-        await ack(ws, [records[1]["id"]])
-        # The first one's 200 ms deadline passes: one delivery was all it had.
+        assert (await ack(ws, [records[1]["id"]]))["ok"] == [records[1]["id"]]
+        # The first one is nacked: one delivery was all it had.
+        await send_json(ws, {"type": "nack", "ids": [records[0]["id"]], "delay_ms": 0})
         assert await nothing_arrives(ws, 0.8)
 
     async def dropped() -> bool:
@@ -278,7 +293,8 @@ async def test_ack_nack_and_extend_apply_whichever_consumer_holds_the_record(
     shared_herald: HeraldProcess, http: httpx.AsyncClient, unique: Callable[[str], str]
 ) -> None:
     topic, name = unique("xc"), unique("xcs")
-    await make_subscription(http, name, topic, ack_deadline_ms=300, retry_backoff=FAST_BACKOFF)
+    # A deadline `other`'s three frames meet on a loaded host too.
+    await make_subscription(http, name, topic, ack_deadline_ms=2000, retry_backoff=FAST_BACKOFF)
     async with (
         consumer(shared_herald, name, 10) as holder,
         consumer(shared_herald, name, 0) as other,
@@ -295,8 +311,8 @@ async def test_ack_nack_and_extend_apply_whichever_consumer_holds_the_record(
         [again] = await receive_records(holder, 1)
         assert (again["value"], again["attempt"]) == ("nacked", 2)
         await ack(holder, [again["id"]])
-        # "extended" outlives its 300 ms deadline; "acked" never comes back.
-        assert await nothing_arrives(holder, 0.8)
+        # "extended" outlives its 2 s deadline; "acked" never comes back.
+        assert await nothing_arrives(holder, 2.5)
         assert await nothing_arrives(other, 0.1)
     current = await stats(http, name)
     assert (current["acked_total"], current["redelivered_total"]) == (2, 1)
