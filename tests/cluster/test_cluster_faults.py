@@ -163,7 +163,8 @@ def test_kill_9_of_a_leader_under_four_producers_loses_no_acknowledged_record(
             f"publish answered {first_ack_s:.2f} s after the kill "
             f"(node TTL {cluster.node_ttl_ms} ms)"
         )
-        assert after["epoch"] == before["epoch"] + 1
+        # One election at least: a survivor's lease lapsing on a loaded host adds one.
+        assert after["epoch"] >= before["epoch"] + 1
 
         cluster.restart(old)  # producers still running: it catches up under load
         cluster.wait_isr("orders", 0, ids, within=60.0)
@@ -229,7 +230,9 @@ def test_a_leader_frozen_past_its_lease_acknowledges_nothing_late_and_drops_its_
             # that was waiting may carry the first away); well within the TTL.
             frozen_at = time.monotonic()
             for k in range(8):
-                if k >= 3 and time.monotonic() - frozen_at > 0.6:
+                # At least one batch; then no longer than 0.6 s in all, so that the
+                # followers' leases (renewed up to a third of the TTL before) hold.
+                if k >= 1 and time.monotonic() - frozen_at > 0.6:
                     break
                 batch = [f"tail-{k}-{j}" for j in range(3)]
                 sent = time.monotonic()
@@ -261,7 +264,8 @@ def test_a_leader_frozen_past_its_lease_acknowledges_nothing_late_and_drops_its_
         f"{after['epoch']} {elected_s:.2f} s after the freeze; {old} back in the ISR "
         f"{rejoined_s:.2f} s after SIGCONT; the reader made {reader.reads} reads"
     )
-    assert after["epoch"] == before["epoch"] + 1
+    # One election at least: a survivor's lease lapsing on a loaded host adds one.
+    assert after["epoch"] >= before["epoch"] + 1
 
     acks = all_acks(producers)
     assert_acks_consistent(acks)
@@ -407,11 +411,13 @@ def test_with_etcd_down_committed_records_stay_readable_and_etcd_work_answers_50
         sent = time.monotonic()
         acks += acks_of(publish(cluster, node, "ledger", batch), batch, node, sent)
 
-    down_at = time.monotonic()
     if outage == "sigstop":
         etcd.pause()  # etcd hangs: every call to it must time out, not wait forever
     else:
         etcd.kill()  # etcd refuses connections
+    # Once stopped or dead (both calls wait for it): a renewal etcd answered while the
+    # signal was on its way legitimately ran the lease on from then.
+    down_at = time.monotonic()
     try:
         with httpx.Client(timeout=CONTRACT_ANSWER_S + 10.0) as http:
             # Once the leader cannot renew its lease, its writes answer 503
