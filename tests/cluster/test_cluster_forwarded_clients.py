@@ -115,7 +115,10 @@ def parked_subscription(cluster: HeraldCluster, partitions: int) -> ClusterNode:
     cluster.create_topic("busy", partitions=partitions)
     made = cluster.put("n1", "/v1/subscriptions/parked", {"topic": "busy"})
     assert made.status_code == 201, made.text
-    return cluster.nodes[wait_coordinated(cluster, "parked")]
+    owner = cluster.nodes[wait_coordinated(cluster, "parked")]
+    # Every node knows it (one whose watch lags answers 404, or closes with 4404).
+    cluster.wait_known_everywhere("/v1/subscriptions/parked")
+    return owner
 
 
 def test_a_client_parking_the_cap_through_a_node_leaves_other_clients_served(

@@ -5,7 +5,9 @@ a single `herald serve`, each publish measured over real HTTP.
 Until the leader's long poll answered a follower as soon as ANY of its partitions had
 news (it waited for all of them, or for the 500 ms long poll), every acks=all publish
 on a cluster with more than one partition took half a second. That is what is asserted
-against: the median publish answers well inside one long poll. The figures themselves
+against: the lower quartile of the publishes answers well inside one long poll (the bug
+held every one of them; a quartile, not the median, so that a burst of load on the
+host, which slows some, cannot fail it). The figures themselves
 (a few milliseconds, at most three times the single node's) are bench/cluster.py's to show: on a
 shared machine with three nodes and etcd on its two cores, a timing bound tighter than
 the bug it guards against fails for the load, not for the code (a forwarded publish's
@@ -72,10 +74,10 @@ def test_a_one_record_acks_all_publish_answers_within_a_small_multiple_of_a_sing
         for _ in range(ROUNDS):
             for name, (url, topic) in paths.items():
                 times[name].append(publish_ms(http, url, topic, "all"))
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    single_ms = medians.pop("single node")
-    shown = ", ".join(f"{name} {ms:.1f} ms" for name, ms in medians.items())
-    assert all(ms < BOUND_MS for ms in medians.values()), (
-        f"median of {ROUNDS} acks=all publishes: {shown}; single node {single_ms:.1f} ms "
+    quartiles = {name: statistics.quantiles(values, n=4)[0] for name, values in times.items()}
+    single_ms = quartiles.pop("single node")
+    shown = ", ".join(f"{name} {ms:.1f} ms" for name, ms in quartiles.items())
+    assert all(ms < BOUND_MS for ms in quartiles.values()), (
+        f"lower quartile of {ROUNDS} acks=all publishes: {shown}; single node {single_ms:.1f} ms "
         f"(bound {BOUND_MS:.0f} ms: a fetch long poll is {MAX_WAIT_MS} ms)"
     )

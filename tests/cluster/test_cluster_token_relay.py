@@ -46,6 +46,8 @@ def test_a_relayed_consumers_token_reaches_no_log(
         made = cluster.put("n1", "/v1/subscriptions/relayed", {"topic": "relay.t"})
         assert made.status_code == 201, made.text
         owner = wait_coordinated(cluster, "relayed")
+        # Every node knows it (one whose watch lags answers 404, or closes with 4404).
+        cluster.wait_known_everywhere("/v1/subscriptions/relayed")
         other = next(n for n in cluster.nodes if n != owner)
         published = cluster.post("n1", "/v1/topics/relay.t/messages", {"messages": [{"value": 7}]})
         assert published.status_code == 200, published.text

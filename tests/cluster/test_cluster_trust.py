@@ -190,6 +190,8 @@ def test_push_secrets_are_sealed_in_etcd_and_still_sign(tmp_path: Path) -> None:
         )
         assert created.status_code == 201, created.text
         wait_coordinated(cluster, "hooked")
+        # Every node knows it (one whose watch lags answers 404, or closes with 4404).
+        cluster.wait_known_everywhere("/v1/subscriptions/hooked")
         # A rotation (from either node: forwarded to the coordinator) is stored again.
         rotated = cluster.post(
             "n2",

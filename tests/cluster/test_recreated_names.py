@@ -28,7 +28,16 @@ def publish(cluster: HeraldCluster, node: str, topic: str, ids: list[str]) -> No
     messages = [
         {"id": i, "value_b64": base64.b64encode(i.encode()).decode(), "partition": 0} for i in ids
     ]
-    answer = cluster.post(node, f"/v1/topics/{topic}/messages", {"messages": messages}, acks="all")
+    # A topic just created through another node may not lead here yet: 503 (PROTOCOL §7,
+    # "being created; try again"), retried with the same ids, as a producer would.
+    deadline = time.monotonic() + 60.0
+    while True:
+        answer = cluster.post(
+            node, f"/v1/topics/{topic}/messages", {"messages": messages}, acks="all"
+        )
+        if answer.status_code != 503 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert answer.status_code == 200, f"{node}: {answer.status_code} {answer.text}"
 
 

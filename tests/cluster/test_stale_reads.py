@@ -233,6 +233,7 @@ def test_with_etcd_down_for_every_node_reads_and_deliveries_go_on(
     publish_many(cluster, "n1", values)
     created = cluster.put("n2", "/v1/subscriptions/s", {"topic": "t", "start": "earliest"})
     assert created.status_code == 201, created.text
+    cluster.wait_known_everywhere("/v1/subscriptions/s")  # n3's watch may lag n2's put
     first = cluster.post("n3", "/v1/subscriptions/s/pull", {"max_messages": 1, "wait_ms": 5000})
     assert first.status_code == 200 and first.json()["messages"], first.text
 

@@ -61,8 +61,12 @@ def test_sighup_reloads_even_when_the_mtime_did_not_move(
     server = herald_factory("--auth-file", str(auth_file))
     before = auth_file.stat()
     token_id, second = new_token()  # in the placeholder's place: the same size
-    auth_file.write_text(entries + "\n" + toml_entry(token_id, second, ["admin"], []))
-    os.utime(auth_file, ns=(before.st_atime_ns, before.st_mtime_ns))
+    # Written and stamped aside, then moved in: the file never shows the watcher (which
+    # looks every second) a new mtime.
+    aside = tmp_path / "auth.toml.new"
+    aside.write_text(entries + "\n" + toml_entry(token_id, second, ["admin"], []))
+    os.utime(aside, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(aside, auth_file)
     changed = auth_file.stat()
     assert (changed.st_mtime_ns, changed.st_size) == (before.st_mtime_ns, before.st_size)
     assert status_with(server, second) == 401  # nothing for the watcher

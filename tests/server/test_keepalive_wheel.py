@@ -42,21 +42,26 @@ async def test_each_connection_is_served_once_not_before_its_time_and_within_a_t
     for connection, delay in zip(connections, delays, strict=True):
         [at] = connection.served_at
         assert at >= start + delay - 0.002  # the loop's clock has ms granularity
-        assert at <= start + delay + TICK_S + 0.5  # a tick late at most, and a loaded machine
+        # A tick late at most, and whatever a loaded machine stalls the loop for.
+        assert at <= start + delay + TICK_S + 2.0
 
 
 async def test_a_discarded_connection_is_not_served_and_an_earlier_one_rearms_the_timer() -> None:
     loop = asyncio.get_running_loop()
     wheel = KeepaliveWheel(loop, TICK_S)
     gone, late, early = Connection(loop), Connection(loop), Connection(loop)
+    start = loop.time()
     slot = wheel.add(gone, 0.05)
-    wheel.add(late, 0.2)
+    # Late by far more than a loaded machine stalls the loop: early is served first only
+    # if its add rearmed the timer.
+    wheel.add(late, 2.0)
     wheel.discard(gone, slot)
     wheel.add(early, 0.01)  # before the slot the timer was armed for
     async with asyncio.timeout(10):
         await early.served.wait()
         assert not late.served_at
         await late.served.wait()
+    assert early.served_at[0] < start + 2.0 <= late.served_at[0] + 0.002
     assert not gone.served_at
 
 
