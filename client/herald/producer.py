@@ -88,7 +88,11 @@ class Producer:
     `linger_ms` > 0 also waits that long for company first. One request in flight
     per topic is the default: measured with one record per send at 2,000 a second
     (issue #13), it cost the server 22 % less CPU per record than four, with a lower
-    p99, and bulk throughput the same (sends gather while the request is out).
+    p99, and bulk throughput the same (sends gather while the request is out). A full
+    batch (`max_batch` records or `max_batch_bytes`) goes at once, past `max_in_flight`:
+    records of one key sent in more than one request land in the order the requests
+    do, which is not promised; where that order matters, await each batch's results
+    before sending the next.
 
     `send` returns an asyncio future at once (aiokafka's split): it resolves with
     the record's SendResult (None with acks="0", which the server answers before

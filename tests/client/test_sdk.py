@@ -435,9 +435,10 @@ async def test_send_many_publishes_a_list_behind_one_future_in_order(
             producer.send_many(topic, ["a", "b"], ids=["m-3"])
     assert await publish_requests(shared_herald.url) == before + 5
     partition = results[0].partition if results[0] is not None else -1
-    assert [(r.partition, r.offset) for r in results if r is not None] == [
-        (partition, i) for i in range(2500)
-    ]  # one key: one partition, in order
+    # One key: one partition, every record once. The three requests go side by side, so
+    # which of them lands first is not promised (the Producer's docstring says so).
+    assert {r.partition for r in results if r is not None} == {partition}
+    assert sorted(r.offset for r in results if r is not None) == list(range(2500))
     assert [r.duplicate for r in again if r is not None] == [False, False]
     assert [(r.offset, r.duplicate) for r in repeat if r is not None] == [
         (r.offset, True) for r in again if r is not None

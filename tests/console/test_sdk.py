@@ -21,9 +21,10 @@ from tests.security.conftest import write_auth_file
 
 # The page's origin: a small real HTTP server on localhost, another origin than the
 # Herald server's 127.0.0.1 (so CORS is exercised), and on loopback too (Chromium's
-# private network rules refuse a public page loading from loopback).
-APP_PORT = free_port()
-APP = f"http://localhost:{APP_PORT}"
+# private network rules refuse a public page loading from loopback). Set by app_origin,
+# which binds a port of the kernel's choosing (a port picked earlier and bound later
+# could be taken meanwhile).
+APP = ""
 
 
 class _PageHandler(http.server.BaseHTTPRequestHandler):
@@ -42,7 +43,9 @@ class _PageHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module", autouse=True)
 def app_origin() -> Iterator[None]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", APP_PORT), _PageHandler)
+    global APP
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PageHandler)
+    APP = f"http://localhost:{httpd.server_address[1]}"
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:

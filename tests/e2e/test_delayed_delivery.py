@@ -100,9 +100,11 @@ async def test_a_delayed_record_is_read_and_tailed_at_once_and_delivered_after_d
         first = await receive_records(consumer, 2)
         assert [r["value"] for r in first] == ["now", "zero"], "other keys are not held back"
         current = await stats(http, name)
-        assert (current["delayed"], current["backlog"]) == (1, 3)
         text = (await http.get("/metrics")).text
-        assert metric(text, "herald_delayed_records", name) == 1
+        if wall_ms() < deliver_at:  # both taken while it was still delayed (not promised
+            # after: a loaded host may have taken the 1.5 s to get here)
+            assert (current["delayed"], current["backlog"]) == (1, 3)
+            assert metric(text, "herald_delayed_records", name) == 1
 
         [late] = await receive_records(consumer, 1, within=30)
         received_at = wall_ms()
@@ -169,23 +171,25 @@ async def test_ordered_by_key_holds_later_records_of_the_same_key_only(
 ) -> None:
     topic, name = unique("do"), unique("dos")
     await make_subscription(http, name, topic, ordered_by_key=True)
-    await publish_messages(
-        http,
-        topic,
-        [
-            {"value": "a1", "key": "a", "delay_ms": DELAY_MS},
-            {"value": "a2", "key": "a"},
-            {"value": "b1", "key": "b"},
-        ],
-    )
-    [a1, _, _] = await read_all(http, topic)
     url = ws_url(shared_herald.url, f"/v1/subscriptions/{name}/ws?credit=10")
     async with websockets.connect(url) as ws:
         await recv_json(ws)
-        [b1] = await receive_records(ws, 1)
-        assert b1["value"] == "b1", "another key goes at once"
-        [first] = await receive_records(ws, 1, within=30)
-        assert first["value"] == "a1", "a2 waited behind the delayed a1"
+        await publish_messages(
+            http,
+            topic,
+            [
+                {"value": "a1", "key": "a", "delay_ms": DELAY_MS},
+                {"value": "a2", "key": "a"},
+                {"value": "b1", "key": "b"},
+            ],
+        )
+        [a1, _, _] = await read_all(http, topic)
+        # b1 is not held back by a1 (it comes before a1's ack), and a2 waits behind a1.
+        # Which of b1 and a1 comes first is not promised: a host that stalls past a1's
+        # deliver_at may send both at once.
+        got = await receive_records(ws, 2, within=30)
+        assert sorted(r["value"] for r in got) == ["a1", "b1"], "a2 waited behind the delayed a1"
+        [first] = [r for r in got if r["value"] == "a1"]
         assert wall_ms() >= a1["deliver_at"]
         assert await nothing_arrives(ws), "a2 waits for a1's ack"
         await ack(ws, [first["id"]])

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import PROJECT_ROOT, HeraldProcess, free_port
+from tests.conftest import PROJECT_ROOT, START_TIMEOUT_S, HeraldProcess, free_port
 from tests.helpers import wait_until_sync
 
 README = PROJECT_ROOT / "README.md"
@@ -110,7 +110,13 @@ def test_the_webhook_receiver_takes_single_and_batch_subscriptions(
         )
     try:
         hook = f"http://127.0.0.1:{port}/hook"
-        wait_until_sync(lambda: _answers(f"http://127.0.0.1:{port}/"), what="uvicorn up")
+
+        def up() -> bool:
+            assert uvicorn.poll() is None, out.read_text(errors="replace")
+            return _answers(f"http://127.0.0.1:{port}/")
+
+        # A Python process's start took more than 10 s on this host under load.
+        wait_until_sync(up, within=START_TIMEOUT_S, what="uvicorn up")
         url = readme_server.url
         with httpx.Client(base_url=url, timeout=30) as http:
             # As the README subscribes it, and the same with batches (its "Batches" shape).

@@ -175,18 +175,22 @@ def test_breaker_opens_stops_hammering_probes_and_recovers(herald_url: str, uniq
         )
         publish(herald_url, topic, [{"n": i} for i in range(20)])
         # Failed probes open it again: 200, then 400 ms (max_open_ms).
-        wait_until_sync(lambda: stats(herald_url, name)["breaker_opened_total"] >= 3)
+        wait_until_sync(lambda: stats(herald_url, name)["breaker_opened_total"] >= 4)
         s = stats(herald_url, name)
         assert s["endpoint_state"] in ("open", "half_open")
         assert s["endpoint_concurrency"] == 1  # AIMD: halved on every failure
         assert s["last_error"] == "HTTP 500"
+        outage = receiver.snapshot()  # taken while every request still fails
         healthy.set()
-        during_outage = len(receiver.snapshot())
         receiver.wait_for(lambda: len(receiver.acked_ids()) == 20)
-    # Without a breaker, 10-20 ms retries of 20 records would be dozens of requests by
-    # now; with it: the first failures (≤ max_in_flight racing), the two failed probes,
-    # and one probe per 400 ms the stats poll above may have lagged (a loaded machine).
-    assert during_outage <= 4 + 2 + 6, during_outage
+    # Without a breaker, 10-20 ms retries of 20 records would come dozens a second. With
+    # it: the first failures (at most max_in_flight, racing before it opened), then one
+    # probe at a time, each at least open_ms (200, then 400 ms) after the failure before
+    # it; however long the stats polls above took, the spacing is what is promised.
+    times = sorted(r.at for r in outage)
+    assert len(times) >= 3 + 3, times  # three failures opened it; three probes failed
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times[4:])]
+    assert all(gap >= 0.18 for gap in gaps), gaps
     assert all(r.message is not None for r in receiver.snapshot())
     wait_until_sync(lambda: stats(herald_url, name)["acked_total"] == 20)
     s = stats(herald_url, name)
@@ -205,7 +209,10 @@ def test_a_slow_endpoint_does_not_delay_another_subscription(herald_url: str, un
         return Answer(200)
 
     with Receiver([SECRET], stuck) as slow, Receiver([SECRET]) as fast:
-        push_subscription(herald_url, slow_name, topic, slow.url, push={"max_in_flight": 2})
+        # Its requests wait for the test (up to 30 s): no timeout and retry meanwhile.
+        push_subscription(
+            herald_url, slow_name, topic, slow.url, push={"max_in_flight": 2, "timeout_ms": 60_000}
+        )
         push_subscription(herald_url, fast_name, topic, fast.url)
         try:
             for i in range(10):
