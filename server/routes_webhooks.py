@@ -18,13 +18,17 @@ from storage.writer import wall_clock_ms
 
 
 async def get_attempts(request: Request) -> Response:
-    """`GET /v1/subscriptions/{name}/attempts`: the last attempts, oldest first; a
-    subscription that is not (or not yet) pushed has none."""
+    """`GET /v1/subscriptions/{name}/attempts`: the last attempts, newest first (PROTOCOL
+    §8), those kept on disk before a restart included; a subscription that is not (or
+    not yet) pushed has none."""
     name = check_name(request.path_params["name"], "subscription")
     state = services(request)
     state.engine.get(name)  # SubscriptionNotFound -> 404 problem JSON
     dispatcher = state.webhooks.get(name)
-    attempts = [] if dispatcher is None else [a.as_dict() for a in dispatcher.attempts.recent()]
+    if dispatcher is None:
+        return json_response({"subscription": name, "attempts": []})
+    await dispatcher.history_read()  # a coordinator that just took it over reads it first
+    attempts = [a.as_dict() for a in dispatcher.attempts.recent()]
     return json_response({"subscription": name, "attempts": attempts})
 
 

@@ -102,6 +102,7 @@ class WebhookDispatcher:
         # PROTOCOL §8: the delivery history survives restarts (subscription names are
         # safe file names: PROTOCOL §1).
         self.attempts = AttemptLog(engine.storage.data_dir / "attempts" / f"{name}.jsonl")
+        self._history: asyncio.Future[None] | None = None  # its reading, once started
         self._deleted = False
         self._keys = _signing_keys(self.push)
         self._running: set[asyncio.Task[None]] = set()
@@ -150,9 +151,25 @@ class WebhookDispatcher:
 
     # ------------------------------------------------------------------ the worker
 
-    async def run(self) -> None:
+    async def history_read(self) -> None:
+        """Until the attempt log kept on disk is read (or its reading failed: the run
+        reports that, and is restarted). Awaited before `GET .../attempts` answers and
+        before the server serves: right after a restart the history must not look empty
+        for a moment (PROTOCOL §8: it survives restarts)."""
+        await asyncio.wait([self._reading()])
+
+    def _reading(self) -> asyncio.Future[None]:
+        """The history's reading, started once: before the first request goes out."""
+        if self._history is None:
+            self._history = asyncio.ensure_future(self._read_history())
+        return self._history
+
+    async def _read_history(self) -> None:
         await self.attempts.load()
         self._restore_last_answer()
+
+    async def run(self) -> None:
+        await asyncio.shield(self._reading())  # raises what reading raised
         history = asyncio.create_task(
             periodic(
                 FLUSH_INTERVAL_S,
@@ -401,6 +418,8 @@ class WebhookDispatchers:
     async def start(self) -> None:
         for name in self.engine.names():
             self.ensure(name)
+        # Their histories are read before the server serves (stats' last_status too).
+        await asyncio.gather(*(d.history_read() for d in list(self._dispatchers.values())))
 
     def ensure(self, name: str) -> None:
         """Start the dispatcher of ``name`` if it is a push subscription without one."""

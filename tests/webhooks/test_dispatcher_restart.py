@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 
 import subscribers.webhook
@@ -17,6 +18,7 @@ from herald.lifecycle import Backoff
 from storage.engine import Storage
 from storage.record import Acks, NewRecord
 from storage.topic import PublishItem
+from subscribers.attempt_log import Attempt
 from subscribers.destination import DestinationGuard
 from subscribers.webhook import WebhookDispatchers
 from tests.helpers import wait_until
@@ -64,5 +66,33 @@ async def test_a_failed_dispatcher_restarts_with_the_same_destination_guard(
                 )
             )
             assert receiver.snapshot() == []
+        finally:
+            await dispatchers.stop()
+
+
+async def test_the_history_on_disk_is_read_before_the_dispatchers_start_returns(
+    engine: DeliveryEngine,
+) -> None:
+    """PROTOCOL §8: the delivery history survives a restart. The server serves once the
+    dispatchers have started: by then the history kept on disk is read, so that an
+    `attempts` request right after a restart does not find it empty (it once did, 1 run
+    in 26 of the webhooks folder: the reading was the dispatcher task's first step)."""
+    history = engine.storage.data_dir / "attempts" / "s.jsonl"
+    history.parent.mkdir(parents=True)
+    kept = [Attempt(1_795_000_000_000 + i, f"0-{i}", 1, 500, 1.5, "http 500") for i in range(3)]
+    history.write_bytes(b"".join(orjson.dumps(a.as_dict()) + b"\n" for a in kept))
+    with Receiver([SECRET], lambda _: Answer(200)) as receiver:
+        config = SubscriptionConfig(
+            topic="t", start=StartAt.latest(), push=PushConfig(url=receiver.url, secret=SECRET)
+        )
+        await engine.create_subscription("s", config)
+        dispatchers = WebhookDispatchers(engine)
+        await dispatchers.start()
+        try:
+            dispatcher = dispatchers.get("s")
+            assert dispatcher is not None
+            assert dispatcher.attempts.recent() == kept[::-1]  # newest first
+            stats = dispatchers.stats("s")
+            assert stats is not None and stats["last_status"] == 500
         finally:
             await dispatchers.stop()
