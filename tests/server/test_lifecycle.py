@@ -120,7 +120,10 @@ def test_sigterm_wakes_long_polls(
             poll = asyncio.create_task(
                 client.get(f"/v1/topics/{topic}/partitions/0/messages?wait_ms=30000")
             )
-            await asyncio.sleep(0.5)
+            # Time for the poll to reach the server on a loaded host (nothing shows it
+            # from outside); a SIGTERM before that would find no poll to wake.
+            await asyncio.sleep(2.0)
+            assert not poll.done()
             started = time.monotonic()
             await asyncio.to_thread(herald_server.terminate)
             assert time.monotonic() - started < 10
