@@ -223,21 +223,26 @@ async def test_max_in_flight_holds_across_consumers(
         await publish(http, topic, list(range(10)))
         got: dict[str, list[dict[str, Any]]] = {"one": [], "two": []}
 
-        async def drain(label: str, ws: Any) -> None:
-            while not await nothing_arrives_into(ws, got[label]):
-                pass
+        async def gather_until(count: int, into: dict[str, list[dict[str, Any]]]) -> None:
+            """Until ``count`` records came in all (however slowly), then a quiet 0.5 s
+            on both: more than ``count`` would show then."""
+            async with asyncio.timeout(30):
+                while sum(map(len, into.values())) < count:
+                    for label, ws in (("one", one), ("two", two)):
+                        await nothing_arrives_into(ws, into[label], 0.1)
+            for label, ws in (("one", one), ("two", two)):
+                while not await nothing_arrives_into(ws, into[label], 0.5):
+                    pass
 
-        await asyncio.gather(drain("one", one), drain("two", two))
+        await gather_until(3, got)
         held = got["one"] + got["two"]
         assert len(held) == 3, "PROTOCOL §3: never more than max_in_flight unacked"
         owner = one if got["one"] else two
         mine = got["one"] if got["one"] else got["two"]
         await ack(owner, [mine[0]["id"]])
-        more: list[dict[str, Any]] = []
-        for ws in (one, two):
-            while not await nothing_arrives_into(ws, more):
-                pass
-        assert len(more) == 1, "one ack frees one slot"
+        more: dict[str, list[dict[str, Any]]] = {"one": [], "two": []}
+        await gather_until(1, more)
+        assert len(more["one"] + more["two"]) == 1, "one ack frees one slot"
         assert (await stats(http, name))["in_flight"] == 3
 
 
