@@ -82,10 +82,11 @@ async def test_a_node_id_held_by_a_live_process_is_refused(etcd: EtcdClient) -> 
 async def test_a_restarted_node_waits_for_its_previous_incarnation_to_expire(
     etcd: EtcdClient,
 ) -> None:
-    # The previous process was killed: its key stays until its lease runs out.
+    # The previous process was killed: its key stays until its lease runs out, a second
+    # from the grant at the earliest (measured from before it: the put may be slow).
+    started = time.monotonic()
     lease = await etcd.lease_grant(1)
     await etcd.put(node_key("c", "n1"), b'{"id": "n1", "url": "http://old"}', lease=lease.id)
-    started = time.monotonic()
     async with node(etcd, "n1") as n1:
         assert time.monotonic() - started >= 0.5
         kv = await etcd.get(node_key("c", "n1"))
