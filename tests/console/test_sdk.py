@@ -42,14 +42,15 @@ class _PageHandler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def app_origin() -> Iterator[None]:
+def app_origin() -> Iterator[str]:
+    """The page's origin (also as APP, which this module's tests read)."""
     global APP
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _PageHandler)
     APP = f"http://localhost:{httpd.server_address[1]}"
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield
+        yield APP
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -24,7 +24,7 @@ from playwright.sync_api import expect
 from herald import Consumer, Producer, Puller, Tail
 from server.auth import new_signing_key_line
 from tests.conftest import HeraldProcess
-from tests.console.test_sdk import APP, app_origin, open_page, wait_for  # noqa: F401
+from tests.console.test_sdk import app_origin, open_page, wait_for  # noqa: F401
 from tests.security.conftest import write_auth_file
 
 
@@ -74,7 +74,11 @@ async def _python_clients(url: str, tokens: dict[str, str]) -> None:
 
 
 def test_no_token_reaches_the_server_log(
-    herald_factory: Callable[..., HeraldProcess], tmp_path: Path, page: Any, browser: Any
+    herald_factory: Callable[..., HeraldProcess],
+    tmp_path: Path,
+    page: Any,
+    browser: Any,
+    app_origin: str,  # noqa: F811 (the fixture imported above: the page's origin)
 ) -> None:
     auth_file = tmp_path / "auth.toml"
     tokens = write_auth_file(
@@ -90,7 +94,7 @@ def test_no_token_reaches_the_server_log(
     with auth_file.open("a") as f:
         f.write("\n" + new_signing_key_line())
     server = herald_factory(
-        "--auth-file", str(auth_file), "--cors-origin", APP,
+        "--auth-file", str(auth_file), "--cors-origin", app_origin,
         "--access-log", "--log-level", "debug",
     )  # fmt: skip
     # Playwright's sync API runs a loop on this thread: the SDK clients get their own.
