@@ -135,6 +135,12 @@ class ConsumerConnection:
                     self._writer.cancel()  # blocked on a send that cannot complete
         finally:
             self._group = None
+            # Let go of the owner's callbacks (a tail's runtime's wake, a consumer
+            # session's top-up), which nothing calls once the writer has ended: each held
+            # the session that holds this connection, a cycle only the collector frees,
+            # later (issue 27 §3: a busy server seldom runs a full collection).
+            self._on_disconnect = None
+            self.on_written = None
 
     def _start_writer(self) -> None:
         group = self._group

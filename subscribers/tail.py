@@ -120,6 +120,9 @@ class TailSession:
         finally:
             self.registry.discard(self)
             await runtime.stop()
+            # The runtime holds this session (its sink and backpressure): without this
+            # edge the pair is a cycle that only the collector frees, later.
+            self._runtime = None
 
     def handle(self, frame: ClientFrame) -> bytes | None:
         # PROTOCOL §3: a tail is at-most-once; acks, nacks and extends are ignored
