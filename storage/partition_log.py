@@ -70,6 +70,15 @@ class PartitionLog:
         self._reported_files = 0  # what this log last told _open_files it holds
         self._fsyncs = 0  # by flush(), on the writer thread
         self._detached_fsyncs = 0  # by flush_detached(), off it
+        # fsyncs of the active log share one open file description (flush_detached's is
+        # a dup), and Linux reports a failed write-back once per description: to the
+        # first fsync after it. One that failed in flush_detached leaves the writer's
+        # next fsync "succeeding" over pages that never reached the disk (fsyncgate).
+        # So every fsync counts its failures under this lock, and flush() reports one
+        # it did not see itself.
+        self._sync_lock = threading.Lock()
+        self._sync_failures = 0  # by any fsync of the active log
+        self._failures_reported = 0  # of those, raised by flush()
         self.recovered_bytes = 0  # torn or corrupt tail bytes cut while opening
         self._segments: tuple[LogSegment, ...] = ()
         self.closed = False
@@ -299,14 +308,27 @@ class PartitionLog:
         self._segments = (*self._segments, new)
 
     def flush(self) -> None:
-        """fsync what was appended so far."""
+        """fsync what was appended so far. Raises StorageUnavailable if that fails, or if
+        an fsync through flush_detached failed since the last call: what it covered
+        may not be on disk, whatever this fsync says."""
         with self._files_lock:
             if self.closed:
                 return
-            try:
-                self._segments[-1].flush()
-            except OSError as exc:
-                raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
+            with self._sync_lock:
+                try:
+                    self._segments[-1].flush()
+                except OSError as exc:
+                    self._sync_failures += 1
+                    self._failures_reported = self._sync_failures
+                    raise StorageUnavailable(
+                        f"cannot fsync partition {self.partition}: {exc}"
+                    ) from exc
+                if self._failures_reported != self._sync_failures:
+                    self._failures_reported = self._sync_failures
+                    raise StorageUnavailable(
+                        f"cannot fsync partition {self.partition}: an fsync of it failed "
+                        "since the last one (its write-back error is reported only once)"
+                    )
             self._fsyncs += 1
 
     def sync_recovered(self) -> None:
@@ -337,9 +359,14 @@ class PartitionLog:
         data can take tens of ms when the disk is busy, and appends queued behind it
         would wait as long (Kafka's log flusher does not hold appends up either)."""
         try:
-            os.fdatasync(fd)
-        except OSError as exc:
-            raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
+            with self._sync_lock:
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    self._sync_failures += 1  # flush() reports it too (see __init__)
+                    raise StorageUnavailable(
+                        f"cannot fsync partition {self.partition}: {exc}"
+                    ) from exc
         finally:
             os.close(fd)
         self._detached_fsyncs += 1

@@ -3,6 +3,7 @@ replication hooks — on real directories."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import threading
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from herald.protocol.errors import StorageUnavailable
 from storage.partition_log import LogConfig, PartitionLog
 from storage.record import NewRecord, ValueKind
 
@@ -262,3 +264,26 @@ TestLogMachine.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+def test_an_fsync_that_failed_off_the_writer_fails_the_writers_next_flush(log):
+    """fsyncgate: the periodic fsync (flush_detached, through a dup of the active log's
+    descriptor) and the writer's share one open file description, and Linux reports a
+    failed write-back to the first fsync after it only. Once the periodic one got the
+    error, the writer's fsync "succeeded" over pages that never reached the disk, and a
+    follower reported them fsynced (an acks=all publish was answered 200 with a
+    follower that could not fsync in the ISR: the console+cluster loop of 2026-11-28).
+    The failure here is a real one from the OS: an fsync of a closed descriptor."""
+    fill(log, 1)
+    log.flush()
+    fill(log, 1, ts0=2000)
+    pipe_out, pipe_in = os.pipe()  # fdatasync of a pipe fails (EINVAL); closing it does not
+    try:
+        with pytest.raises(StorageUnavailable):
+            log.flush_detached(pipe_out)  # it closes the descriptor it is given
+    finally:
+        os.close(pipe_in)
+    with pytest.raises(StorageUnavailable, match="failed since the last one"):
+        log.flush()  # its own fsync succeeds; what the failed one covered is not sure
+    log.flush()  # reported once: the next flush goes on
+    assert log.fsync_count == 2
