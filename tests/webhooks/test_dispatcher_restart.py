@@ -5,7 +5,9 @@ a real one (the subscription's attempt log cannot be read)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import orjson
 import pytest
@@ -18,7 +20,7 @@ from herald.lifecycle import Backoff
 from storage.engine import Storage
 from storage.record import Acks, NewRecord
 from storage.topic import PublishItem
-from subscribers.attempt_log import Attempt
+from subscribers.attempt_log import Attempt, AttemptLog
 from subscribers.destination import DestinationGuard
 from subscribers.webhook import WebhookDispatchers
 from tests.helpers import wait_until
@@ -96,3 +98,23 @@ async def test_the_history_on_disk_is_read_before_the_dispatchers_start_returns(
             assert stats is not None and stats["last_status"] == 500
         finally:
             await dispatchers.stop()
+
+
+async def test_a_flush_cancelled_after_taking_its_batch_still_writes_it(tmp_path: Path) -> None:
+    """The periodic flush is cancelled at shutdown. One cancelled while writing lost the
+    attempts it had taken, and the final flush found nothing left: a graceful restart
+    came back with an empty history (2 runs in ~65 of the webhooks folder)."""
+    path = tmp_path / "attempts" / "s.jsonl"
+    history = AttemptLog(path)
+    kept = [Attempt(1_795_000_000_000 + i, f"0-{i}", 1, 200, 1.0, None) for i in range(5)]
+    for attempt in kept:
+        history.add(attempt)
+    periodic = asyncio.create_task(history.flush())
+    await asyncio.sleep(0)  # it has taken the batch and waits on the file system
+    periodic.cancel()
+    await asyncio.wait([periodic])
+    history.add(last := Attempt(1_795_000_000_009, "0-9", 2, 200, 1.0, None))
+    await history.flush()  # the final flush: after the cut-short one, in order
+    reloaded = AttemptLog(path)
+    await reloaded.load()
+    assert reloaded.recent() == [last, *kept[::-1]]
