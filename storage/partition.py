@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from herald.protocol.errors import StorageUnavailable
 from storage.open_files import OpenFiles
-from storage.partition_log import LogConfig, PartitionLog
+from storage.partition_log import DetachedSync, LogConfig, PartitionLog
 from storage.record import Acks, NewRecord, Record
 from storage.replicated import ReplicationHooks
 from storage.tail_cache import DEFAULT_CACHE_BYTES, TailCache
@@ -474,14 +474,14 @@ class Partition:
         """fsync what was written so far (for a periodic flush of Acks.LEADER appends).
         Only taking the descriptor waits in the writer's queue; the fsync itself runs on
         another thread, so the appends behind it are not held up."""
-        fd, end = await self._on_writer(self._flush_descriptor)
-        if fd is not None:
-            await asyncio.to_thread(self.log.flush_detached, fd)
+        detached, end = await self._on_writer(self._flush_descriptor)
+        if detached is not None:
+            await asyncio.to_thread(self.log.flush_detached, detached)
             self._on_synced(end)
         elif not self.log.closed:
             self._on_synced(end)  # its files were released: fsynced before they closed
 
-    def _flush_descriptor(self) -> tuple[int | None, int]:
+    def _flush_descriptor(self) -> tuple[DetachedSync | None, int]:
         return self.log.flush_descriptor(), self.log.end_offset
 
     async def close(self) -> None:

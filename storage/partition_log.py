@@ -29,7 +29,7 @@ from storage.durable import fsync_dir, make_dirs
 from storage.epochs import CorruptCheckpoint, LeaderEpochCache, StaleEpoch
 from storage.open_files import OpenFiles
 from storage.record import NewRecord, Record
-from storage.segment import LogSegment
+from storage.segment import REWRITE_SUFFIX, LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,16 @@ class LogConfig:
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= _MAX_SEGMENT_BYTES:
             raise ValueError("segment_bytes must be in 1..4 GiB")
+
+
+@dataclass(frozen=True, slots=True)
+class DetachedSync:
+    """An fsync of the active segment's log off the writer thread: a descriptor of its
+    own and the log size it covers."""
+
+    segment: LogSegment
+    fd: int
+    size: int
 
 
 class PartitionLog:
@@ -70,15 +80,6 @@ class PartitionLog:
         self._reported_files = 0  # what this log last told _open_files it holds
         self._fsyncs = 0  # by flush(), on the writer thread
         self._detached_fsyncs = 0  # by flush_detached(), off it
-        # fsyncs of the active log share one open file description (flush_detached's is
-        # a dup), and Linux reports a failed write-back once per description: to the
-        # first fsync after it. One that failed in flush_detached leaves the writer's
-        # next fsync "succeeding" over pages that never reached the disk (fsyncgate).
-        # So every fsync counts its failures under this lock, and flush() reports one
-        # it did not see itself.
-        self._sync_lock = threading.Lock()
-        self._sync_failures = 0  # by any fsync of the active log
-        self._failures_reported = 0  # of those, raised by flush()
         self.recovered_bytes = 0  # torn or corrupt tail bytes cut while opening
         self._segments: tuple[LogSegment, ...] = ()
         self.closed = False
@@ -140,6 +141,8 @@ class PartitionLog:
         for path in self.directory.iterdir():
             match = _SEGMENT_FILE.match(path.name)
             if match is None:
+                if path.name.endswith(REWRITE_SUFFIX):  # a crash cut its rewrite short
+                    path.unlink()
                 continue
             if match.group(2) == "log":
                 logs.add(int(match.group(1)))
@@ -308,27 +311,16 @@ class PartitionLog:
         self._segments = (*self._segments, new)
 
     def flush(self) -> None:
-        """fsync what was appended so far. Raises StorageUnavailable if that fails, or if
-        an fsync through flush_detached failed since the last call: what it covered
-        may not be on disk, whatever this fsync says."""
+        """fsync what was appended so far (after a failed write-back, rewriting what it
+        may have lost first: LogSegment._sync_log). Raises StorageUnavailable if that
+        fails."""
         with self._files_lock:
             if self.closed:
                 return
-            with self._sync_lock:
-                try:
-                    self._segments[-1].flush()
-                except OSError as exc:
-                    self._sync_failures += 1
-                    self._failures_reported = self._sync_failures
-                    raise StorageUnavailable(
-                        f"cannot fsync partition {self.partition}: {exc}"
-                    ) from exc
-                if self._failures_reported != self._sync_failures:
-                    self._failures_reported = self._sync_failures
-                    raise StorageUnavailable(
-                        f"cannot fsync partition {self.partition}: an fsync of it failed "
-                        "since the last one (its write-back error is reported only once)"
-                    )
+            try:
+                self._segments[-1].flush()
+            except OSError as exc:
+                raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
             self._fsyncs += 1
 
     def sync_recovered(self) -> None:
@@ -341,34 +333,37 @@ class PartitionLog:
             except OSError as exc:
                 raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
 
-    def flush_descriptor(self) -> int | None:
-        """A descriptor for flush_detached, taken in queue order on the writer thread (None
+    def flush_descriptor(self) -> DetachedSync | None:
+        """What flush_detached needs, taken in queue order on the writer thread (None
         once closed, or when the active segment's files are released: they were fsynced
-        then): the fsync then covers every append written so far."""
+        then): the fsync then covers every append written so far. After a failed
+        write-back the log is flushed here instead, which rewrites it (None then too)."""
         with self._files_lock:
             if self.closed:
                 return None
+            active = self._segments[-1]
+            if active.needs_rewrite:  # with acks=1 alone, nothing else would mend it
+                self.flush()
+                return None
             try:
-                return self._segments[-1].duplicate_descriptor()
+                duplicate = active.duplicate_descriptor()
             except OSError as exc:
                 raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
+            return None if duplicate is None else DetachedSync(active, *duplicate)
 
-    def flush_detached(self, fd: int) -> None:
-        """fsync through ``fd`` (from flush_descriptor) and close it, on any thread but
-        the writer's, so appends go on while it runs: a periodic fsync of Acks.LEADER
-        data can take tens of ms when the disk is busy, and appends queued behind it
-        would wait as long (Kafka's log flusher does not hold appends up either)."""
+    def flush_detached(self, detached: DetachedSync) -> None:
+        """fsync through ``detached`` (from flush_descriptor) and close its descriptor, on
+        any thread but the writer's, so appends go on while it runs: a periodic fsync of
+        Acks.LEADER data can take tens of ms when the disk is busy, and appends queued
+        behind it would wait as long (Kafka's log flusher does not hold appends up
+        either). After a failed write-back it fails until the writer's flush() has
+        rewritten what was lost."""
         try:
-            with self._sync_lock:
-                try:
-                    os.fdatasync(fd)
-                except OSError as exc:
-                    self._sync_failures += 1  # flush() reports it too (see __init__)
-                    raise StorageUnavailable(
-                        f"cannot fsync partition {self.partition}: {exc}"
-                    ) from exc
+            detached.segment.sync_duplicate(detached.fd, detached.size)
+        except OSError as exc:
+            raise StorageUnavailable(f"cannot fsync partition {self.partition}: {exc}") from exc
         finally:
-            os.close(fd)
+            os.close(detached.fd)
         self._detached_fsyncs += 1
 
     @property

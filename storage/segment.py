@@ -12,8 +12,10 @@ and open again at its next write, so a closed descriptor never holds unsynced by
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from storage.batch import (
@@ -24,11 +26,13 @@ from storage.batch import (
     decode_batch,
     read_header,
 )
+from storage.durable import fsync_dir
 from storage.errors import CorruptLog
 from storage.index import OffsetIndex, TimeIndex
 from storage.record import Record
 
 READ_CHUNK = 1 << 20  # bytes read ahead when scanning a segment
+REWRITE_SUFFIX = ".rewrite"  # a log's copy while it is rewritten (LogSegment._rewrite)
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -62,6 +66,11 @@ class LogSegment:
         self.first_timestamp: int | None = None  # of the first batch: segment age
         self.last_timestamp: int | None = None  # of the last batch: time retention
         self._since_index = 0  # log bytes since the last index entry
+        # Every fsync of the log goes through _sync_log (see there: fsyncgate).
+        self._sync_lock = threading.Lock()
+        self._synced_size = 0  # the log's bytes an fsync is known to have put on disk
+        self._unsynced_from: int | None = None  # a write-back failed past this position
+        self._lost_at: int | None = None  # ... and its bytes were gone when rewritten
 
     # -- the writer's descriptors -------------------------------------------------------
 
@@ -99,6 +108,8 @@ class LogSegment:
 
     def append(self, batch: EncodedBatch) -> None:
         """Write one batch; on an I/O error cut the segment back to what it was and raise."""
+        if self._lost_at is not None:
+            raise self._lost_error()
         position = self.size
         entries = len(self.offset_index)
         try:
@@ -121,6 +132,7 @@ class LogSegment:
 
     def _cut(self, position: int, entries: int) -> None:
         # Best effort: if even the truncate fails, recovery cuts the torn tail on reopen.
+        self._synced_size = min(self._synced_size, position)
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, position)
             self.offset_index.truncate_to_position(position)
@@ -129,20 +141,109 @@ class LogSegment:
     def flush(self) -> None:
         # A released log was fsynced before its descriptor closed: nothing to do.
         if self._log_fd is not None:
-            os.fdatasync(self._log_fd)
+            self._sync_log(self._log_fd, self.size, os.fdatasync, rewrite=True)
 
-    def duplicate_descriptor(self) -> int | None:
-        """A descriptor of the log file of its own, for an fsync off the writer thread:
-        a roll may close ours meanwhile, never the duplicate. None when the log's
-        descriptor is released (it was fsynced then)."""
-        return None if self._log_fd is None else os.dup(self._log_fd)
+    def duplicate_descriptor(self) -> tuple[int, int] | None:
+        """A descriptor of the log file of its own, for an fsync off the writer thread
+        (sync_duplicate): a roll may close ours meanwhile, never the duplicate. With it,
+        the size its fsync will cover. None when the log's descriptor is released (it
+        was fsynced then)."""
+        return None if self._log_fd is None else (os.dup(self._log_fd), self.size)
+
+    @property
+    def needs_rewrite(self) -> bool:
+        """A write-back failed: only a flush on the writer thread may sync the log now."""
+        return self._unsynced_from is not None or self._lost_at is not None
+
+    def sync_duplicate(self, fd: int, size: int) -> None:
+        """fdatasync through a descriptor from duplicate_descriptor, on any thread. After
+        a failed write-back it raises instead (EIO): only the writer, which rewrites the
+        lost pages first, may then call the log synced."""
+        self._sync_log(fd, size, os.fdatasync, rewrite=False)
 
     def flush_all(self) -> None:
         """fsync the log and both indexes: done when the segment is closed or rolled."""
         if self._log_fd is not None:
-            os.fsync(self._log_fd)
+            self._sync_log(self._log_fd, self.size, os.fsync, rewrite=True)
         self.offset_index.fsync()
         self.time_index.fsync()
+
+    def _sync_log(self, fd: int, size: int, sync: Callable[[int], None], rewrite: bool) -> None:
+        """fsync the log, which then holds its first ``size`` bytes.
+
+        Linux reports a failed write-back once, to the first fsync after it (fsyncgate),
+        and marks the pages clean: they are never written again, and the next fsync
+        succeeds over them. A later acks=all publish was then answered while records
+        before it were not on disk, and after a power loss the log held zeros in their
+        place. So after a failure the log is rewritten (see _rewrite) before an fsync
+        may succeed again.
+        """
+        with self._sync_lock:
+            if self._lost_at is not None:
+                raise self._lost_error()
+            if self._unsynced_from is not None:
+                if not rewrite:
+                    raise OSError(errno.EIO, "a write-back failed: waiting for its rewrite")
+                self._rewrite(self._unsynced_from, size)
+            else:
+                try:
+                    sync(fd)
+                except OSError:
+                    self._unsynced_from = self._synced_size
+                    raise
+            self._synced_size = max(self._synced_size, size)
+
+    def _rewrite(self, unsynced_from: int, size: int) -> None:
+        """Copy the log to a new file, fsync it and rename it over the old one (the writer
+        thread, every append written). Writing the lost bytes again in place is not
+        enough: on ext4 a failed write-back can leave their blocks' extents "unwritten"
+        (read back as zeros) while the cache says written, and no later write-back mends
+        them. A new file gets new blocks. Readers keep the file they opened, or open the
+        new one; both hold the same bytes. The copy of the bytes past ``unsynced_from``
+        comes from the page cache: their CRCs are checked in the copy, and if the kernel
+        evicted them meanwhile they are gone. The segment then takes no more writes and
+        its index is cut, so that the next start's recovery cuts the log there (nothing
+        past it was acknowledged as on disk)."""
+        copy = self.path.with_name(self.path.name + REWRITE_SUFFIX)
+        out = os.open(copy, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for at in range(0, size, READ_CHUNK):
+                _write_all(out, os.pread(self._fd, min(READ_CHUNK, size - at), at))
+            position = unsynced_from
+            try:
+                for position, header, buf, at in iter_batches(out, unsynced_from, size):  # noqa: B007
+                    check_batch(buf, at, header)
+            except CorruptLog:
+                self._lose_from(position)
+                raise self._lost_error() from None
+            os.fsync(out)
+            os.replace(copy, self.path)
+        except BaseException:
+            os.close(out)
+            with contextlib.suppress(OSError):
+                copy.unlink()
+            raise
+        old, self._log_fd = self._log_fd, None
+        if old is not None:
+            os.close(old)
+        os.close(out)  # opened again with O_APPEND on use
+        fsync_dir(self.path.parent)  # raises OSError: the rename may not be durable yet
+        self._unsynced_from = None
+
+    def _lose_from(self, position: int) -> None:
+        self._lost_at = position
+        with contextlib.suppress(OSError):  # best effort: the disk is failing
+            kept = self.offset_index.truncate_to_position(position)
+            self.time_index.truncate(kept)
+            self.offset_index.fsync()
+            self.time_index.fsync()
+
+    def _lost_error(self) -> OSError:
+        return OSError(
+            errno.EIO,
+            f"{self.path.name}: a failed write-back lost its bytes from {self._lost_at} on; "
+            "restart to recover the log up to there",
+        )
 
     def close(self) -> None:
         self.sealed = True
@@ -359,6 +460,12 @@ class LogSegment:
 
     def truncate_to_position(self, position: int, next_offset: int) -> None:
         """Cut the log at a batch boundary (recovery, replication truncation)."""
+        self._synced_size = min(self._synced_size, position)
+        if self._lost_at is not None and position <= self._lost_at:
+            # Cut below the hole (a follower cutting back to fetch again): the log takes
+            # writes again, and the next fsync still rewrites what was not synced.
+            self._lost_at = None
+            self._unsynced_from = min(self._unsynced_from or 0, position)
         os.ftruncate(self._fd, position)
         kept = self.offset_index.truncate_to_position(position)
         self.time_index.truncate(kept)

@@ -18,11 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -32,16 +28,13 @@ import pytest
 from cluster.etcd import EtcdClient
 from cluster.state import partition_key
 from tests.cluster.nodes import HeraldCluster
+from tests.failing_disk import FailingDisk, needs_failing_disk
+from tests.failing_disk import failing_disk as mount_failing_disk
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("mkfs.ext4") and shutil.which("losetup")),
-    reason="needs root, mkfs.ext4 and loop devices to give a node a failing disk",
-)
+pytestmark = needs_failing_disk
 
 TOPIC = "durable"
 FAULTY = "n3"
-BACKING_MB = 24  # the tmpfs holding the disk image: what the image may really use
-IMAGE_MB = 128  # what ext4 believes it has
 ANSWER_WITHIN_S = 60.0  # far beyond replica_lag_ms: a publish not answered by then hangs
 # Each record's value: a publish of several spans new blocks of the image (an append inside
 # a block the backing file already holds would be written back, and fsynced, fine).
@@ -58,54 +51,12 @@ async def _etcd_isr(cluster: HeraldCluster, partition: int) -> list[str]:
     return isr
 
 
-@dataclass
-class FailingDisk:
-    backing: Path
-    mountpoint: Path
-
-    def fail_fsyncs(self) -> None:
-        """Fill the backing tmpfs: writes still land in the page cache, write-back fails."""
-        with (self.backing / "filler").open("wb") as filler:
-            chunk = b"\0" * (1 << 20)
-            try:
-                for _ in range(4 * BACKING_MB):
-                    filler.write(chunk)
-                    filler.flush()
-            except OSError:
-                return
-        raise AssertionError("the backing tmpfs did not fill up")
-
-    def heal(self) -> None:
-        (self.backing / "filler").unlink(missing_ok=True)
-
-
-def _run(*command: str | Path) -> None:
-    subprocess.run([str(c) for c in command], check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture
 def failing_disk(tmp_path: Path) -> Iterator[FailingDisk]:
-    backing = tmp_path / "backing"
     mountpoint = tmp_path / "cluster" / FAULTY  # the node's data directory
-    backing.mkdir()
     mountpoint.mkdir(parents=True)
-    _run("mount", "-t", "tmpfs", "-o", f"size={BACKING_MB}m", "tmpfs", backing)
-    mounted = False
-    try:
-        image = backing / "disk.img"
-        with image.open("wb") as f:
-            f.truncate(IMAGE_MB << 20)  # sparse
-        # No journal, errors=continue: a failed write-back is reported to fsync and the
-        # file system stays writable (no remount read-only), as a plain data disk would.
-        _run("mkfs.ext4", "-q", "-F", "-O", "^has_journal", image)
-        _run("mount", "-o", "loop,errors=continue", image, mountpoint)
-        mounted = True
-        yield FailingDisk(backing, mountpoint)
-    finally:
-        (backing / "filler").unlink(missing_ok=True)
-        if mounted:
-            subprocess.run(["umount", str(mountpoint)], check=False, timeout=60)
-        subprocess.run(["umount", str(backing)], check=False, timeout=60)
+    with mount_failing_disk(tmp_path / "backing", mountpoint) as disk:
+        yield disk
 
 
 @pytest.fixture

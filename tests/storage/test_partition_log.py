@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from herald.protocol.errors import StorageUnavailable
-from storage.partition_log import LogConfig, PartitionLog
+from storage.partition_log import DetachedSync, LogConfig, PartitionLog
 from storage.record import NewRecord, ValueKind
 
 SMALL = LogConfig(segment_bytes=2000, index_interval_bytes=300)
@@ -266,24 +266,45 @@ TestLogMachine.settings = settings(
 )
 
 
-def test_an_fsync_that_failed_off_the_writer_fails_the_writers_next_flush(log):
-    """fsyncgate: the periodic fsync (flush_detached, through a dup of the active log's
-    descriptor) and the writer's share one open file description, and Linux reports a
-    failed write-back to the first fsync after it only. Once the periodic one got the
-    error, the writer's fsync "succeeded" over pages that never reached the disk, and a
-    follower reported them fsynced (an acks=all publish was answered 200 with a
-    follower that could not fsync in the ISR: the console+cluster loop of 2026-11-28).
-    The failure here is a real one from the OS: an fsync of a closed descriptor."""
-    fill(log, 1)
+def test_after_a_failed_fsync_the_next_flush_rewrites_the_log_with_the_same_bytes(log):
+    """fsyncgate (tests/storage/test_fsync_failure.py shows it on a failing disk): after a
+    failed fsync the writer's flush copies the log to a new file before it may succeed.
+    The failure here is a real one from the OS: the fdatasync of a pipe (EINVAL)."""
+    fill(log, 3)
     log.flush()
-    fill(log, 1, ts0=2000)
-    pipe_out, pipe_in = os.pipe()  # fdatasync of a pipe fails (EINVAL); closing it does not
+    fill(log, 2, ts0=2000)
+    path = log.segments[-1].path
+    before, inode = path.read_bytes(), path.stat().st_ino
+    pipe_out, pipe_in = os.pipe()
     try:
-        with pytest.raises(StorageUnavailable):
-            log.flush_detached(pipe_out)  # it closes the descriptor it is given
+        detached = log.flush_descriptor()
+        assert detached is not None
+        os.close(detached.fd)
+        failing = DetachedSync(detached.segment, pipe_out, detached.size)
+        with pytest.raises(StorageUnavailable, match="cannot fsync"):
+            log.flush_detached(failing)  # it closes the descriptor it is given
     finally:
         os.close(pipe_in)
-    with pytest.raises(StorageUnavailable, match="failed since the last one"):
-        log.flush()  # its own fsync succeeds; what the failed one covered is not sure
-    log.flush()  # reported once: the next flush goes on
-    assert log.fsync_count == 2
+    log.flush()
+    assert path.stat().st_ino != inode
+    assert path.read_bytes() == before
+    assert [r.offset for r in log.read(0, 100, 1 << 20)] == list(range(50))
+    fill(log, 1, ts0=3000)  # appends go on, to the new file
+    log.flush()
+    assert log.end_offset == 60
+    assert len(log.read(0, 100, 1 << 20)) == 60
+
+
+def test_a_copy_left_by_a_crash_during_a_rewrite_is_removed_on_opening(tmp_path):
+    directory = tmp_path / "t" / "0"
+    log = PartitionLog(directory, 0, SMALL)
+    fill(log, 2)
+    log.close()
+    stray = log.segments[-1].path.with_name(log.segments[-1].path.name + ".rewrite")
+    stray.write_bytes(b"half a copy")
+    log = PartitionLog(directory, 0, SMALL)
+    try:
+        assert not stray.exists()
+        assert log.end_offset == 20
+    finally:
+        log.close()

@@ -1,0 +1,182 @@
+"""A log whose fsync failed, on a real failing disk (tests/failing_disk.py; needs root).
+
+Linux reports a failed write-back once, to the first fsync after it, and marks the pages
+clean (PostgreSQL's "fsyncgate"). Before, the next fsync of the log then succeeded over
+records that never reached the disk: a later acks=all publish was answered, and after a
+power loss the log held zeros where the earlier records were, so even the acknowledged
+record after them could not be read. Each test here ends with a power cycle of the disk
+and reads what is on it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from herald.protocol.errors import StorageUnavailable
+from storage.partition_log import PartitionLog
+from storage.record import NewRecord
+from tests.failing_disk import FailingDisk, failing_disk, needs_failing_disk
+
+pytestmark = needs_failing_disk
+
+# Every record spans new blocks of the image: a write inside a block the backing file
+# already holds would be written back, and fsynced, fine.
+VALUE_BYTES = 200_000
+# Written while the disk fails: more than the little room a full backing tmpfs keeps.
+B_RECORDS = 16
+B_TAGS = [f"b{k}" for k in range(B_RECORDS)]
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[FailingDisk]:
+    mountpoint = tmp_path / "data"
+    mountpoint.mkdir()
+    with failing_disk(tmp_path / "backing", mountpoint) as mounted:
+        yield mounted
+
+
+def append(log: PartitionLog, tag: str, count: int) -> None:
+    for k in range(count):
+        value = f"{tag}{k}:".encode().ljust(VALUE_BYTES, b"x")
+        log.append([NewRecord(value)], int(time.time() * 1000))
+
+
+def tags(log: PartitionLog) -> list[str]:
+    return [r.value.split(b":")[0].decode() for r in log.read(0, 1000, 1 << 30)]
+
+
+def evict(log: PartitionLog) -> None:
+    """Drop the log's clean pages from the page cache, as memory pressure may."""
+    fd = os.open(log.segments[-1].path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def after_power_loss(disk: FailingDisk, log: PartitionLog) -> PartitionLog:
+    directory = log.directory
+    log.close()
+    disk.power_cycle()
+    return PartitionLog(directory)
+
+
+def test_a_flush_that_succeeds_after_a_failed_one_has_every_record_on_disk(disk):
+    log = PartitionLog(disk.mountpoint / "t" / "0")
+    append(log, "a", 2)
+    log.flush()  # acks=all: on disk
+    disk.fail_fsyncs()
+    append(log, "b", B_RECORDS)  # acks=1: written, not fsynced
+    with pytest.raises(StorageUnavailable, match="cannot fsync"):
+        log.flush()
+    disk.heal()
+    append(log, "c", 2)
+    log.flush()  # acks=all answered: c, and everything before it, is on disk
+
+    log = after_power_loss(disk, log)
+    try:
+        assert tags(log) == ["a0", "a1", *B_TAGS, "c0", "c1"]
+        assert log.recovered_bytes == 0
+    finally:
+        log.close()
+
+
+def test_a_failed_periodic_fsync_is_mended_by_the_next_periodic_flush(disk):
+    """The periodic flush (flush_detached, off the writer thread) meets the failure. A
+    detached fsync cannot know the lost pages were written again, so it fails until the
+    writer has rewritten the log; the next periodic flush does that on the writer (with
+    acks=1 alone, nothing else would)."""
+    log = PartitionLog(disk.mountpoint / "t" / "0")
+    try:
+        append(log, "a", 2)
+        log.flush()
+        disk.fail_fsyncs()
+        append(log, "b", B_RECORDS)
+        first, second = log.flush_descriptor(), log.flush_descriptor()
+        assert first is not None and second is not None
+        with pytest.raises(StorageUnavailable, match="cannot fsync"):
+            log.flush_detached(first)
+        disk.heal()
+        with pytest.raises(StorageUnavailable, match="waiting for its rewrite"):
+            log.flush_detached(second)  # its fsync would succeed over the lost pages
+        assert log.flush_descriptor() is None  # rewritten and fsynced, on the writer
+        append(log, "c", 1)
+        detached = log.flush_descriptor()
+        assert detached is not None
+        log.flush_detached(detached)  # mended: periodic fsyncs work again
+    except BaseException:
+        log.close()
+        raise
+    log = after_power_loss(disk, log)
+    try:
+        assert tags(log) == ["a0", "a1", *B_TAGS, "c0"]
+    finally:
+        log.close()
+
+
+def test_records_evicted_before_their_rewrite_are_cut_and_the_log_stops_taking_writes(disk):
+    """If the kernel dropped the clean pages before the rewrite, their records are gone:
+    the flush says so, the log takes no more appends (a record after the hole would be
+    acknowledged and then lost), and the next start recovers the log up to the hole."""
+    log = PartitionLog(disk.mountpoint / "t" / "0")
+    append(log, "a", 2)
+    log.flush()
+    disk.fail_fsyncs()
+    append(log, "b", B_RECORDS)
+    with pytest.raises(StorageUnavailable, match="cannot fsync"):
+        log.flush()
+    evict(log)
+    disk.heal()
+    with pytest.raises(StorageUnavailable, match="lost its bytes"):
+        log.flush()
+    with pytest.raises(StorageUnavailable, match="lost its bytes"):
+        append(log, "c", 1)
+    with pytest.raises(StorageUnavailable, match="lost its bytes"):
+        log.flush()
+
+    directory = log.directory
+    with pytest.raises(OSError, match="lost its bytes"):
+        log.close()  # the files are closed all the same
+    disk.power_cycle()
+    log = PartitionLog(directory)
+    try:
+        assert tags(log) == ["a0", "a1"]
+        assert log.end_offset == 2
+        append(log, "c", 1)  # a recovered log takes appends again
+        log.flush()
+        assert tags(log) == ["a0", "a1", "c0"]
+    finally:
+        log.close()
+
+
+def test_a_log_cut_below_the_lost_records_takes_writes_again(disk):
+    """A follower whose flush failed cuts its log back to what it had fsynced and fetches
+    again from its leader: below the hole, the log is whole and takes appends."""
+    log = PartitionLog(disk.mountpoint / "t" / "0")
+    try:
+        append(log, "a", 2)
+        log.flush()
+        disk.fail_fsyncs()
+        append(log, "b", B_RECORDS)
+        with pytest.raises(StorageUnavailable, match="cannot fsync"):
+            log.flush()
+        evict(log)
+        disk.heal()
+        with pytest.raises(StorageUnavailable, match="lost its bytes"):
+            log.flush()
+        log.truncate_to(2)
+        append(log, "c", 1)
+        log.flush()
+    except BaseException:
+        log.close()
+        raise
+    log = after_power_loss(disk, log)
+    try:
+        assert tags(log) == ["a0", "a1", "c0"]
+    finally:
+        log.close()
