@@ -15,6 +15,18 @@ class CorruptLog(Exception):
     """Raised inside storage when bytes on disk fail their checks; never reaches a client."""
 
 
+class WrittenNotSynced(StorageUnavailable):
+    """An acks=all append that was written to the log but whose fsync failed: answered
+    503, yet its records are in the log (readable once synced, copied by followers), so a
+    retry of their producer ids must find them (PROTOCOL §2: deduplicated, not appended
+    twice) and make them durable before it answers."""
+
+    def __init__(self, detail: str, first_offset: int, timestamp: int) -> None:
+        super().__init__(detail)
+        self.first_offset = first_offset
+        self.timestamp = timestamp
+
+
 # PROTOCOL §6: running out of a resource is 503 storage_unavailable, never 500.
 _EXHAUSTED_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT})
 _EXHAUSTED_SQLITE = frozenset({"SQLITE_CANTOPEN", "SQLITE_FULL"})

@@ -13,6 +13,7 @@ import crc32c
 from herald.protocol.errors import PartitionNotFound, StorageUnavailable, TopicNotFound
 from storage.config import TopicConfig
 from storage.dedup import DedupIndex
+from storage.errors import WrittenNotSynced
 from storage.partition import Partition
 from storage.record import Acks, NewRecord, message_size, slot_constructor
 from storage.writer import wall_clock_ms
@@ -368,8 +369,30 @@ class Topic:
         target = self.partitions[partition]
         hooks = target.hooks  # those the append runs under, if replicated
         # Replicated, the commit is awaited after the bookkeeping below: records whose
-        # commit fails are in the log all the same, and a retry must find their ids.
-        first_offset, timestamp = await target.append_local(records, acks)
+        # commit fails are in the log all the same, and a retry must find their ids. So
+        # must records written whose fsync failed.
+        try:
+            first_offset, timestamp = await target.append_local(records, acks)
+        except WrittenNotSynced as exc:
+            self._landed(
+                partition, indexes, records, exc.first_offset, exc.timestamp, owned, results
+            )
+            raise
+        self._landed(partition, indexes, records, first_offset, timestamp, owned, results)
+        if hooks is not None:
+            await hooks.wait_commit(first_offset + len(records), acks)
+
+    def _landed(
+        self,
+        partition: int,
+        indexes: list[int],
+        records: list[NewRecord],
+        first_offset: int,
+        timestamp: int,
+        owned: dict[str, _Landing],
+        results: list[PublishResult | None],
+    ) -> None:
+        """The bookkeeping of records written to the log: results, dedup, counters."""
         size = 0
         for delta, (index, record) in enumerate(zip(indexes, records, strict=True)):
             offset = first_offset + delta
@@ -383,8 +406,6 @@ class Topic:
                 size += message_size(record.value, record.key, record.headers)
         self.bytes_total += size
         self.messages_total += len(records)
-        if hooks is not None:
-            await hooks.wait_commit(first_offset + len(records), acks)
 
     def _append_done(self, task: asyncio.Task[None]) -> None:
         self._appends.discard(task)

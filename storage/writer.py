@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from herald.protocol.errors import StorageUnavailable
+from storage.errors import WrittenNotSynced
 from storage.partition_log import PartitionLog
 from storage.record import Acks, NewRecord
 
@@ -172,8 +173,10 @@ class Writer:
                 if on_synced is not None:
                     durable.setdefault(items[0][0].loop, []).append((on_synced, (end,)))
             except Exception as exc:
-                error = _storage_error(exc)
-                answers = [(_fail, (req.future, error)) for req, _ in items]
+                error = str(_storage_error(exc))
+                answers = [
+                    (_fail, (req.future, WrittenNotSynced(error, *result))) for req, result in items
+                ]
             for answer, (request, _) in zip(answers, items, strict=True):
                 durable.setdefault(request.loop, []).append(answer)
         return durable

@@ -18,8 +18,11 @@ from pathlib import Path
 import pytest
 
 from herald.protocol.errors import StorageUnavailable
+from storage.config import TopicConfig
+from storage.engine import Storage
 from storage.partition_log import PartitionLog
-from storage.record import NewRecord
+from storage.record import Acks, NewRecord
+from storage.topic import PublishItem
 from tests.failing_disk import FailingDisk, failing_disk, needs_failing_disk
 
 pytestmark = needs_failing_disk
@@ -180,3 +183,36 @@ def test_a_log_cut_below_the_lost_records_takes_writes_again(disk):
         assert tags(log) == ["a0", "a1", "c0"]
     finally:
         log.close()
+
+
+async def test_a_retry_of_an_acks_all_publish_whose_fsync_failed_is_deduplicated(disk):
+    """The records of an acks=all publish answered 503 because the fsync failed are in
+    the log all the same. A retry with the same message ids must find them (PROTOCOL §2),
+    not append them again (the nemesis's first failing-disk run, 2026-11-28, found each
+    id twice in the log), and answers only once they are on disk."""
+    data = disk.mountpoint / "data"
+    storage = await Storage.open(data, writer_threads=1)
+    try:
+        topic = await storage.create_topic("t", TopicConfig(partitions=1))
+        await topic.publish([PublishItem(NewRecord(b"a:", producer_id="a"))], Acks.ALL)
+        batch = [
+            PublishItem(NewRecord(f"{tag}:".encode().ljust(VALUE_BYTES, b"x"), producer_id=tag))
+            for tag in B_TAGS
+        ]
+        disk.fail_fsyncs()
+        with pytest.raises(StorageUnavailable):
+            await topic.publish(batch, Acks.ALL)
+        disk.heal()
+        retry = await topic.publish(batch, Acks.ALL)
+        assert [(r.offset, r.duplicate) for r in retry] == [(1 + k, True) for k in range(B_RECORDS)]
+    finally:
+        await storage.close()
+    disk.power_cycle()
+    storage = await Storage.open(data, writer_threads=1)
+    try:
+        topic = storage.topic("t")
+        assert topic is not None
+        records = await topic.partitions[0].read(0, 1000, 1 << 30)
+        assert [r.producer_id for r in records] == ["a", *B_TAGS]
+    finally:
+        await storage.close()
