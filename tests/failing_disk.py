@@ -22,9 +22,14 @@ import pytest
 BACKING_MB = 24  # the tmpfs holding the disk image: what the image may really use
 IMAGE_MB = 128  # what ext4 believes it has
 
+
+def available() -> bool:
+    """Root, mkfs.ext4 and losetup: what mounting a failing disk needs."""
+    return os.geteuid() == 0 and bool(shutil.which("mkfs.ext4") and shutil.which("losetup"))
+
+
 needs_failing_disk = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("mkfs.ext4") and shutil.which("losetup")),
-    reason="needs root, mkfs.ext4 and loop devices to make a failing disk",
+    not available(), reason="needs root, mkfs.ext4 and loop devices to make a failing disk"
 )
 
 
@@ -36,6 +41,7 @@ def _run(*command: str | Path) -> None:
 class FailingDisk:
     backing: Path
     mountpoint: Path
+    backing_mb: int = BACKING_MB
 
     @property
     def image(self) -> Path:
@@ -46,7 +52,7 @@ class FailingDisk:
         with (self.backing / "filler").open("wb") as filler:
             chunk = b"\0" * (1 << 20)
             try:
-                for _ in range(4 * BACKING_MB):
+                for _ in range(4 * self.backing_mb):
                     filler.write(chunk)
                     filler.flush()
             except OSError:
@@ -63,15 +69,17 @@ class FailingDisk:
 
 
 @contextmanager
-def failing_disk(backing: Path, mountpoint: Path) -> Iterator[FailingDisk]:
+def failing_disk(
+    backing: Path, mountpoint: Path, backing_mb: int = BACKING_MB, image_mb: int = IMAGE_MB
+) -> Iterator[FailingDisk]:
     """Mount a fresh failing disk at ``mountpoint`` (which must exist), its image on a
     tmpfs mounted at ``backing`` (made here); both unmounted at the end."""
     backing.mkdir()
-    _run("mount", "-t", "tmpfs", "-o", f"size={BACKING_MB}m", "tmpfs", backing)
-    disk = FailingDisk(backing, mountpoint)
+    _run("mount", "-t", "tmpfs", "-o", f"size={backing_mb}m", "tmpfs", backing)
+    disk = FailingDisk(backing, mountpoint, backing_mb)
     try:
         with disk.image.open("wb") as f:
-            f.truncate(IMAGE_MB << 20)  # sparse
+            f.truncate(image_mb << 20)  # sparse
         # No journal, errors=continue: a failed write-back is reported to fsync and the
         # file system stays writable (no remount read-only), as a plain data disk would.
         _run("mkfs.ext4", "-q", "-F", "-O", "^has_journal", disk.image)

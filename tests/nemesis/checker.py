@@ -406,7 +406,7 @@ def check_restarts(history: History, events: list[dict[str, Any]]) -> list[Viola
     stopped and just after it was healthy again: a partition the node led at epoch e
     before that it still leads at epoch e after. A restart whose revisions a gap in the
     recorded history precedes is not read."""
-    restarting = {"kill", "kill-later", "restart", "wipe"}
+    restarting = {"kill", "kill-later", "restart", "wipe", "power-loss"}
     found: list[dict[str, Any]] = []
     partition_events = [e for e in events if "/partitions/" in e["key"]]
     gaps = [e["revision"] for e in events if e["type"] == GAP]

@@ -11,7 +11,12 @@ twice the node TTL), ``pause`` (SIGSTOP past the node TTL, then SIGCONT), ``rest
 time, min_insync_replicas - 1 = 1), ``etcd-kill``, ``etcd-pause``, ``etcd-restart`` (an
 etcd member; the etcd leader when it can be told), ``cut-etcd`` (a node cut from every
 etcd member), ``cut-nodes`` (a node cut from every other node, both ways),
-``cut-one-way`` (one node cannot reach another; the other still reaches it).
+``cut-one-way`` (one node cannot reach another; the other still reaches it). With root
+and loop devices each node's data directory is a disk of its own (tests/failing_disk.py),
+and two more: ``disk-fail`` (every write-back, hence every fsync, of a node's disk fails
+past the node TTL, then works again: the process runs on) and ``power-loss`` (kill -9,
+then the disk unmounted and mounted again, which drops its page cache: what was not
+fsynced is gone, as in a power cut; then restart).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from tests.failing_disk import FailingDisk
 from tests.nemesis.cluster import NODE_TTL_MS, Cluster, EtcdMember, HeraldNode
 from tests.nemesis.history import Fault, History
 from tests.nemesis.network import Firewall
@@ -41,6 +47,7 @@ KINDS = (
     "cut-nodes",
     "cut-one-way",
 )
+DISK_KINDS = ("disk-fail", "power-loss")  # with a disk of its own per node
 TTL_S = NODE_TTL_MS / 1000
 RECOVER_WITHIN_S = 60.0
 PAUSE_BETWEEN_S = (1.0, 4.0)
@@ -55,11 +62,13 @@ class Nemesis:
     firewall: Firewall | None  # None: iptables unusable, partitions left out
     isr_full: Callable[[], bool]  # every partition of every topic: ISR == replicas
     topics: Mapping[str, int]  # topic -> partitions, to pick a leader to hit
+    disks: Mapping[str, FailingDisk]  # node -> its data directory's disk (or none)
 
     def kinds(self) -> tuple[str, ...]:
+        kinds = KINDS + DISK_KINDS if self.disks else KINDS
         if self.firewall is None:
-            return tuple(k for k in KINDS if not k.startswith("cut-"))
-        return KINDS
+            return tuple(k for k in kinds if not k.startswith("cut-"))
+        return kinds
 
     async def run(self, until: float, stop: asyncio.Event) -> None:
         """Faults until the run's clock passes ``until`` (history seconds)."""
@@ -113,6 +122,17 @@ class Nemesis:
             await asyncio.to_thread(process.kill)
             process.wipe()
             await asyncio.to_thread(self._start, process)
+        elif kind == "power-loss":
+            await asyncio.to_thread(process.kill)
+            await asyncio.to_thread(self.disks[node].power_cycle)
+            await asyncio.to_thread(self._start, process)
+        elif kind == "disk-fail":
+            held = TTL_S + self.rng.uniform(1, 4)
+            disk = self.disks[node]
+            await asyncio.to_thread(disk.fail_fsyncs)
+            await asyncio.sleep(held)
+            disk.heal()
+            note = f"failed {held:.1f} s"
         elif kind.startswith("etcd-"):
             members = [m for m in self.cluster.etcd if m.name not in busy] or self.cluster.etcd
             member = self.rng.choice(members)
@@ -211,9 +231,11 @@ class Nemesis:
         return target, f"held {held:.1f} s"
 
     async def heal_all(self) -> None:
-        """Every link back, every process running and resumed."""
+        """Every link and disk back, every process running and resumed."""
         if self.firewall is not None:
             self.firewall.heal()
+        for disk in self.disks.values():
+            disk.heal()
         for member in self.cluster.etcd:
             member.resume()
             if not member.running:

@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from tests import failing_disk
+from tests.failing_disk import FailingDisk
 from tests.nemesis import checker, report, workload
 from tests.nemesis.cluster import Cluster, claim_slot
 from tests.nemesis.etcd_log import EtcdLog
@@ -30,6 +32,8 @@ SETTLE_WITHIN_S = 90.0
 ETCD_LOG_WITHIN_S = 60.0  # for the recorded history of etcd to reach its head at the end
 DRAIN_WITHIN_S = 60.0
 CLUSTER_NAME = "herald"  # herald serve's default --cluster-name
+DISK_BACKING_MB = 96  # each node's disk: a run writes ~5 MB a node
+DISK_IMAGE_MB = 512
 
 
 def isr_full(cluster: Cluster) -> bool:
@@ -86,9 +90,21 @@ async def run(
         except FirewallUnavailable as exc:
             firewall = None
             notes.append(f"no partitions: iptables unusable ({exc})")
-        stack.callback(cluster.stop)
+        disks: dict[str, FailingDisk] = {}
+        if failing_disk.available():
+            (out / "disks").mkdir(parents=True, exist_ok=True)
+            for name, node in cluster.nodes.items():
+                node.data_dir.mkdir(parents=True, exist_ok=True)
+                disks[name] = stack.enter_context(
+                    failing_disk.failing_disk(
+                        out / "disks" / name, node.data_dir, DISK_BACKING_MB, DISK_IMAGE_MB
+                    )
+                )
+        else:
+            notes.append("no disk faults: needs root, mkfs.ext4 and losetup")
+        stack.callback(cluster.stop)  # before the disks are unmounted
         await asyncio.to_thread(cluster.start)
-        violations = await _exercise(cluster, history, firewall, seed, minutes, notes, churn)
+        violations = await _exercise(cluster, history, firewall, disks, seed, minutes, notes, churn)
     result = report.build(
         history, violations, seed=seed, minutes=minutes, nodes=size, notes=notes, churn=churn
     )
@@ -100,6 +116,7 @@ async def _exercise(
     cluster: Cluster,
     history: History,
     firewall: Firewall | None,
+    disks: dict[str, FailingDisk],
     seed: int,
     minutes: float,
     notes: list[str],
@@ -117,6 +134,7 @@ async def _exercise(
         firewall,
         lambda: isr_full(cluster),
         workload.PARTITIONS,
+        disks,
     )
     coroutines = workload.all_clients(clients, deliver_stop, churn)
     tasks = [asyncio.create_task(c) for c in coroutines]
