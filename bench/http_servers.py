@@ -68,27 +68,20 @@ async def app(scope, receive, send):
     await send({{"type": "http.response.body", "body": ANSWER}})
 """
 
-RAW_SERVER = f"""
+# What both bare servers share: the imports, the connection and parser set-up, and main.
+_PROTOCOL_HEAD = """
 import asyncio, sys
 import httptools, uvloop
 
-ANSWER = {ANSWER!r}
-RESPONSE = (
-    b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\n"
-    b"content-length: {len(ANSWER)}\\r\\n\\r\\n" + ANSWER
-)
-
-class Protocol(asyncio.Protocol):
+class Base(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport
         self.parser = httptools.HttpRequestParser(self)
 
     def data_received(self, data):
         self.parser.feed_data(data)
-
-    def on_message_complete(self):
-        self.transport.write(RESPONSE)
-
+"""
+_MAIN = """
 async def main(port):
     server = await asyncio.get_running_loop().create_server(Protocol, "127.0.0.1", port)
     await server.serve_forever()
@@ -96,19 +89,28 @@ async def main(port):
 uvloop.run(main(int(sys.argv[1])))
 """
 
-LEAN_SERVER = """
-import asyncio, sys
-import httptools, uvloop
+RAW_SERVER = (
+    _PROTOCOL_HEAD
+    + f"""
+ANSWER = {ANSWER!r}
+RESPONSE = (
+    b"HTTP/1.1 200 OK\\r\\ncontent-type: application/json\\r\\n"
+    b"content-length: {len(ANSWER)}\\r\\n\\r\\n" + ANSWER
+)
+
+class Protocol(Base):
+    def on_message_complete(self):
+        self.transport.write(RESPONSE)
+"""
+    + _MAIN
+)
+
+LEAN_SERVER = (
+    _PROTOCOL_HEAD
+    + """
 from app import app
 
-class Protocol(asyncio.Protocol):
-    def connection_made(self, transport):
-        self.transport = transport
-        self.parser = httptools.HttpRequestParser(self)
-
-    def data_received(self, data):
-        self.parser.feed_data(data)
-
+class Protocol(Base):
     def on_message_begin(self):
         self.url, self.headers, self.body = b"", [], []
 
@@ -144,13 +146,9 @@ class Protocol(asyncio.Protocol):
                 transport.write(b"".join(head) + message["body"])
 
         asyncio.get_running_loop().create_task(app(scope, receive, send))
-
-async def main(port):
-    server = await asyncio.get_running_loop().create_server(Protocol, "127.0.0.1", port)
-    await server.serve_forever()
-
-uvloop.run(main(int(sys.argv[1])))
 """
+    + _MAIN
+)
 
 
 HERALD_UVICORN = """

@@ -62,6 +62,25 @@ def evict(log: PartitionLog) -> None:
         os.close(fd)
 
 
+def fail_writing_b(disk: FailingDisk, log: PartitionLog) -> None:
+    """a0-a1 on disk; then, the disk failing, b0-b15 written and their fsync failed."""
+    append(log, "a", 2)
+    log.flush()  # acks=all: on disk
+    disk.fail_fsyncs()
+    append(log, "b", B_RECORDS)  # acks=1: written, not fsynced
+    with pytest.raises(StorageUnavailable, match="cannot fsync"):
+        log.flush()
+
+
+def lose_b(disk: FailingDisk, log: PartitionLog) -> None:
+    """fail_writing_b, then b's pages evicted before the disk heals: b is gone."""
+    fail_writing_b(disk, log)
+    evict(log)
+    disk.heal()
+    with pytest.raises(StorageUnavailable, match="lost its bytes"):
+        log.flush()
+
+
 def after_power_loss(disk: FailingDisk, log: PartitionLog) -> PartitionLog:
     directory = log.directory
     log.close()
@@ -71,12 +90,7 @@ def after_power_loss(disk: FailingDisk, log: PartitionLog) -> PartitionLog:
 
 def test_a_flush_that_succeeds_after_a_failed_one_has_every_record_on_disk(disk):
     log = PartitionLog(disk.mountpoint / "t" / "0")
-    append(log, "a", 2)
-    log.flush()  # acks=all: on disk
-    disk.fail_fsyncs()
-    append(log, "b", B_RECORDS)  # acks=1: written, not fsynced
-    with pytest.raises(StorageUnavailable, match="cannot fsync"):
-        log.flush()
+    fail_writing_b(disk, log)
     disk.heal()
     append(log, "c", 2)
     log.flush()  # acks=all answered: c, and everything before it, is on disk
@@ -127,16 +141,7 @@ def test_records_evicted_before_their_rewrite_are_cut_and_the_log_stops_taking_w
     the flush says so, the log takes no more appends (a record after the hole would be
     acknowledged and then lost), and the next start recovers the log up to the hole."""
     log = PartitionLog(disk.mountpoint / "t" / "0")
-    append(log, "a", 2)
-    log.flush()
-    disk.fail_fsyncs()
-    append(log, "b", B_RECORDS)
-    with pytest.raises(StorageUnavailable, match="cannot fsync"):
-        log.flush()
-    evict(log)
-    disk.heal()
-    with pytest.raises(StorageUnavailable, match="lost its bytes"):
-        log.flush()
+    lose_b(disk, log)
     with pytest.raises(StorageUnavailable, match="lost its bytes"):
         append(log, "c", 1)
     with pytest.raises(StorageUnavailable, match="lost its bytes"):
@@ -162,16 +167,7 @@ def test_a_log_cut_below_the_lost_records_takes_writes_again(disk):
     again from its leader: below the hole, the log is whole and takes appends."""
     log = PartitionLog(disk.mountpoint / "t" / "0")
     try:
-        append(log, "a", 2)
-        log.flush()
-        disk.fail_fsyncs()
-        append(log, "b", B_RECORDS)
-        with pytest.raises(StorageUnavailable, match="cannot fsync"):
-            log.flush()
-        evict(log)
-        disk.heal()
-        with pytest.raises(StorageUnavailable, match="lost its bytes"):
-            log.flush()
+        lose_b(disk, log)
         log.truncate_to(2)
         append(log, "c", 1)
         log.flush()
