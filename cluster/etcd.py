@@ -56,9 +56,8 @@ from tenacity import (
 
 from cluster.etcd_access import AuthRefused, EtcdAccess, EtcdAuthenticator, token_refused
 from cluster.etcd_errors import (
-    GRPC_DEADLINE_EXCEEDED,
     GRPC_NOT_FOUND,
-    GRPC_UNAVAILABLE,
+    SERVER_SIDE_CODES,
     EtcdAuthFailed,
     EtcdError,
     EtcdOutcomeUnknown,
@@ -264,7 +263,7 @@ class EtcdClient:
         if "error" in answer:
             error = answer["error"]
             code = int(error.get("grpc_code", error.get("code", 0)))
-            if code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
+            if code in SERVER_SIDE_CODES:
                 raise EtcdUnavailable(f"lease keepalive: {error.get('message')}")
             raise refusal(code, str(error.get("message")))
         ttl = int(answer.get("result", {}).get("TTL", 0))
@@ -461,7 +460,7 @@ class EtcdClient:
         if isinstance(answer, dict):
             code = answer.get("code", 0) if isinstance(answer.get("code"), int) else 0
             message = str(answer.get("message", answer.get("error", response.reason_phrase)))
-            server_side = code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED)
+            server_side = code in SERVER_SIDE_CODES
         else:  # not the gateway answering (a proxy in between?)
             code, message, server_side = (
                 0,

@@ -12,9 +12,14 @@ from typing import Any
 from herald.protocol.errors import HeraldError
 
 # gRPC status codes etcd answers with (google.golang.org/grpc/codes).
+GRPC_CANCELED = 1
 GRPC_NOT_FOUND = 5
 GRPC_DEADLINE_EXCEEDED = 4
 GRPC_UNAVAILABLE = 14
+# The member, not the request: worth another endpoint. CANCELED is what a member's
+# gateway answers while the member shuts down ("grpc: the client connection is
+# closing", HTTP 408): the nemesis saw it reach a client as a 500.
+SERVER_SIDE_CODES = frozenset({GRPC_CANCELED, GRPC_DEADLINE_EXCEEDED, GRPC_UNAVAILABLE})
 
 # Sent as gRPC metadata through the gateway: a member without a leader refuses the
 # request instead of serving it stale (clientv3.WithRequireLeader).

@@ -35,9 +35,8 @@ import orjson
 
 from cluster.etcd_access import EtcdAuthenticator, token_refused
 from cluster.etcd_errors import (
-    GRPC_DEADLINE_EXCEEDED,
-    GRPC_UNAVAILABLE,
     REQUIRE_LEADER,
+    SERVER_SIDE_CODES,
     EtcdError,
     EtcdUnavailable,
     Retryable,
@@ -280,7 +279,7 @@ class Watch:
         """The error that ends the watch for good; raises _StreamBroken for one a reopened
         stream gets past (etcd away, an expired token)."""
         code = int(error.get("grpc_code", error.get("code", 0)))
-        if code in (GRPC_UNAVAILABLE, GRPC_DEADLINE_EXCEEDED):
+        if code in SERVER_SIDE_CODES:
             raise _StreamBroken(str(error.get("message")))
         if self._client.auth.enabled and token_refused(str(error.get("message"))):
             self._client.auth.forget(self._token_sent)  # reopened with a new token

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from cluster.etcd import EtcdClient, EtcdOutcomeUnknown, EtcdUnavailable
@@ -175,13 +177,14 @@ async def test_a_watch_opens_on_the_next_endpoint_when_the_first_is_silent(
             assert (await anext(watch)).kv.value == b"1"
 
 
-@pytest.fixture
-async def proxy_error_endpoint() -> AsyncIterator[str]:
-    """An HTTP server that is not etcd: it answers every request 502 with an HTML page."""
-    page = b"<html><body>502 Bad Gateway</body></html>"
-    answer = (
-        b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/html\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (len(page), page)
+@contextlib.asynccontextmanager
+async def answering(status: bytes, content_type: bytes, body: bytes) -> AsyncIterator[str]:
+    """An HTTP endpoint that answers every request with the same response."""
+    answer = b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+        status,
+        content_type,
+        len(body),
+        body,
     )
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -205,6 +208,24 @@ async def proxy_error_endpoint() -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
 
+@pytest.fixture
+async def proxy_error_endpoint() -> AsyncIterator[str]:
+    """An HTTP server that is not etcd: it answers every request 502 with an HTML page."""
+    page = b"<html><body>502 Bad Gateway</body></html>"
+    async with answering(b"502 Bad Gateway", b"text/html", page) as url:
+        yield url
+
+
+@pytest.fixture
+async def closing_member_endpoint() -> AsyncIterator[str]:
+    """What an etcd member's gateway answers while the member shuts down (seen in the
+    nemesis: gRPC CANCELED through grpc-gateway, HTTP 408)."""
+    message = "grpc: the client connection is closing"
+    body = orjson.dumps({"error": message, "code": 1, "message": message})
+    async with answering(b"408 Request Timeout", b"application/json", body) as url:
+        yield url
+
+
 async def test_an_endpoint_that_is_not_etcd_is_passed_over_for_reads(
     etcd_server: EtcdProcess, proxy_error_endpoint: str
 ) -> None:
@@ -214,6 +235,19 @@ async def test_an_endpoint_that_is_not_etcd_is_passed_over_for_reads(
     async with short_timeouts([proxy_error_endpoint, etcd_server.urls[0]]) as etcd:
         with pytest.raises(EtcdOutcomeUnknown, match="502"):
             await etcd.put("/f/k", "v")  # a proxy's 502 says nothing of whether etcd applied it
+
+
+async def test_a_member_closing_its_connections_is_passed_over(
+    etcd_server: EtcdProcess, closing_member_endpoint: str
+) -> None:
+    """A read fails over to the next member; a write there may have been applied, so it
+    is unknown (503), never an unhandled error (a 500, found by the nemesis)."""
+    async with short_timeouts([closing_member_endpoint, etcd_server.urls[0]]) as etcd:
+        assert await etcd.get("/f/nothing") is None
+        assert etcd.current_endpoint == etcd_server.urls[0]
+    async with short_timeouts([closing_member_endpoint, etcd_server.urls[0]]) as etcd:
+        with pytest.raises(EtcdOutcomeUnknown, match="closing"):
+            await etcd.put("/f/k", "v")
 
 
 def test_without_etcd_installed_the_tests_fail_saying_how_to_get_it(
