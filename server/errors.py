@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketState
@@ -182,6 +182,12 @@ class InternalErrorMiddleware:
 
         try:
             await self.app(scope, receive, send_tracking)
+        except ClientDisconnect:
+            # Gone before its request was read: there is no one to answer, and nothing
+            # failed on our side (the nemesis saw these logged as unhandled errors).
+            log.info(
+                "%s %s: the client went away mid-request", scope.get("method"), scope.get("path")
+            )
         except Exception as exc:
             exhausted = resource_exhausted(exc)
             if exhausted is not None and not started:
