@@ -4,6 +4,8 @@ cursors of what it runs — never one of a subscription deleted and created sinc
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 
 from cluster.coordination import coordinators_prefix, cursors_prefix, subscriptions_prefix
@@ -164,3 +166,26 @@ async def test_a_cursor_written_after_a_runtime_read_it_is_never_written_over_by
     await subscriptions.flush_cursors()
     stored = await etcd.get(cursor_key)
     assert stored is not None and stored.value == b"at-15"
+
+
+async def test_a_runtime_that_ended_during_a_flush_never_writes_its_cursor(
+    etcd: EtcdClient, membership: Membership
+) -> None:
+    """The nemesis finding of 2026-11-28 (seed 2002, `cursor-back`): a flush took the
+    pending cursors, and while it waited on one subscription's write the runtime of
+    another ended (its lease looked lost while etcd's leader was paused). Its cursor was
+    then written with no guard on the cursor's revision, timed out unanswered, and
+    landed after the next runtime had moved etcd's cursor on: the cursor went back."""
+    subscriptions, view, host = await coordinator(etcd, membership)
+    assert await subscriptions.create("a", CONFIG)
+    await run_here(subscriptions, view, membership)  # "s", and "a" with it
+    assert host.running() == {"a", "s"}
+
+    subscriptions.cursor_saved("a", b"a-at-3")
+    subscriptions.cursor_saved("s", b"s-at-10")
+    flush = asyncio.create_task(subscriptions.flush_cursors())
+    await asyncio.sleep(0)  # the flush has taken both and waits on the write of "a"
+    await subscriptions.stop_all("its lease looked lost")
+    await flush
+
+    assert await etcd.get(cursors_prefix(CLUSTER) + "s") is None
