@@ -125,7 +125,7 @@ class DeliveryEngine:
         )
         for runtime, result in zip(runtimes, results, strict=True):
             if isinstance(result, BaseException):
-                log.error("persisting the cursor of %s failed", runtime.name, exc_info=result)
+                _cursor_not_saved(runtime.name, result)
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -503,7 +503,7 @@ class DeliveryEngine:
         results = await asyncio.gather(*(self._save(r) for r in dirty), return_exceptions=True)
         for runtime, result in zip(dirty, results, strict=True):
             if isinstance(result, Exception):
-                log.error("persisting the cursor of %s failed", runtime.name, exc_info=result)
+                _cursor_not_saved(runtime.name, result)
 
 
 def config_matches(
@@ -526,3 +526,12 @@ def _fit_cursor(cursor: CursorSnapshot, topic: Topic) -> CursorSnapshot:
         for p in topic.partitions
     }
     return CursorSnapshot(partitions, cursor.attempts)
+
+
+def _cursor_not_saved(name: str, error: BaseException) -> None:
+    # A failing disk is one line (every save would repeat the same traceback); anything
+    # else is a bug, with its traceback.
+    if isinstance(error, OSError):
+        log.error("persisting the cursor of %s failed: %s", name, error)
+    else:
+        log.error("persisting the cursor of %s failed", name, exc_info=error)

@@ -26,6 +26,8 @@ from typing import NoReturn, Protocol, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_never
 from tenacity.wait import wait_base
 
+from herald.protocol.errors import HeraldError
+
 __all__ = ["Backoff", "Service", "periodic", "start_service", "supervised"]
 
 
@@ -52,11 +54,15 @@ async def periodic(
     seconds: float, work: Callable[[], Awaitable[object]], *, what: str, logger: logging.Logger
 ) -> NoReturn:
     """Run ``work`` every ``seconds`` (the first run one interval from now) until cancelled.
-    A failed run (a retention pass, an fsync) is logged and tried again at the next tick."""
+    A failed run (a retention pass, an fsync) is logged and tried again at the next tick:
+    in one line when it is an error the protocol names (a failing disk, etcd away), which
+    a traceback every tick would only bury; with its traceback otherwise."""
     while True:
         await asyncio.sleep(seconds)
         try:
             await work()
+        except HeraldError as exc:
+            logger.error("%s failed: %s", what, exc)
         except Exception:
             logger.exception("%s failed", what)
 

@@ -11,6 +11,7 @@ import logging
 import pytest
 
 from herald.lifecycle import Backoff, periodic, start_service, supervised
+from herald.protocol.errors import StorageUnavailable
 
 log = logging.getLogger("tests.lifecycle")
 QUICK = Backoff(first_s=0.001, max_s=0.004, healthy_s=60.0)
@@ -33,6 +34,24 @@ async def test_periodic_work_goes_on_after_a_failed_run(caplog: pytest.LogCaptur
     await asyncio.wait([task])
     assert task.cancelled()  # cancellation is not swallowed
     assert "flush failed" in caplog.text
+    assert "Traceback" in caplog.text  # not an error the protocol names: a bug to read
+
+
+async def test_a_periodic_run_failing_with_a_protocol_error_is_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failed = asyncio.Event()
+
+    async def work() -> None:
+        failed.set()
+        raise StorageUnavailable("cannot fsync partition 0: [Errno 28] No space left on device")
+
+    task = asyncio.create_task(periodic(0.001, work, what="periodic flush", logger=log))
+    await asyncio.wait_for(failed.wait(), 5)
+    task.cancel()
+    await asyncio.wait([task])
+    assert "periodic flush failed: cannot fsync partition 0" in caplog.text
+    assert "Traceback" not in caplog.text
 
 
 async def test_a_supervised_job_is_restarted_until_it_returns(
