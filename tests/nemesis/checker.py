@@ -426,6 +426,12 @@ def check_restarts(history: History, events: list[dict[str, Any]]) -> list[Viola
                 continue  # the topic was deleted and created again meanwhile: another thing
             before = _state_at(partition_events, key, before_rev)
             after = _state_at(partition_events, key, after_rev)
+            if _last_write(partition_events, key, after_rev) <= before_rev:
+                # Not written while the node restarted: the key still says what it said
+                # before (the restarted node, a new incarnation, does not lead by it; seed
+                # 2005 read it so while another node's takeover was still to come). What
+                # counts is the key's next state: another election, or leadership kept.
+                after = _next_state(partition_events, key, after_rev)
             if (
                 before is not None and after is not None
                 and before.get("leader") == fault.target == after.get("leader")
@@ -450,6 +456,26 @@ def check_restarts(history: History, events: list[dict[str, Any]]) -> list[Viola
 def _incarnation(state: Any, node: str) -> Any:
     incarnations = state.get("incarnations") if isinstance(state, dict) else None
     return incarnations.get(node) if isinstance(incarnations, dict) else None
+
+
+def _last_write(events: list[dict[str, Any]], key: str, revision: int) -> int:
+    """The revision of the last change of ``key`` at or before ``revision`` (0: none)."""
+    last = 0
+    for event in events:
+        if event["revision"] > revision:
+            break
+        if event["key"] == key:
+            last = event["revision"]
+    return last
+
+
+def _next_state(events: list[dict[str, Any]], key: str, revision: int) -> Any:
+    """``key``'s state as its first change after ``revision`` left it (None: no change
+    recorded, or a delete)."""
+    for event in events:
+        if event["revision"] > revision and event["key"] == key:
+            return None if event["type"] == "DELETE" else _json(event["value"])
+    return None
 
 
 def _state_at(events: list[dict[str, Any]], key: str, revision: int) -> Any:

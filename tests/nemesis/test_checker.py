@@ -193,9 +193,11 @@ def test_a_restart_past_the_end_of_the_recorded_history_is_not_read() -> None:
     recorded = [
         put(5, P, state("n1", 0, ["n1", "n2", "n3"])),
         put(18, P, state("n1", 0, ["n1", "n2"])),
+        put(35, P, state("n1", 0, ["n1"])),  # written during the restart
     ]
     [violation] = checker.check_restarts(history, recorded)  # as the run read it
     assert violation.kind == "restart-kept-leadership"
+    recorded = recorded[:2]  # what the recorder caught: nothing past revision 18
     log = EtcdLog([], "/herald/herald/")
     log.events, log.next_revision = list(recorded), 19
     log.end_unrecorded()
@@ -216,6 +218,22 @@ def test_a_topic_created_again_or_a_new_incarnation_is_not_a_kept_leadership() -
     after = {**state("n1", 0, ["n1", "n2"]), "incarnations": {"n1": 16, "n2": 3}}
     assert checker.check_restarts(history, [put(5, P, before), put(17, P, after)]) == []
     kept = [put(5, P, before), put(17, P, {**before, "isr": ["n1"]})]
+    [violation] = checker.check_restarts(history, kept)
+    assert violation.kind == "restart-kept-leadership"
+
+
+def test_a_key_not_written_during_the_restart_is_judged_by_its_next_change() -> None:
+    """Seed 2005: n2 was killed and healthy again before its old lease ended, so etcd
+    still named its old incarnation as leader; n1 took over (epoch + 1) a few revisions
+    later. Only a next change that keeps leader, epoch and incarnation is a kept
+    leadership."""
+    history = History()
+    history.faults.append(Fault("kill", "n2", 10.0, 15.0, "", (30, 40)))
+    before = {**state("n2", 10, ["n2", "n3", "n1"]), "incarnations": {"n2": 4, "n1": 3}}
+    stale = [put(20, P, before)]
+    taken_over = [*stale, put(44, P, {**state("n1", 11, ["n1"]), "incarnations": {"n1": 3}})]
+    assert checker.check_restarts(history, taken_over) == []
+    kept = [*stale, put(44, P, {**before, "isr": ["n2"]})]
     [violation] = checker.check_restarts(history, kept)
     assert violation.kind == "restart-kept-leadership"
 
