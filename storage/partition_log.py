@@ -37,6 +37,7 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _MAX_SEGMENT_BYTES = (1 << 32) - 1  # index positions are u32
 _MAX_SEGMENT_RECORDS = (1 << 32) - 1  # index offsets are relative u32
 _READ_RETRIES = 3  # retention deleting segments under one read, in a row
+_CLEAN_MARKER = "clean-shutdown"  # left by close(), taken by the next open
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class PartitionLog:
 
     def _load(self) -> None:
         make_dirs(self.directory)  # a new topic's directories are durable before its 201
+        clean = self._take_clean_marker()
         bases = self._segment_bases()
         segments: list[LogSegment] = []
         try:
@@ -102,7 +104,9 @@ class PartitionLog:
                 segments.append(segment)
                 # Each segment's tail is checked: only the last can be torn by a crash
                 # (rolls fsync the old one), and it costs a scan of ~one index interval.
-                self.recovered_bytes += segment.recover()
+                # After an unclean stop the last is checked whole, and copied at its
+                # first fsync (LogSegment.recover).
+                self.recovered_bytes += segment.recover(full=not clean and base == bases[-1])
             if not segments:
                 segments.append(LogSegment(self.directory, 0, self.config.index_interval_bytes))
                 fsync_dir(self.directory)
@@ -111,6 +115,17 @@ class PartitionLog:
                 segment.close()
             raise
         self._segments = tuple(segments)
+
+    def _take_clean_marker(self) -> bool:
+        """Whether the last close was clean (close() left the marker); the marker goes
+        now, durably, so that a crash from here on is seen as one."""
+        marker = self.directory / _CLEAN_MARKER
+        try:
+            marker.unlink()
+        except FileNotFoundError:
+            return False
+        fsync_dir(self.directory)
+        return True
 
     def _load_epochs(self) -> LeaderEpochCache:
         try:
@@ -483,6 +498,8 @@ class PartitionLog:
             self.closed = True
             try:
                 self._segments[-1].flush_all()
+                (self.directory / _CLEAN_MARKER).touch()
+                fsync_dir(self.directory)
             finally:
                 for segment in self._segments:
                     with contextlib.suppress(OSError):

@@ -181,6 +181,29 @@ def test_a_log_cut_below_the_lost_records_takes_writes_again(disk):
         log.close()
 
 
+def test_a_process_killed_before_the_rewrite_leaves_a_log_the_next_start_makes_durable(disk):
+    """The process dies after a failed fsync, before any rewrite; the disk heals and a new
+    process opens the log. The write-back error was reported to the old process's
+    descriptor only: the new one's fsync succeeded over the lost pages, an acks=all record
+    appended after them was acknowledged, and the next power cut took it with them. After
+    an unclean stop the active segment is now checked whole and copied at its first fsync."""
+    log = PartitionLog(disk.mountpoint / "t" / "0")
+    fail_writing_b(disk, log)
+    disk.heal()
+    directory = log.directory
+    for segment in log.segments:  # kill -9: the descriptors go with the process
+        segment._close_files()
+    log = PartitionLog(directory)
+    log.sync_recovered()  # what opening a partition does (storage/partition.py)
+    append(log, "c", 1)
+    log.flush()  # acks=all answered
+    log = after_power_loss(disk, log)
+    try:
+        assert tags(log) == ["a0", "a1", *B_TAGS, "c0"]
+    finally:
+        log.close()
+
+
 async def test_a_retry_of_an_acks_all_publish_whose_fsync_failed_is_deduplicated(disk):
     """The records of an acks=all publish answered 503 because the fsync failed are in
     the log all the same. A retry with the same message ids must find them (PROTOCOL §2),

@@ -308,3 +308,26 @@ def test_a_copy_left_by_a_crash_during_a_rewrite_is_removed_on_opening(tmp_path)
         assert log.end_offset == 20
     finally:
         log.close()
+
+
+def test_only_an_unclean_stop_checks_and_copies_the_active_segment_whole(tmp_path):
+    directory = tmp_path / "t" / "0"
+    log = PartitionLog(directory, 0, SMALL)
+    fill(log, 1)
+    log.close()
+    path = log.segments[-1].path
+    inode = path.stat().st_ino
+    log = PartitionLog(directory, 0, SMALL)  # after a clean close: as it was
+    log.sync_recovered()
+    assert path.stat().st_ino == inode
+    fill(log, 1, ts0=2000)
+    log.flush()
+    for segment in log.segments:  # a crash: no close
+        segment._close_files()
+    log = PartitionLog(directory, 0, SMALL)
+    try:
+        log.sync_recovered()
+        assert path.stat().st_ino != inode  # copied: its bytes are known to be on disk
+        assert [r.offset for r in log.read(0, 100, 1 << 20)] == list(range(20))
+    finally:
+        log.close()
