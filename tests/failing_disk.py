@@ -3,8 +3,9 @@
 An ext4 file system on a loop device whose backing file lives on a small tmpfs. Filling
 that tmpfs leaves ext4 free space (writes land in the page cache and succeed) but makes
 every write-back, hence every fsync, fail with ENOSPC — thin-provisioned storage running
-out. Emptying it again heals the disk. Unmounting and mounting again drops the page
-cache: what is then read is what a power loss would have left.
+out. Emptying it again heals the disk. A power cut keeps the image as it is at that
+instant (what was written back so far) and throws the page cache away, healthy dirty
+pages included; a file system check then repairs the image, as a boot would.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ IMAGE_MB = 128  # what ext4 believes it has
 
 
 def available() -> bool:
-    """Root, mkfs.ext4 and losetup: what mounting a failing disk needs."""
-    return os.geteuid() == 0 and bool(shutil.which("mkfs.ext4") and shutil.which("losetup"))
+    """Root, mkfs.ext4, e2fsck and losetup: what a failing disk needs."""
+    return os.geteuid() == 0 and all(map(shutil.which, ("mkfs.ext4", "e2fsck", "losetup")))
 
 
 needs_failing_disk = pytest.mark.skipif(
-    not available(), reason="needs root, mkfs.ext4 and loop devices to make a failing disk"
+    not available(), reason="needs root, mkfs.ext4, e2fsck and loop devices to make a failing disk"
 )
 
 
@@ -62,9 +63,30 @@ class FailingDisk:
     def heal(self) -> None:
         (self.backing / "filler").unlink(missing_ok=True)
 
-    def power_cycle(self) -> None:
-        """Unmount and mount again (every file on it closed): the page cache is gone."""
-        _run("umount", self.mountpoint)
+    def power_cut(self) -> None:
+        """The disk as a power cut leaves it: whatever was not written back is lost,
+        dirty pages of a healthy disk as well as pages whose write-back failed. Every
+        process using the disk must be dead already (kill -9).
+
+        The image is copied first: that copy is the disk at the cut (the kernel's
+        flusher writes back only pages dirty for 30 s, so little can land while it is
+        taken). The unmount then writes back into the old image, which the copy
+        replaces; e2fsck repairs what the cut left half done (no journal) and the copy
+        is mounted again.
+        """
+        cut = self.backing.parent / f"{self.backing.name}.cut.img"
+        _run("cp", "--sparse=always", self.image, cut)
+        try:
+            _run("umount", self.mountpoint)
+            self.image.unlink()  # its room first: a failing disk's tmpfs is full
+            _run("cp", "--sparse=always", cut, self.image)
+        finally:
+            cut.unlink(missing_ok=True)
+        fsck = subprocess.run(
+            ["e2fsck", "-f", "-y", str(self.image)], capture_output=True, timeout=120
+        )
+        if fsck.returncode > 2:  # 1 and 2: errors found and corrected
+            raise RuntimeError(f"e2fsck after a power cut: {fsck.stdout.decode()[-2000:]}")
         _run("mount", "-o", "loop,errors=continue", self.image, self.mountpoint)
 
 

@@ -15,8 +15,8 @@ etcd member), ``cut-nodes`` (a node cut from every other node, both ways),
 and loop devices each node's data directory is a disk of its own (tests/failing_disk.py),
 and two more: ``disk-fail`` (every write-back, hence every fsync, of a node's disk fails
 past the node TTL, then works again: the process runs on) and ``power-loss`` (kill -9,
-then the disk unmounted and mounted again, which drops its page cache: what was not
-fsynced is gone, as in a power cut; then restart).
+then the disk as a power cut leaves it: whatever was not yet written back is gone,
+healthy or not, and the file system is checked; then restart).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class Nemesis:
             await asyncio.to_thread(self._start, process)
         elif kind == "power-loss":
             await asyncio.to_thread(process.kill)
-            await asyncio.to_thread(self.disks[node].power_cycle)
+            await asyncio.to_thread(self.disks[node].power_cut)
             await asyncio.to_thread(self._start, process)
         elif kind == "disk-fail":
             held = TTL_S + self.rng.uniform(1, 4)

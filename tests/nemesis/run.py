@@ -101,7 +101,7 @@ async def run(
                     )
                 )
         else:
-            notes.append("no disk faults: needs root, mkfs.ext4 and losetup")
+            notes.append("no disk faults: needs root, mkfs.ext4, e2fsck and losetup")
         stack.callback(cluster.stop)  # before the disks are unmounted
         await asyncio.to_thread(cluster.start)
         violations = await _exercise(cluster, history, firewall, disks, seed, minutes, notes, churn)

@@ -4,7 +4,7 @@ Linux reports a failed write-back once, to the first fsync after it, and marks t
 clean (PostgreSQL's "fsyncgate"). Before, the next fsync of the log then succeeded over
 records that never reached the disk: a later acks=all publish was answered, and after a
 power loss the log held zeros where the earlier records were, so even the acknowledged
-record after them could not be read. Each test here ends with a power cycle of the disk
+record after them could not be read. Each test here ends with a power cut of the disk
 and reads what is on it.
 """
 
@@ -84,8 +84,47 @@ def lose_b(disk: FailingDisk, log: PartitionLog) -> None:
 def after_power_loss(disk: FailingDisk, log: PartitionLog) -> PartitionLog:
     directory = log.directory
     log.close()
-    disk.power_cycle()
+    disk.power_cut()
     return PartitionLog(directory)
+
+
+def kill(log: PartitionLog) -> Path:
+    """What kill -9 leaves of the log: its descriptors closed, nothing flushed."""
+    for segment in log.segments:
+        segment._close_files()
+    return log.directory
+
+
+def test_a_power_cut_loses_what_was_not_written_back_even_on_a_healthy_disk(disk):
+    """The cut these tests rely on is a whole one: a rewrite in place of an fsynced file
+    is gone (the kernel writes back only pages dirty for 30 s), not written back by the
+    unmount as a plain unmount would."""
+    path = disk.mountpoint / "f"
+    with path.open("wb") as f:
+        f.write(b"old")
+        f.flush()
+        os.fsync(f.fileno())
+    with path.open("r+b") as f:  # not truncated: ext4 writes back a truncated file's
+        f.write(b"new")  # new data at close (auto_da_alloc)
+    disk.power_cut()
+    assert path.read_bytes() == b"old"
+
+
+def test_after_a_power_cut_the_log_holds_what_was_fsynced_and_takes_appends(disk):
+    log = PartitionLog(disk.mountpoint / "t" / "0")
+    append(log, "a", 2)
+    log.flush()  # acks=all
+    append(log, "b", 3)  # acks=1: in the page cache only
+    directory = kill(log)
+    disk.power_cut()
+    log = PartitionLog(directory)
+    try:
+        assert tags(log) == ["a0", "a1"]
+        append(log, "c", 1)
+        log.flush()
+        assert tags(log) == ["a0", "a1", "c0"]
+    finally:
+        log.close()
 
 
 def test_a_flush_that_succeeds_after_a_failed_one_has_every_record_on_disk(disk):
@@ -150,7 +189,7 @@ def test_records_evicted_before_their_rewrite_are_cut_and_the_log_stops_taking_w
     directory = log.directory
     with pytest.raises(OSError, match="lost its bytes"):
         log.close()  # the files are closed all the same
-    disk.power_cycle()
+    disk.power_cut()
     log = PartitionLog(directory)
     try:
         assert tags(log) == ["a0", "a1"]
@@ -190,10 +229,7 @@ def test_a_process_killed_before_the_rewrite_leaves_a_log_the_next_start_makes_d
     log = PartitionLog(disk.mountpoint / "t" / "0")
     fail_writing_b(disk, log)
     disk.heal()
-    directory = log.directory
-    for segment in log.segments:  # kill -9: the descriptors go with the process
-        segment._close_files()
-    log = PartitionLog(directory)
+    log = PartitionLog(kill(log))
     log.sync_recovered()  # what opening a partition does (storage/partition.py)
     append(log, "c", 1)
     log.flush()  # acks=all answered
@@ -226,7 +262,7 @@ async def test_a_retry_of_an_acks_all_publish_whose_fsync_failed_is_deduplicated
         assert [(r.offset, r.duplicate) for r in retry] == [(1 + k, True) for k in range(B_RECORDS)]
     finally:
         await storage.close()
-    disk.power_cycle()
+    disk.power_cut()
     storage = await Storage.open(data, writer_threads=1)
     try:
         topic = storage.topic("t")
