@@ -1,7 +1,8 @@
 """One nemesis run: start the cluster, run the workload with the seeded faults for the
 given minutes, heal, wait for the ISRs to settle, read everything back from every node
 (over HTTP, then from each node's partition files once it is stopped), read etcd's
-history of the partition and cursor keys from revision 1, check, report.
+history of the partition and cursor keys from revision 1, check, report. A run with
+violations copies each node's data directory to ``out/kept/`` before its disk goes.
 
 Whatever happens (an exception, Ctrl-C, SIGTERM), every process is stopped and the
 firewall chain removed before returning.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import shutil
 import signal
 from pathlib import Path
 from types import FrameType
@@ -105,6 +107,9 @@ async def run(
         stack.callback(cluster.stop)  # before the disks are unmounted
         await asyncio.to_thread(cluster.start)
         violations = await _exercise(cluster, history, firewall, disks, seed, minutes, notes, churn)
+        if violations and disks:  # the disks go with the run: a post-mortem needs their files
+            for name, node in cluster.nodes.items():
+                await asyncio.to_thread(shutil.copytree, node.data_dir, out / "kept" / name)
     result = report.build(
         history, violations, seed=seed, minutes=minutes, nodes=size, notes=notes, churn=churn
     )
