@@ -160,21 +160,11 @@ class Partition:
         """Append ``records`` as one batch -> (first offset, timestamp). Resolves once
         written (Acks.LEADER / NONE) or once fsynced (Acks.ALL, shared with every append
         of the same group). Raises StorageUnavailable, nothing of the batch acked."""
-        if not records:
-            raise ValueError("append needs at least one record")
-        self._check_open()
-        if (hooks := self._hooks) is not None:
-            first, timestamp = await self.append_local(records, acks)
+        hooks = self._hooks  # the commit is awaited under those the append ran under
+        first, timestamp = await self.submit_local(records, acks)
+        if hooks is not None:
             await hooks.wait_commit(first + len(records), acks)
-            return first, timestamp
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[tuple[int, int]] = loop.create_future()
-        self._writer.submit(
-            AppendRequest(
-                self.log, records, acks, loop, future, self._on_written, None, self._on_synced
-            )
-        )
-        return await future
+        return first, timestamp
 
     async def append_local(self, records: Sequence[NewRecord], acks: Acks) -> tuple[int, int]:
         """The first half of a replicated append (Topic.publish records its producer ids
@@ -182,6 +172,13 @@ class Partition:
         and a retry must find it): ``hooks.check_append`` (which may refuse: nothing is
         appended), then the local append stamped with ``hooks.epoch``. On a single node,
         the same as :meth:`append`."""
+        return await self.submit_local(records, acks)
+
+    def submit_local(
+        self, records: Sequence[NewRecord], acks: Acks
+    ) -> asyncio.Future[tuple[int, int]]:
+        """:meth:`append_local` without the await: the records are with the writer when
+        this returns, and the future resolves as append_local would."""
         if not records:
             raise ValueError("append needs at least one record")
         self._check_open()
@@ -197,7 +194,7 @@ class Partition:
                 self.log, records, acks, loop, future, self._on_written, epoch, self._on_synced
             )
         )
-        return await future
+        return future
 
     async def wait_commit(self, end_offset: int, acks: Acks) -> None:
         """The second half: ``hooks.wait_commit`` (acks=all: until the records below

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import crc32c
 
@@ -95,7 +96,7 @@ class Topic:
         self._dedup = DedupIndex(config.dedup_window_ms)
         self._pending: dict[str, _Landing] = {}  # producer id -> publish in flight
         self._next_spread = 0  # round-robin partition for keyless batches
-        self._appends: set[asyncio.Task[None]] = set()
+        self._appends: set[asyncio.Future[Any]] = set()  # in flight: close() waits
         self._rebuilding: asyncio.Task[None] | None = None  # the dedup index, after open
         self._rebuild_error: BaseException | None = None
         self._closed = False
@@ -215,10 +216,12 @@ class Topic:
         """
         await self._check_publishable(items)
         plan = self._plan(items)
-        if plan.groups:
-            # Shielded: once records are handed to the writer they may land even if this
-            # request is cancelled, so the bookkeeping (dedup, promises, counters) must
-            # still run to completion. close() waits for these tasks.
+        # Shielded: once records are handed to the writer they may land even if this
+        # request is cancelled, so the bookkeeping (dedup, promises, counters) must still
+        # run to completion. close() waits for these appends.
+        if len(plan.groups) == 1 and not self._replicated(plan.groups):
+            await asyncio.shield(self._submit_group(items, plan, acks))
+        elif plan.groups:
             task = asyncio.ensure_future(
                 self._append_groups(items, plan.groups, acks, plan.owned, plan.results)
             )
@@ -322,6 +325,63 @@ class Topic:
             return item.partition
         return self.choose_partition(item.record.key)
 
+    def _replicated(self, groups: dict[int, list[int]]) -> bool:
+        return any(self.partitions[p].hooks is not None for p in groups)
+
+    def _submit_group(
+        self, items: Sequence[PublishItem], plan: _PublishPlan, acks: Acks
+    ) -> asyncio.Future[tuple[int, int]]:
+        """The common publish (one partition, not replicated) without a task of its own:
+        the records go to the writer now, and the bookkeeping runs as the writer's
+        future's first callback, before the publish resumes (one loop turn and a task's
+        cost less per publish)."""
+        ((partition, indexes),) = plan.groups.items()
+        records = [items[i].record for i in indexes]
+        try:
+            future = self.partitions[partition].submit_local(records, acks)
+        except BaseException:
+            self._release(plan.owned)
+            raise
+        self._appends.add(future)
+        future.add_done_callback(
+            lambda f: self._submitted_done(f, partition, indexes, records, plan)
+        )
+        return future
+
+    def _submitted_done(
+        self,
+        future: asyncio.Future[tuple[int, int]],
+        partition: int,
+        indexes: list[int],
+        records: list[NewRecord],
+        plan: _PublishPlan,
+    ) -> None:
+        self._appends.discard(future)
+        try:
+            if future.cancelled():
+                return
+            error = future.exception()
+            if error is None:
+                first_offset, timestamp = future.result()
+            elif isinstance(error, WrittenNotSynced):  # in the log all the same
+                first_offset, timestamp = error.first_offset, error.timestamp
+            else:
+                return
+            self._landed(
+                partition, indexes, records, first_offset, timestamp, plan.owned, plan.results
+            )
+        finally:
+            self._release(plan.owned)
+
+    def _release(self, owned: dict[str, _Landing]) -> None:
+        """The producer ids this publish claimed are settled: waiters on one that did not
+        land retry it themselves."""
+        for producer_id, landing in owned.items():
+            if not landing.done():
+                landing.set_result(None)
+            if self._pending.get(producer_id) is landing:
+                del self._pending[producer_id]
+
     async def _append_groups(
         self,
         items: Sequence[PublishItem],
@@ -347,11 +407,7 @@ class Topic:
                     return_exceptions=True,
                 )
         finally:
-            for producer_id, landing in owned.items():
-                if not landing.done():
-                    landing.set_result(None)
-                if self._pending.get(producer_id) is landing:
-                    del self._pending[producer_id]
+            self._release(owned)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
