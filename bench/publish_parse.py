@@ -2,12 +2,12 @@
 the CPU a publish body's parse costs, as the server reads one (server/validation.py:
 the one-pass decode into the declared model, herald/protocol/publish.py, then the
 checks no type states), turning the body into the records it appends. Time it
-whole-process, paired against an older tree's script with farm-bench or
-``/usr/bin/time -v``:
+whole-process (``/usr/bin/time -v``, user + system), in alternating pairs against an
+older tree's script:
 
     git archive <old-commit> | (mkdir -p /tmp/old && tar -x -C /tmp/old)
-    farm-bench -n 7 -- .venv/bin/python -m bench.publish_parse \\
-        --vs 'env PYTHONPATH=/tmp/old/client .venv/bin/python /tmp/old/bench/publish_parse.py hand'
+    /usr/bin/time -v .venv/bin/python -m bench.publish_parse
+    env PYTHONPATH=/tmp/old/client /usr/bin/time -v .venv/bin/python /tmp/old/bench/publish_parse.py hand
 
 (``--iterations 0`` gives the import cost alone, to subtract). Until 2026-11-27 the
 server parsed with a hand-written ladder over orjson's objects (``hand`` in older
