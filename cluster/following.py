@@ -140,8 +140,11 @@ class FollowerRole:
                         exc,
                     )
                     self.replica.append_failed()
-                    if isinstance(exc, StorageUnavailable):  # a failing disk: no hot loop
-                        self.retry_at = asyncio.get_running_loop().time() + _DISK_RETRY_S
+                    # Never a hot loop: a failing disk heals in its time; anything else
+                    # should be settled by the epoch query, and is not retried at once
+                    # in case it is not.
+                    wait = _DISK_RETRY_S if isinstance(exc, StorageUnavailable) else 0.1
+                    self.retry_at = asyncio.get_running_loop().time() + wait
                     return
             self.replica.appended(partition.log_end_offset, partition.latest_epoch)
             partition.set_high_watermark(self.replica.high_watermark)

@@ -404,7 +404,12 @@ class Partition:
 
     def _append_batches_on_writer(self, data: bytes) -> tuple[int, StorageUnavailable | None]:
         start = self.log.end_offset
-        end = self.log.append_batches(data)  # raises with nothing written
+        try:
+            end = self.log.append_batches(data)  # raises with nothing written (or cut back)
+        except StorageUnavailable as exc:
+            # Should cutting back have failed as well, the loop still learns where the log
+            # ends: a follower that fetched from its old end would be refused for good.
+            return self.log.end_offset, exc
         try:
             self.log.flush()
         except StorageUnavailable as exc:

@@ -255,7 +255,9 @@ class PartitionLog:
         its leader: the CRC computed by the leader is checked here, end to end). They
         must begin at the end offset, follow each other, and never lower the epoch; all
         of them are checked before any is written. Returns the new end offset. Raises
-        CorruptLog, ValueError (not contiguous) or StaleEpoch, the log unchanged."""
+        CorruptLog, ValueError (not contiguous) or StaleEpoch, the log unchanged, or
+        StorageUnavailable, the log cut back to where it was (if that cut fails too,
+        end_offset says where it ends)."""
         view = memoryview(data)
         batches: list[EncodedBatch] = []
         expected, epoch, pos = self.end_offset, self.epochs.latest_epoch, 0
@@ -271,9 +273,20 @@ class PartitionLog:
             batches.append(as_encoded(bytes(view[pos : pos + header.length]), header))
             expected, epoch, pos = header.next_offset, header.leader_epoch, pos + header.length
         with self._using_files():
-            for batch in batches:
-                self._note_epoch(batch.leader_epoch, batch.base_offset)
-                self._append(batch)
+            start = self.end_offset
+            try:
+                for batch in batches:
+                    self._note_epoch(batch.leader_epoch, batch.base_offset)
+                    self._append(batch)
+            except StorageUnavailable:
+                # A later batch failed (a new epoch's checkpoint, say) after earlier ones
+                # were written: all or nothing, as the checks before promise.
+                if self.end_offset != start:
+                    try:
+                        self._truncate_to(start)
+                    except Exception:  # end_offset then says where the log ends
+                        log.exception("cannot cut partition %d back", self.partition)
+                raise
             return self.end_offset
 
     def _note_epoch(self, epoch: int, start_offset: int) -> None:

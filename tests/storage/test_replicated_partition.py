@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from herald.protocol.errors import HeraldError
+from herald.protocol.errors import HeraldError, StorageUnavailable
 from storage.batch import read_header
 from storage.config import TopicConfig
-from storage.epochs import StaleEpoch
+from storage.epochs import CHECKPOINT_FILE, StaleEpoch
 from storage.errors import CorruptLog
 from storage.partition import Partition
 from storage.record import Acks, NewRecord, Record
@@ -340,6 +340,37 @@ async def test_batches_that_do_not_append_write_nothing(opener) -> None:
     with pytest.raises(StaleEpoch):
         await follower.append_batches(old)
     assert follower.log_end_offset == follower.log.end_offset == 6
+
+
+async def test_a_fetch_whose_new_epoch_cannot_be_checkpointed_appends_nothing(opener) -> None:
+    """A fetch answer of two batches, the second of a new leader epoch, whose epoch
+    checkpoint cannot be written (in the nemesis, seed 2005 on 2026-11-28, a failing disk;
+    here a directory where the file goes). The first batch had been written, and the
+    follower's end did not count it: it fetched from there for good, every answer
+    refused ("batch at offset 13510 where offset 13520 was expected") and out of the ISR
+    for the rest of the run. The log is cut back now, and the next fetch appends."""
+    leader: Partition = await opener("leader")
+    follower: Partition = await opener("follower")
+    leader.replicate(Hooks(epoch=1))
+    await leader.append(records(3), Acks.LEADER)
+    await leader.append(records(2, "b"), Acks.LEADER)
+    leader.replicate(Hooks(epoch=2))
+    await leader.append(records(2, "c"), Acks.LEADER)
+    await follower.append_batches(await leader.read_batches(0, 1 << 20, end_offset=3))
+    checkpoint = follower.log.directory / CHECKPOINT_FILE
+    checkpoint.unlink()
+    checkpoint.mkdir()  # the checkpoint's rename fails
+
+    with pytest.raises(StorageUnavailable, match="epoch checkpoint"):
+        await follower.append_batches(await leader.read_batches(3, 1 << 20))
+    assert follower.log_end_offset == follower.log.end_offset == 3
+    assert follower.latest_epoch == 1
+
+    checkpoint.rmdir()
+    await copy_all(leader, follower)
+    assert follower.log_end_offset == follower.fsynced_offset == 7
+    assert await follower.read_batches(0, 1 << 20) == await leader.read_batches(0, 1 << 20)
+    assert follower.latest_epoch == 2
 
 
 async def test_a_single_node_follower_sees_its_copies_at_once(opener) -> None:
