@@ -87,7 +87,7 @@ class FailingDisk:
         )
         if fsck.returncode > 2:  # 1 and 2: errors found and corrected
             raise RuntimeError(f"e2fsck after a power cut: {fsck.stdout.decode()[-2000:]}")
-        _run("mount", "-o", "loop,errors=continue", self.image, self.mountpoint)
+        _run("mount", "-o", "loop,errors=continue,discard", self.image, self.mountpoint)
 
 
 @contextmanager
@@ -104,8 +104,10 @@ def failing_disk(
             f.truncate(image_mb << 20)  # sparse
         # No journal, errors=continue: a failed write-back is reported to fsync and the
         # file system stays writable (no remount read-only), as a plain data disk would.
+        # discard: freed blocks go back to the tmpfs (thin provisioning), or a long run's
+        # deleted segments and rewrites would fill it for good.
         _run("mkfs.ext4", "-q", "-F", "-O", "^has_journal", disk.image)
-        _run("mount", "-o", "loop,errors=continue", disk.image, mountpoint)
+        _run("mount", "-o", "loop,errors=continue,discard", disk.image, mountpoint)
         try:
             yield disk
         finally:

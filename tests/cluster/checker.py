@@ -108,7 +108,11 @@ def check_replicas(
         logs: dict[str, PartitionLog] = {}
         for name, replica in replicas.items():
             if isinstance(replica, Path):
-                log = PartitionLog(replica, partition)
+                try:
+                    log = PartitionLog(replica, partition)
+                except Exception as exc:
+                    exc.add_note(f"opening {name}'s copy")
+                    raise
                 stack.callback(log.close)
             else:
                 log = replica

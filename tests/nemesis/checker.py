@@ -301,7 +301,8 @@ def check_files(
                     )
                 )
             except Exception as exc:  # a log the checker cannot open is a finding
-                out.append(Violation("replica-files", f"{topic}/{p}: {exc!r}"))
+                where = "".join(f" ({note})" for note in getattr(exc, "__notes__", ()))
+                out.append(Violation("replica-files", f"{topic}/{p}: {exc!r}{where}"))
     return out
 
 
