@@ -189,6 +189,9 @@ class Storage:
             )
 
     async def _create(self, name: str, config: TopicConfig, *, auto_created: bool = False) -> Topic:
+        # A directory of this name is what a delete that failed half way left (a failing
+        # disk): a new topic must never open it and serve the deleted records as its own.
+        await asyncio.to_thread(self._trash, name)
         await asyncio.to_thread(
             functools.partial(
                 self.metadata.put_topic, name, config, self._wall_ms(), auto_created=auto_created
@@ -213,11 +216,15 @@ class Storage:
             topic = self._topics.pop(name, None)
             if topic is None:
                 raise TopicNotFound(f"topic {name!r} does not exist")
+            # Each step runs whatever the one before it raised (a failing disk fails the
+            # close's fsync and meta.db's commit): the files go all the same.
             try:
                 await topic.close()
             finally:
-                subscriptions = await asyncio.to_thread(self.metadata.delete_topic, name)
-                await asyncio.to_thread(self._trash, name)
+                try:
+                    subscriptions = await asyncio.to_thread(self.metadata.delete_topic, name)
+                finally:
+                    await asyncio.to_thread(self._trash, name)
         return subscriptions
 
     async def run_retention(self) -> None:
@@ -286,8 +293,10 @@ class Storage:
             os.rename(source, target)
         except FileNotFoundError:
             return
-        fsync_dir(self.topics_dir)
-        shutil.rmtree(target, ignore_errors=True)
+        try:
+            fsync_dir(self.topics_dir)
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
 
     def _sweep_orphans(self, known: set[str]) -> None:
         # Leftovers of a crash during a delete: directories of topics meta.db no longer has,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sys
 import time
@@ -113,6 +114,27 @@ async def test_delete_topic_removes_everything_and_name_starts_fresh(tmp_path: P
         topic = storage.topic("t")
         assert topic is not None
         assert sum(p.end_offset for p in topic.partitions) == 1
+    finally:
+        await storage.close()
+
+
+async def test_a_new_topic_never_opens_a_directory_it_finds(tmp_path: Path) -> None:
+    """A delete whose steps failed on a failing disk (the close's fsync, then meta.db's
+    commit) left the topic's directory behind while the topic was gone; the topic created
+    again under that name opened it and served the deleted records as its own (the
+    nemesis, seed 2006, 2026-11-28: "deleted-topic-served"). A directory that a create
+    finds is such a leftover: it goes to the trash first."""
+    storage = await Storage.open(tmp_path)
+    try:
+        old = await storage.create_topic("old", TopicConfig())
+        await old.publish(with_ids("a", "b"), Acks.ALL)
+        shutil.copytree(tmp_path / "topics" / "old", tmp_path / "topics" / "t")  # left over
+        topic = await storage.create_topic("t", TopicConfig())
+        assert topic.partitions[0].end_offset == 0
+        assert await topic.partitions[0].read(0, 100, 1 << 20) == []
+        [result] = await topic.publish(with_ids("a"), Acks.ALL)
+        assert (result.offset, result.duplicate) == (0, False)
+        assert list((tmp_path / "trash").iterdir()) == []
     finally:
         await storage.close()
 

@@ -181,6 +181,7 @@ def test_records_evicted_before_their_rewrite_are_cut_and_the_log_stops_taking_w
     acknowledged and then lost), and the next start recovers the log up to the hole."""
     log = PartitionLog(disk.mountpoint / "t" / "0")
     lose_b(disk, log)
+    assert log.lost_offset == 2  # b0 on: what a replica cuts its log to (cluster/following.py)
     with pytest.raises(StorageUnavailable, match="lost its bytes"):
         append(log, "c", 1)
     with pytest.raises(StorageUnavailable, match="lost its bytes"):
@@ -208,6 +209,7 @@ def test_a_log_cut_below_the_lost_records_takes_writes_again(disk):
     try:
         lose_b(disk, log)
         log.truncate_to(2)
+        assert log.lost_offset is None
         append(log, "c", 1)
         log.flush()
     except BaseException:
