@@ -109,18 +109,26 @@ class FollowerRole:
     async def _do(self, step: Step) -> None:
         partition = self.partition
         if step.action is Action.TRUNCATE:
-            if step.offset < partition.log_end_offset:
+            offset = step.offset
+            if (lost := partition.lost_offset) is not None and lost < offset:
+                # This log lost records from there after a failed write-back (a leader
+                # that handed its lead over, say): they are fetched again, as ones the
+                # leader has and this log does not.
+                offset = lost
+            if offset < partition.log_end_offset:
                 log.info(
-                    "%s/%d: truncating to %d (the leader %s does not have %d..%d)",
+                    "%s/%d: truncating to %d (%s %d..%d)",
                     self.topic.name,
                     partition.partition,
-                    step.offset,
-                    self.leader,
-                    step.offset,
+                    offset,
+                    f"the leader {self.leader} does not have"
+                    if offset == step.offset
+                    else "this node's disk lost",
+                    offset,
                     partition.log_end_offset - 1,
                 )
-                await partition.truncate_to(step.offset)
-                self.topic.forget_dedup_from(partition.partition, step.offset)
+                await partition.truncate_to(offset)
+                self.topic.forget_dedup_from(partition.partition, offset)
             self.replica.truncated(partition.log_end_offset, partition.latest_epoch)
         elif step.action is Action.RESET:
             log.info("%s/%d: log reset to %d", self.topic.name, partition.partition, step.offset)

@@ -17,15 +17,24 @@ from dataclasses import dataclass, field
 
 from cluster.clock import lease_clock_ms
 from cluster.errors import LeaderUnavailable, NotEnoughReplicas
-from cluster.etcd import EtcdClient, EtcdOutcomeUnknown, EtcdUnavailable
+from cluster.etcd import Compare, EtcdClient, EtcdOutcomeUnknown, EtcdUnavailable
 from cluster.follower import EpochAnswer, EpochQuery, FetchRequest, FetchResponse
+from cluster.membership import node_key
 from cluster.replication import FetchError, LeaderReplica, Progress
-from cluster.state import PartitionState, VersionedState, compare_and_set, read_partition
+from cluster.state import (
+    PartitionState,
+    VersionedState,
+    cluster_of,
+    compare_and_set,
+    read_partition,
+)
 from storage.partition import Partition
 from storage.record import Acks
 from storage.topic import Topic
 
 log = logging.getLogger("herald.cluster")
+
+RESIGN_RETRY_S = 1.0  # between attempts to hand over a partition whose log lost records
 
 
 class Signal:
@@ -109,6 +118,8 @@ class LeaderRole:
         self.changed = Signal()  # the log end or the high watermark moved
         self._commits: dict[int, list[asyncio.Future[None]]] = {}
         self._isr_write: asyncio.Task[None] | None = None
+        self._resigning: asyncio.Task[None] | None = None
+        self._resign_after = 0.0  # loop time: the next attempt to hand the lead over
         self._unlisten: Callable[[], None] | None = None
 
     # -- life ------------------------------------------------------------------------
@@ -142,6 +153,8 @@ class LeaderRole:
             self._unlisten()
         if self._isr_write is not None:
             self._isr_write.cancel()
+        if self._resigning is not None:
+            self._resigning.cancel()
         for waiters in self._commits.values():
             for future in waiters:
                 if not future.done():
@@ -212,6 +225,66 @@ class LeaderRole:
             ]
             if gone and live:
                 self._apply(self.replica.followers_gone(gone))
+            if self.partition.lost_offset is not None:
+                self._resign_soon()
+
+    def _resign_soon(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if self._resigning is None and now >= self._resign_after:
+            self._resign_after = now + RESIGN_RETRY_S
+            self._resigning = asyncio.create_task(self._resign())
+
+    async def _resign(self) -> None:
+        """This node's log lost records after a failed write-back (the kernel dropped the
+        pages before their rewrite: PartitionLog.lost_offset), so it takes no appends
+        until it has fetched them again, which only a follower does. The lead goes to
+        the first live in-sync replica, as its election would after this node's death:
+        epoch + 1, the key unchanged since this role read it, the successor still the
+        incarnation etcd's ISR names (an ISR member holds every committed record)."""
+        state = self.state.state
+        name = f"{self.topic.name}/{self.partition.partition}"
+        try:
+            live = self._live()
+            others = tuple(
+                r
+                for r in state.replicas
+                if r in state.isr and r != self.node_id and self._counts_as_recorded(r, live)
+            )
+            if not others:
+                log.warning(
+                    "%s: this node's log lost records from offset %s (a failed write-back) "
+                    "and no other in-sync replica is live to lead it: appends are refused "
+                    "until one is, or this node restarts",
+                    name,
+                    self.partition.lost_offset,
+                )
+                return
+            successor = others[0]
+            new = PartitionState(
+                state.replicas,
+                successor,
+                state.epoch + 1,
+                others,
+                {r: state.incarnation_of(r) for r in others},
+            )
+            guard = Compare.create_revision(
+                node_key(cluster_of(self.key), successor), "=", state.incarnation_of(successor)
+            )
+            outcome = await compare_and_set(self._etcd, self.key, self.state, new, guards=[guard])
+        except (EtcdUnavailable, EtcdOutcomeUnknown) as exc:
+            log.warning("%s: handing the lead over: %s (tried again)", name, exc)
+            return
+        finally:
+            self._resigning = None
+        if outcome.succeeded:
+            log.warning(
+                "%s: this node's log lost records from offset %s (a failed write-back): "
+                "%s leads it now, at epoch %d; this node fetches them again as a follower",
+                name,
+                self.partition.lost_offset,
+                successor,
+                new.epoch,
+            )
 
     def _counts_as_recorded(self, follower: str, live: Collection[str]) -> bool:
         """Whether ``follower`` is live as the incarnation etcd's ISR names for it: one

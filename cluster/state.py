@@ -138,6 +138,11 @@ def partition_key(cluster: str, topic: str, partition: int) -> str:
     return f"/herald/{cluster}/partitions/{topic}/{partition}"
 
 
+def cluster_of(key: str) -> str:
+    """The cluster name in a key made by partition_key."""
+    return key.split("/", 3)[2]
+
+
 @dataclass(frozen=True, slots=True)
 class VersionedState:
     """A state as read from etcd, with the revision a compare-and-set must name, and the

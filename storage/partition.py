@@ -119,6 +119,11 @@ class Partition:
         return self._leo
 
     @property
+    def lost_offset(self) -> int | None:
+        """PartitionLog.lost_offset: a replica's log that lost records from there on."""
+        return self.log.lost_offset
+
+    @property
     def fsynced_offset(self) -> int:
         """The end of what is known to be fsynced (<= log_end_offset)."""
         return self._fsynced

@@ -220,6 +220,13 @@ class PartitionLog:
         return sum(s.size for s in self._segments)
 
     @property
+    def lost_offset(self) -> int | None:
+        """Where the log lost its records after a failed write-back (the kernel dropped
+        the pages before their rewrite), or None: from there on it takes no appends
+        until it is cut below that offset (a replica fetching them again) or reopened."""
+        return self._segments[-1].lost_offset
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         return self._segments
 

@@ -71,6 +71,7 @@ class LogSegment:
         self._synced_size = 0  # the log's bytes an fsync is known to have put on disk
         self._unsynced_from: int | None = None  # a write-back failed past this position
         self._lost_at: int | None = None  # ... and its bytes were gone when rewritten
+        self.lost_offset: int | None = None  # the offset of the batch boundary there
 
     # -- the writer's descriptors -------------------------------------------------------
 
@@ -237,6 +238,12 @@ class LogSegment:
             self.time_index.truncate(kept)
             self.offset_index.fsync()
             self.time_index.fsync()
+        # The batches before the hole are whole: the last of them ends at its offset.
+        offset, at = self.offset_index.lookup(self.next_offset)
+        with contextlib.suppress(OSError, CorruptLog):
+            for _, header, _, _ in iter_batches(self._fd, at, position):
+                offset = header.next_offset
+        self.lost_offset = offset
 
     def _lost_error(self) -> OSError:
         return OSError(
@@ -476,7 +483,7 @@ class LogSegment:
         if self._lost_at is not None and position <= self._lost_at:
             # Cut below the hole (a follower cutting back to fetch again): the log takes
             # writes again, and the next fsync still rewrites what was not synced.
-            self._lost_at = None
+            self._lost_at = self.lost_offset = None
             self._unsynced_from = min(self._unsynced_from or 0, position)
         os.ftruncate(self._fd, position)
         kept = self.offset_index.truncate_to_position(position)
