@@ -115,7 +115,7 @@ def test_a_leader_whose_log_lost_records_hands_the_lead_over_and_catches_up(
 
         # The leader finds the hole at its next flush and hands the lead over.
         state = cluster.wait_leader(TOPIC, partition, not_on=[FAULTY], within=60.0)
-        assert state["epoch"] == epoch + 1
+        assert state["epoch"] > epoch  # + 1, or more had an election come between
         after = publish(http, cluster, state["leader"], partition, ["after-0"], "all")
         assert after.status_code == 200, after.text
 
