@@ -11,6 +11,9 @@
                 with no peers to ask.
 ``herald_cluster`` (function scope) etcd + three ``herald serve --cluster`` nodes, all
                 live (tests/cluster/nodes.py); a failed test's report carries their logs.
+``n3_disk``     (function scope) a failing disk (tests/failing_disk.py, needs root)
+                mounted as n3's data directory; with ``cluster_n3_on_disk``, the three
+                nodes on it (the disk mounted first, so unmounted after they stop).
 ``shared_cluster`` the same, lent to one test after another: for tests that fault
                 nothing (no kill, pause, wipe or cut, of a node or of etcd) and name
                 their own topics and subscriptions (``unique``). See
@@ -40,6 +43,7 @@ from tests.conftest import free_port, freeze
 
 if TYPE_CHECKING:
     from tests.cluster.nodes import HeraldCluster
+    from tests.failing_disk import FailingDisk
 
 START_TIMEOUT_S = 30.0
 # The fault tests' clients: a call's whole budget, and one HTTP request's.
@@ -325,6 +329,21 @@ def herald_cluster(tmp_path: Path) -> Iterator[HeraldCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def n3_disk(tmp_path: Path) -> Iterator[FailingDisk]:
+    from tests.failing_disk import failing_disk
+
+    mountpoint = tmp_path / "cluster" / "n3"  # the node's data directory
+    mountpoint.mkdir(parents=True)
+    with failing_disk(tmp_path / "backing", mountpoint) as disk:
+        yield disk
+
+
+@pytest.fixture
+def cluster_n3_on_disk(n3_disk: FailingDisk, herald_cluster: HeraldCluster) -> HeraldCluster:
+    return herald_cluster
 
 
 class SharedCluster:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import orjson
@@ -29,12 +27,11 @@ from cluster.etcd import EtcdClient
 from cluster.state import partition_key
 from tests.cluster.nodes import HeraldCluster
 from tests.failing_disk import FailingDisk, needs_failing_disk
-from tests.failing_disk import failing_disk as mount_failing_disk
 
 pytestmark = needs_failing_disk
 
 TOPIC = "durable"
-FAULTY = "n3"
+FAULTY = "n3"  # the node whose data directory is n3_disk (tests/cluster/conftest.py)
 ANSWER_WITHIN_S = 60.0  # far beyond replica_lag_ms: a publish not answered by then hangs
 # Each record's value: a publish of several spans new blocks of the image (an append inside
 # a block the backing file already holds would be written back, and fsynced, fine).
@@ -49,21 +46,6 @@ async def _etcd_isr(cluster: HeraldCluster, partition: int) -> list[str]:
     assert state is not None, f"{TOPIC}/{partition} not in etcd"
     isr: list[str] = orjson.loads(state.value)["isr"]
     return isr
-
-
-@pytest.fixture
-def failing_disk(tmp_path: Path) -> Iterator[FailingDisk]:
-    mountpoint = tmp_path / "cluster" / FAULTY  # the node's data directory
-    mountpoint.mkdir(parents=True)
-    with mount_failing_disk(tmp_path / "backing", mountpoint) as disk:
-        yield disk
-
-
-@pytest.fixture
-def cluster(failing_disk: FailingDisk, herald_cluster: HeraldCluster) -> HeraldCluster:
-    """The three nodes, n3's data directory on the failing disk (mounted first, so
-    unmounted after the nodes stop)."""
-    return herald_cluster
 
 
 def publish(
@@ -82,8 +64,9 @@ def publish(
 
 
 def test_a_follower_that_cannot_fsync_leaves_the_isr_and_acks_all_is_answered(
-    cluster: HeraldCluster, failing_disk: FailingDisk
+    cluster_n3_on_disk: HeraldCluster, n3_disk: FailingDisk
 ) -> None:
+    cluster, failing_disk = cluster_n3_on_disk, n3_disk  # n3's data directory on the disk
     cluster.create_topic(TOPIC, partitions=3, replication_factor=3, min_insync_replicas=2)
     states = cluster.topic(TOPIC)["partitions"]
     # A partition the faulty node follows (leaders are spread: two of three qualify).

@@ -17,37 +17,19 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.cluster.nodes import HeraldCluster
 from tests.failing_disk import FailingDisk, needs_failing_disk
-from tests.failing_disk import failing_disk as mount_failing_disk
 
 pytestmark = needs_failing_disk
 
 TOPIC = "lost"
-FAULTY = "n3"
+FAULTY = "n3"  # the node whose data directory is n3_disk (tests/cluster/conftest.py)
 # A record spans new blocks of the image: its write-back fails while the disk does.
 VALUE_BYTES = 200_000
-
-
-@pytest.fixture
-def failing_disk(tmp_path: Path) -> Iterator[FailingDisk]:
-    mountpoint = tmp_path / "cluster" / FAULTY  # the node's data directory
-    mountpoint.mkdir(parents=True)
-    with mount_failing_disk(tmp_path / "backing", mountpoint) as disk:
-        yield disk
-
-
-@pytest.fixture
-def cluster(failing_disk: FailingDisk, herald_cluster: HeraldCluster) -> HeraldCluster:
-    """The three nodes, n3's data directory on the failing disk (mounted first, so
-    unmounted after the nodes stop)."""
-    return herald_cluster
 
 
 def value(message_id: str) -> bytes:
@@ -87,8 +69,9 @@ def follower_lag(cluster: HeraldCluster, partition: int) -> dict[str, int | None
 
 
 def test_a_leader_whose_log_lost_records_hands_the_lead_over_and_catches_up(
-    cluster: HeraldCluster, failing_disk: FailingDisk
+    cluster_n3_on_disk: HeraldCluster, n3_disk: FailingDisk
 ) -> None:
+    cluster, failing_disk = cluster_n3_on_disk, n3_disk  # n3's data directory on the disk
     cluster.create_topic(TOPIC, partitions=3, replication_factor=3, min_insync_replicas=2)
     states = cluster.topic(TOPIC)["partitions"]
     led = [s for s in states if s["leader"] == FAULTY]
