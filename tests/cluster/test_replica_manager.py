@@ -11,7 +11,7 @@ import pytest
 
 from cluster.errors import LeaderUnavailable
 from cluster.etcd import EtcdClient
-from cluster.follower import FetchRequest
+from cluster.follower import FetchRequest, FetchResponse
 from cluster.following import FollowerRole
 from cluster.leading import LeaderRole
 from cluster.membership import Membership
@@ -26,6 +26,7 @@ from cluster.state import (
 )
 from storage.config import TopicConfig
 from storage.engine import Storage
+from storage.partition_log import PartitionLog
 from storage.record import Acks, NewRecord
 from storage.topic import Topic
 
@@ -249,3 +250,28 @@ async def test_a_follower_whose_node_is_not_live_never_joins_the_isr(
         stored = await read_partition(etcd, key)
         assert stored is not None and stored.state.isr == ("n1", "n2"), stored
         assert stored.state.incarnation_of("n2") == n2.incarnation
+
+
+async def test_a_refused_fetch_answer_is_not_retried_in_a_hot_loop(
+    etcd: EtcdClient, replicas: ReplicaManager, tmp_path: Path
+) -> None:
+    """A follower whose appends were refused ("batch at offset 13510 where offset 13520
+    was expected": the nemesis, seed 2005, 2026-11-28) sent its next request at once,
+    28,000 times in 8 minutes. A refused answer now waits before the next request."""
+    topic = await synced_topic(etcd, replicas)
+    state = PartitionState(("n2", "n1"), "n2", 1, ("n2", "n1"), {"n2": 5, "n1": 6})
+    await replicas.assign_role(topic, REF, VersionedState(state, 1), observed=())
+    role = replicas.roles[REF]
+    assert isinstance(role, FollowerRole)
+    leader_log = PartitionLog(tmp_path / "leader")
+    try:
+        leader_log.append([NewRecord(b'"a"')] * 5, 1, leader_epoch=1)
+        leader_log.append([NewRecord(b'"b"')], 1, leader_epoch=1)
+        not_contiguous = leader_log.read_batches(5, 1 << 20)  # the follower's log is empty
+    finally:
+        leader_log.close()
+    role.replica.truncated(0, -1)  # fetching from 0
+    before = asyncio.get_running_loop().time()
+    await role.on_fetch_response(FetchResponse(None, not_contiguous, 6, 0))
+    assert topic.partitions[0].log_end_offset == 0
+    assert role.retry_at >= before + 0.1
