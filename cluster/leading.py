@@ -271,7 +271,8 @@ class LeaderRole:
                 node_key(cluster_of(self.key), successor), "=", state.incarnation_of(successor)
             )
             outcome = await compare_and_set(self._etcd, self.key, self.state, new, guards=[guard])
-        except (EtcdUnavailable, EtcdOutcomeUnknown) as exc:
+        except (EtcdUnavailable, EtcdOutcomeUnknown, ValueError) as exc:
+            # Unknown outcome included: the next attempt reads etcd's state as it is.
             log.warning("%s: handing the lead over: %s (tried again)", name, exc)
             return
         finally:
