@@ -5,7 +5,7 @@ the machine) at each stage a record passes, publishes one record per request at 
 fixed rate as ``bench/herald_bench.py`` does, and prints each stage's percentiles:
 
     client send → server reads the request → headers parsed → request task runs →
-    endpoint → Topic.publish → Partition.append_local → writer thread → written →
+    endpoint → Topic.publish → Partition.submit_local → writer thread → written →
     visible on the loop → delivery task wakes → deliver frame queued → frame
     written → client has it
 
@@ -40,7 +40,7 @@ STAGES: list[tuple[str, str]] = [
     ("task", "request task created and started"),
     ("endpoint", "ASGI middleware to the publish endpoint"),
     ("publish", "body and validation, to Topic.publish"),
-    ("submit", "Topic.publish to Partition.append_local"),
+    ("submit", "Topic.publish to Partition.submit_local"),
     ("wstart", "hand-off to the writer thread"),
     ("wend", "the write"),
     ("visible", "hand-off back to the event loop"),
@@ -128,12 +128,12 @@ def serve_traced(argv: Sequence[str], out: Path) -> int:
 
         return traced
 
-    def partition_append(original: Any) -> Any:
-        async def traced(self: Any, records: Any, acks: Any) -> Any:
+    def partition_submit(original: Any) -> Any:
+        def traced(self: Any, records: Any, acks: Any) -> Any:
             seq = seq_of(records[0].value)
             if seq is not None and seq in by_seq:
                 by_seq[seq]["submit"] = now()
-            return await original(self, records, acks)
+            return original(self, records, acks)
 
         return traced
 
@@ -188,7 +188,7 @@ def serve_traced(argv: Sequence[str], out: Path) -> int:
     wrap(httptools_impl.RequestResponseCycle, "run_asgi", run_asgi)
     wrap(PublishEndpoint, "_publish", publish_endpoint)
     wrap(Topic, "publish", topic_publish)
-    wrap(Partition, "append_local", partition_append)
+    wrap(Partition, "submit_local", partition_submit)
     wrap(Writer, "_append", writer_append)
     wrap(Partition, "_on_written", on_written)
     wrap(SubscriptionRuntime, "_step", step)
