@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -63,6 +63,9 @@ class Nemesis:
     isr_full: Callable[[], bool]  # every partition of every topic: ISR == replicas
     topics: Mapping[str, int]  # topic -> partitions, to pick a leader to hit
     disks: Mapping[str, FailingDisk]  # node -> its data directory's disk (or none)
+    # Two faults at once pick their nodes one after the other: the leader lookup awaits,
+    # and both once took one node (a failing disk filled while its power cut copied it).
+    _choosing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def kinds(self) -> tuple[str, ...]:
         kinds = KINDS + DISK_KINDS if self.disks else KINDS
@@ -93,13 +96,14 @@ class Nemesis:
         await asyncio.sleep(after_s)
         started = self.history.now()
         revision_before = await asyncio.to_thread(self.cluster.etcd_revision)
-        free = sorted(set(self.cluster.nodes) - busy) or sorted(self.cluster.nodes)
-        node = self.rng.choice(free)
-        if self.rng.random() < 0.5:  # half the time a partition's leader: where it hurts
-            leader = await asyncio.to_thread(self._a_leader, node)
-            node = leader if leader not in busy else node
-        if not kind.startswith("etcd-"):
-            busy.add(node)
+        async with self._choosing:
+            free = sorted(set(self.cluster.nodes) - busy) or sorted(self.cluster.nodes)
+            node = self.rng.choice(free)
+            if self.rng.random() < 0.5:  # half the time a partition's leader: where it hurts
+                leader = await asyncio.to_thread(self._a_leader, node)
+                node = leader if leader not in busy else node
+            if not kind.startswith("etcd-"):
+                busy.add(node)
         target, note = node, ""
         process = self.cluster.nodes[node]
         if kind == "kill":
