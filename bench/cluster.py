@@ -56,7 +56,7 @@ from typing import Any
 import httpx
 
 from bench.cluster_subscriptions import consume_throughput, coordinator_failover
-from bench.common import percentile, temp_dir
+from bench.common import cpu_seconds, percentile, temp_dir
 from herald import Producer, Tail
 from tests.cluster.nodes import HeraldCluster
 from tests.conftest import HeraldProcess
@@ -208,6 +208,11 @@ def publish_to_deliver(cluster: HeraldCluster, root: Path, rate: int, seconds: f
     cluster.create_topic("latency", replication_factor=3)
     leader = cluster.leader("latency")
     follower = cluster.followers("latency")[0]
+    processes = {f"node {n.node_id}" + (" (leader)" if n is leader else ""): n.proc
+                 for n in cluster.nodes.values()}  # fmt: skip
+    assert cluster.etcd is not None
+    processes["etcd"] = cluster.etcd.proc
+    cpu_before = {name: cpu_seconds(proc.pid) for name, proc in processes.items() if proc}
     latencies = asyncio.run(
         deliver_latency(
             leader.url,
@@ -218,15 +223,20 @@ def publish_to_deliver(cluster: HeraldCluster, root: Path, rate: int, seconds: f
             seconds,
         )
     )  # fmt: skip
+    cpu = {name: (cpu_seconds(processes[name].pid) or 0.0) - used
+           for name, used in cpu_before.items() if used is not None}  # fmt: skip
     single = HeraldProcess(root / "standalone-latency").start()
     try:
         httpx.put(f"{single.url}/v1/topics/latency").raise_for_status()
+        assert single.proc is not None
+        used = cpu_seconds(single.proc.pid) or 0.0
         latencies |= asyncio.run(
             deliver_latency(
                 single.url, {"standalone herald serve (reference)": single.url}, "latency",
                 rate, seconds,
             )
         )  # fmt: skip
+        cpu["standalone herald serve"] = (cpu_seconds(single.proc.pid) or 0.0) - used
     finally:
         single.terminate()
     print(f"publish-to-deliver, {rate:,} msg/s for {seconds:g} s, RF 3, acks=all (SDK):")
@@ -237,6 +247,10 @@ def publish_to_deliver(cluster: HeraldCluster, root: Path, rate: int, seconds: f
             f"p99 {percentile(ms, 0.99):.1f} ms, max {max(ms):.1f} ms",
             flush=True,
         )
+    records = rate * seconds
+    print("  CPU per record published (each process, its whole run):")
+    for name, used in cpu.items():
+        print(f"    {name}: {used / records * 1e6:.0f} µs", flush=True)
 
 
 # -- failover ------------------------------------------------------------------------

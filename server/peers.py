@@ -26,6 +26,7 @@ import logging
 import ssl
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 import httpx
 import msgspec
@@ -35,6 +36,7 @@ from cluster.clock import lease_clock
 from cluster.errors import LeaderUnavailable
 from cluster.fence import renewed_by
 from cluster.trust import PeerVerifier
+from herald._transport import ConnectionPool, TransportError
 from herald.protocol.errors import HeraldError
 from herald.protocol.snapshot import SubscriptionSnapshot
 from herald.protocol.unchecked import unchecked_struct
@@ -46,6 +48,8 @@ FORWARDED = "herald-forwarded"
 CLIENT = "herald-client"  # the address of the client a forwarded request is made for
 PEER_AUTHORIZATION = "herald-peer-authorization"  # "Bearer <cluster token>": a node calls
 _REPORT_TIMEOUT_S = 1.0
+_CONNECT_TIMEOUT_S = 3.0
+_MAX_IDLE_CONNECTIONS = 64
 _FORWARD_TIMEOUT_S = 60.0  # publishes wait for commits; reads long-poll up to 30 s
 # An idle connection to a peer is dropped well before the peer closes it: with both at
 # 5 s a forwarded publish could go out on a connection the peer was closing, and came
@@ -89,6 +93,10 @@ class Peers:
             ),
             verify=verify,
         )
+        # Forwarded publishes, the hot path between nodes, go on the SDK's own HTTP/1.1
+        # connections (herald/_transport.py): httpx's layers cost a forwarded one-record
+        # publish about a millisecond more (issue 27 §1). One pool per leader URL.
+        self._publish_pools: dict[str, ConnectionPool] = {}
         self.verify = verify  # for the WebSockets opened to other nodes, alike
         self._verifier = verifier
         self._peer = {PEER_AUTHORIZATION: f"Bearer {cluster_token}"} if cluster_token else {}
@@ -103,6 +111,9 @@ class Peers:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        pools, self._publish_pools = self._publish_pools, {}
+        for pool in pools.values():
+            await pool.close()
         if self._verifier is not None:
             await self._verifier.aclose()
 
@@ -140,33 +151,49 @@ class Peers:
         client: str,
     ) -> list[dict[str, Any]]:
         """Forward ``messages`` (each naming its partition) to their leader -> its results."""
-        params = {"acks": acks} if acks is not None else {}
         await self._check(url)
+        target = f"/v1/topics/{quote(topic, safe='')}/messages"
+        if acks is not None:
+            target += f"?acks={quote(acks, safe='')}"
         try:
-            response = await self._http.post(
-                f"{url}/v1/topics/{topic}/messages",
-                params=params,
-                content=orjson.dumps({"messages": messages}),
-                headers={
-                    **self._client_headers(authorization, client),
-                    "content-type": "application/json",
-                },
+            response = await self._publish_pool(url).request(
+                "POST",
+                target,
+                orjson.dumps({"messages": messages}),
+                "application/json",
+                self._client_headers(authorization, client),
             )
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             raise LeaderUnavailable(
                 f"the partition's leader at {url} did not answer: {exc}"
             ) from exc
-        if response.status_code == 202:
+        if response.status == 202:
             return []
-        body = _json(response)
-        if response.status_code != 200:
-            raise PeerError(response.status_code, body, response.headers.get("retry-after"))
+        body = _json_body(url, response.status, response.body)
+        if response.status != 200:
+            raise PeerError(response.status, body, response.headers.get("retry-after"))
         results = body.get("results")
         if not isinstance(results, list):
             # Not a publish answer (a proxy's page, another program on the port): the
             # leader is as good as unreachable, never a 500 here.
             raise LeaderUnavailable(f"the partition's leader at {url} gave no publish results")
         return results
+
+    def _publish_pool(self, url: str) -> ConnectionPool:
+        pool = self._publish_pools.get(url)
+        if pool is None:
+            verify = self.verify
+            if isinstance(verify, bool):
+                verify = ssl.create_default_context() if verify else _unverified()
+            pool = self._publish_pools[url] = ConnectionPool(
+                url,
+                timeout=_FORWARD_TIMEOUT_S,
+                connect_timeout=_CONNECT_TIMEOUT_S,
+                ssl_context=verify,
+                max_idle=_MAX_IDLE_CONNECTIONS,
+                max_idle_s=_KEEPALIVE_EXPIRY_S,
+            )
+        return pool
 
     async def get(
         self, url: str, path: str, query: bytes, authorization: str | None, client: str
@@ -300,16 +327,21 @@ def _node_stats(body: Any) -> list[SubscriptionSnapshot]:
 _PEER_SUBSCRIPTION = unchecked_struct(SubscriptionSnapshot)
 
 
-def _json(response: httpx.Response) -> dict[str, Any]:
+def _json_body(node: str, status: int, content: bytes) -> dict[str, Any]:
     try:
-        body = response.json()
-    except ValueError:
+        body = orjson.loads(content)
+    except orjson.JSONDecodeError:
         body = None
-    if not isinstance(body, dict) or (response.status_code >= 400 and "code" not in body):
+    if not isinstance(body, dict) or (status >= 400 and "code" not in body):
         # Not a problem (RFC 9457) from a Herald node: passed on as the leader being
         # unreachable (503), never as the peer's status with an internal_error code.
-        raise LeaderUnavailable(
-            f"the node at {response.url.host}:{response.url.port} answered "
-            f"{response.status_code} without a problem body"
-        )
+        raise LeaderUnavailable(f"the node at {node} answered {status} without a problem body")
     return body
+
+
+def _unverified() -> ssl.SSLContext:
+    """A context that checks no certificate (httpx's ``verify=False``)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context

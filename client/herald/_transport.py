@@ -12,8 +12,10 @@ been closed by the server while idle (it never saw the request). Everything else
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -24,6 +26,7 @@ import httptools
 # one idle longer than this is not reused, so that a request rarely meets a closing one.
 MAX_IDLE_S = 4.0
 MAX_IDLE_CONNECTIONS = 16
+_SAFE_HEADER = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # RFC 9110 token
 
 
 class TransportError(ConnectionError):
@@ -130,7 +133,12 @@ class ConnectionPool:
         timeout: float = 60.0,
         ssl_context: ssl.SSLContext | None = None,
         max_idle: int = MAX_IDLE_CONNECTIONS,
+        max_idle_s: float = MAX_IDLE_S,
+        connect_timeout: float | None = None,
     ) -> None:
+        """``timeout``: for a whole request, connecting included; ``connect_timeout``, if
+        given, for opening a connection alone. ``max_idle_s``: an idle connection older
+        than this is not reused (keep it below the server's keep-alive timeout)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -141,7 +149,9 @@ class ConnectionPool:
         if parts.scheme == "https":
             self.ssl = ssl_context or ssl.create_default_context()
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self.max_idle = max_idle
+        self.max_idle_s = max_idle_s
         authority = parts.netloc.rpartition("@")[2]
         fixed = f"host: {authority}\r\nuser-agent: herald-client\r\n"
         if token:
@@ -152,13 +162,25 @@ class ConnectionPool:
         self._closed = False
 
     async def request(
-        self, method: str, target: str, body: bytes = b"", content_type: str | None = None
+        self,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        content_type: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
-        """One request; TransportError when no answer came (the caller decides to retry)."""
+        """One request; TransportError when no answer came (the caller decides to retry).
+        ``headers``: more headers for this request alone."""
         if self._closed:
             raise TransportError("the connection pool is closed")
+        extra = ""
+        if headers:
+            for name, value in headers.items():
+                if not _SAFE_HEADER.fullmatch(name) or "\r" in value or "\n" in value:
+                    raise ValueError(f"not a header line: {name!r}: {value!r}")
+                extra += f"{name}: {value}\r\n"
         head = (
-            f"{method} {self.prefix}{target} HTTP/1.1\r\n{self._fixed_headers}"
+            f"{method} {self.prefix}{target} HTTP/1.1\r\n{self._fixed_headers}{extra}"
             + (f"content-type: {content_type}\r\n" if content_type else "")
             + f"content-length: {len(body)}\r\n\r\n"
         ).encode("latin-1")
@@ -193,17 +215,22 @@ class ConnectionPool:
         now = loop.time()
         while self._idle:
             connection = self._idle.pop()  # the most recently used: warmest
-            if connection.reusable and now - connection.idle_since < MAX_IDLE_S:
+            if connection.reusable and now - connection.idle_since < self.max_idle_s:
                 return connection
             self._discard(connection)
         try:
-            _, connection = await loop.create_connection(
-                lambda: _Connection(loop),
-                self.host,
-                self.port,
-                ssl=self.ssl,
-                server_hostname=self.host if self.ssl else None,
-            )
+            async with asyncio.timeout(self.connect_timeout):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(loop),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl else None,
+                )
+        except TimeoutError:
+            raise TransportError(
+                f"could not connect to {self.host}:{self.port} within {self.connect_timeout:g} s"
+            ) from None
         except OSError as exc:
             raise TransportError(str(exc) or type(exc).__name__) from exc
         self._open.add(connection)

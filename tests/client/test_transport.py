@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from herald import HeraldClientError, HeraldConnectionError, Producer
+from herald._transport import ConnectionPool, TransportError
 from tests.security.conftest import Secured, secured  # noqa: F401 (a fixture)
 from tests.security.test_tls import TlsHerald, tls_herald  # noqa: F401 (a fixture)
 
@@ -159,3 +161,70 @@ async def test_every_retry_honours_retry_after_and_the_retries_end() -> None:
             await asyncio.wait_for(producer.send_and_wait("t", 1), 10)
     assert caught.value.status == 503
     assert len(server.requests) == 2  # two tries in all, then the last error as it is
+
+
+async def test_a_requests_own_headers_go_with_it_alone() -> None:
+    async with scripted([answer("200 OK", RESULTS)] * 2) as script:
+        pool = ConnectionPool(script.url, token="fixed-token")
+        try:
+            await pool.request("POST", "/a", b"{}", "application/json", {"x-for": "one"})
+            await pool.request("POST", "/b", b"{}", "application/json")
+        finally:
+            await pool.close()
+    first, second = (request.split(b"\r\n\r\n")[0].lower() for request in script.requests)
+    assert b"\r\nx-for: one\r\n" in first and b"authorization: bearer fixed-token" in first
+    assert b"x-for" not in second and b"authorization: bearer fixed-token" in second
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("x-a", "one\r\nx-injected: 1"), ("x-a", "one\ntwo"), ("x a", "v")]
+)
+async def test_a_header_that_would_break_the_request_is_refused_unsent(
+    name: str, value: str
+) -> None:
+    async with scripted([answer("200 OK", RESULTS)]) as script:
+        pool = ConnectionPool(script.url)
+        try:
+            with pytest.raises(ValueError, match="not a header line"):
+                await pool.request("POST", "/a", b"{}", headers={name: value})
+        finally:
+            await pool.close()
+    assert script.requests == [] and script.connections == 0
+
+
+async def test_a_connection_idle_past_max_idle_s_is_not_reused() -> None:
+    async with scripted([answer("200 OK", RESULTS)] * 2) as script:
+        pool = ConnectionPool(script.url, max_idle_s=0.05)
+        try:
+            await pool.request("POST", "/a", b"{}")
+            await asyncio.sleep(0.2)
+            await pool.request("POST", "/b", b"{}")
+        finally:
+            await pool.close()
+    assert script.connections == 2
+
+
+async def test_connecting_gives_up_at_the_connect_timeout_not_the_requests() -> None:
+    # A listening socket that never accepts, its backlog full: a connect to it hangs
+    # (SYNs dropped) as it does to a node cut off by a partition.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(8):  # fill the accept queue
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
+        pool = ConnectionPool(f"http://127.0.0.1:{port}", timeout=60.0, connect_timeout=0.3)
+        # The request's own timeout would say "no answer within 60 s".
+        with pytest.raises(TransportError, match=r"could not connect .* within 0\.3 s"):
+            await pool.request("POST", "/a", b"{}")
+        await pool.close()
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
