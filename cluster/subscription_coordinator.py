@@ -262,6 +262,8 @@ class SubscriptionCoordinator:
             log.info("coordinating subscription %s", name)
         except EtcdUnavailable as exc:
             log.info("taking subscription %s: %s", name, exc)
+        except OSError as exc:  # its cursor could not be written here (a full disk...)
+            log.error("running subscription %s here failed (tried again): %s", name, exc)
         except Exception:
             log.exception("running subscription %s here failed", name)
 

@@ -109,10 +109,13 @@ async def close_socket(
     websocket: WebSocket, exc: HeraldError, *, reason: str | None = None
 ) -> None:
     """Ends a WebSocket endpoint's connection for ``exc`` (accepted first if it is not yet,
-    as :func:`refuse` does)."""
-    if websocket.application_state is WebSocketState.CONNECTING:
-        await websocket.accept()
-    await websocket.send(close_message(exc, reason))
+    as :func:`refuse` does). A client that went away meanwhile has nothing to close."""
+    try:
+        if websocket.application_state is WebSocketState.CONNECTING:
+            await websocket.accept()
+        await websocket.send(close_message(exc, reason))
+    except OSError:  # uvicorn's ClientDisconnected: the client left first
+        log.debug("closing a WebSocket for %s: the client had gone", exc.code)
 
 
 def log_server_error(method: str, path: str, exc: HeraldError) -> None:

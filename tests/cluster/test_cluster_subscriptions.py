@@ -12,10 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
+import websockets
 
 from herald import Consumer, Producer, Tail
 from herald.message import Message
 from tests.cluster.nodes import HeraldCluster
+from tests.helpers import wait_until_sync
 from tests.webhooks.receiver import Answer, Received, Receiver, body_json
 
 pytestmark = pytest.mark.timeout(240)
@@ -481,6 +483,38 @@ def test_a_coordinator_frozen_past_its_lease_hands_over_and_loses_nothing(
     assert again == [], f"{len(again)} record(s) acked > 1 s before the freeze delivered again"
     # It moved while the coordinator was frozen, and stays moved once it wakes.
     assert wait_coordinated(cluster, "frozen-sub") != owner
+    cluster.wait_live(3)
+
+
+def test_a_consumer_that_leaves_while_its_relay_waits_for_a_frozen_coordinator(
+    herald_cluster: HeraldCluster,
+) -> None:
+    # The node a consumer reached relays it to the coordinator (PROTOCOL §7), whose
+    # handshake a SIGSTOP holds until the relay gives up on it. The consumer left before
+    # that: the relay has no socket left to close, and says so in no traceback (a nemesis
+    # run logged one for each such consumer).
+    cluster = herald_cluster
+    owner, (other, _) = subscribed(cluster, "relay-gone", "relay-gone-sub", 10)
+    node = cluster.nodes[other]
+    url = node.url.replace("http://", "ws://", 1) + "/v1/subscriptions/relay-gone-sub/ws"
+    relayed = f"relaying a consumer to {cluster.nodes[owner].url}"
+
+    async def leave_early() -> None:
+        with pytest.raises(TimeoutError):
+            async with websockets.connect(url, open_timeout=1.0):
+                pass
+
+    cluster.pause(owner)
+    try:
+        asyncio.run(leave_early())
+        # The relay gives up on the frozen coordinator 5 s after it began.
+        wait_until_sync(lambda: relayed in node.log(), 60, "the relay's own give-up line")
+        time.sleep(1.0)  # what it does next is done within a moment of that line
+    finally:
+        cluster.resume(owner)
+    log_text = node.log()
+    assert "relaying a consumer of relay-gone-sub" not in log_text
+    assert "ClientDisconnected" not in log_text
     cluster.wait_live(3)
 
 
