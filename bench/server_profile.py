@@ -12,6 +12,11 @@ of a thread parked in a wait (woken but not yet on a CPU, which py-spy counts as
 running) are left out.
 
     python -m bench.server_profile [--rate 2000] [--seconds 20] [--acks 1] [--raw OUT]
+    python -m bench.server_profile --bulk 300000 [--acks 1]
+
+``--bulk N`` profiles ``herald_bench``'s throughput workload instead (N records of 1 KiB
+published in batches of 500 by 4 concurrent requests, each delivered and acked): where
+the server's CPU per record goes in bulk.
 
 Needs ``py-spy`` (in the venv or on the PATH) and the right to ptrace the server
 (root, or ``kernel.yama.ptrace_scope=0``). A sampling profile: shares are good to a
@@ -25,6 +30,7 @@ import asyncio
 import collections
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -135,24 +141,31 @@ def cpu_seconds_of_task(pid: int, tid: int) -> float:
 def sample(spy: str, args: argparse.Namespace, raw_path: str) -> tuple[int, float, float]:
     """Run the workload under py-spy: (records, main thread CPU s, other threads' CPU s)."""
     with herald_server() as (url, pid):
-        asyncio.run(herald_bench.timed_deliveries(url, args.acks, args.rate, 1.0, False))  # warm
+        if args.bulk:
+            asyncio.run(herald_bench.throughput(url, pid, args.acks, 20_000, 500, 4, False))
+        else:  # warm
+            asyncio.run(herald_bench.timed_deliveries(url, args.acks, args.rate, 1.0, False))
         main_before, other_before = thread_cpu(pid)
         record = ["record", "--pid", str(pid), "--rate", "500", "--format", "raw", "--nonblocking"]
-        until = str(int(args.seconds) + 5)
         sampler = subprocess.Popen(
-            [spy, *record, "--output", raw_path, "--duration", until],
+            [spy, *record, "--output", raw_path],  # until the server ends (or SIGINT)
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         try:
-            run = herald_bench.timed_deliveries(url, args.acks, args.rate, args.seconds, False)
-            _, got = asyncio.run(run)
+            if args.bulk:
+                bulk = herald_bench.throughput(url, pid, args.acks, args.bulk, 500, 4, False)
+                records = asyncio.run(bulk).records
+            else:
+                run = herald_bench.timed_deliveries(url, args.acks, args.rate, args.seconds, False)
+                records = len(asyncio.run(run)[1])
             main_after, other_after = thread_cpu(pid)
         finally:
-            _, errors = sampler.communicate(timeout=args.seconds + 60)
-    if sampler.returncode != 0:
+            sampler.send_signal(signal.SIGINT)  # py-spy writes what it sampled and ends
+            _, errors = sampler.communicate(timeout=120)
+    if sampler.returncode not in (0, -signal.SIGINT):
         raise RuntimeError(f"py-spy failed: {errors.decode(errors='replace')}")
-    return len(got), main_after - main_before, other_after - other_before
+    return records, main_after - main_before, other_after - other_before
 
 
 def print_thread(title: str, counts: collections.Counter[str], us_per_record: float) -> None:
@@ -169,6 +182,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the sampled run")
     parser.add_argument("--acks", choices=["0", "1", "all"], default="1")
     parser.add_argument("--raw", help="keep py-spy's collapsed stacks in this file")
+    parser.add_argument(
+        "--bulk", type=int, metavar="N", help="profile N records of the throughput workload"
+    )
     args = parser.parse_args()
     # The venv's own (pip install py-spy) first: running its python does not put its
     # bin/ on the PATH.
@@ -184,10 +200,14 @@ def main() -> int:
     if not records:
         raise RuntimeError("no record was delivered")
     main_us, other_us = main_s / records * 1e6, other_s / records * 1e6
+    workload = (
+        f"{records:,} records in batches of 500, 4 requests at a time"
+        if args.bulk
+        else f"{args.rate} one-record publishes/s for {args.seconds:g} s"
+    )
     print(
-        f"acks={args.acks}, {args.rate} one-record publishes/s for {args.seconds:g} s: server "
-        f"CPU {main_us + other_us:.0f} µs per record published, delivered and acked; "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"acks={args.acks}, {workload}: server CPU {main_us + other_us:.1f} µs per record "
+        f"published, delivered and acked; load average {os.getloadavg()[0]:.1f}"
     )
     print_thread("event loop thread", main_counts, main_us)
     print_thread("other threads (writer, thread pool)", other_counts, other_us)
