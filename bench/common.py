@@ -52,6 +52,19 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def system_seconds(pid: int | None) -> float | None:
+    """The part of :func:`cpu_seconds` spent in the kernel (system calls; on loopback,
+    most of the TCP stack's work for what the process sends as well)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def vm_rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -37,10 +37,11 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench import herald_bench
-from bench.common import cpu_seconds, herald_server, percentile
+from bench.common import cpu_seconds, herald_server, percentile, system_seconds
 from bench.compare_herald import Herald
 from bench.compare_peers import SERVERS
 from bench.compare_workload import (
@@ -67,17 +68,20 @@ class Run:
     p999_ms: float
     client_us: float
     server_us: float
+    server_system_us: float  # the part of server_us spent in the kernel
 
 
-def tree_cpu_seconds(pid: int | None) -> float | None:
+def tree_cpu_seconds(
+    pid: int | None, of: Callable[[int], float | None] = cpu_seconds
+) -> float | None:
     """CPU seconds of a process and every descendant alive (RabbitMQ's start script runs
-    its Erlang VM as a child)."""
+    its Erlang VM as a child); ``of=system_seconds``: their kernel time alone."""
     if pid is None:
         return None
     total, stack = 0.0, [pid]
     while stack:
         current = stack.pop()
-        total += cpu_seconds(current) or 0.0
+        total += of(current) or 0.0
         with contextlib.suppress(OSError):
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as children:
@@ -92,12 +96,16 @@ class CpuMeter:
         self.pid = pid
         self.client = time.process_time()
         self.server = tree_cpu_seconds(pid)
+        self.system = tree_cpu_seconds(pid, system_seconds)
 
-    def per_record_us(self, records: int) -> tuple[float, float]:
+    def per_record_us(self, records: int) -> tuple[float, float, float]:
+        """Client, server, and the server's kernel part, in µs per record."""
         client = time.process_time() - self.client
         now = tree_cpu_seconds(self.pid)
         server = now - self.server if now is not None and self.server is not None else 0.0
-        return client / records * 1e6, server / records * 1e6
+        now = tree_cpu_seconds(self.pid, system_seconds)
+        system = now - self.system if now is not None and self.system is not None else 0.0
+        return client / records * 1e6, server / records * 1e6, system / records * 1e6
 
 
 def _latency_label(calls: Calls, payload: Payload) -> str:
@@ -121,8 +129,10 @@ async def one_round(
             except Exception as exc:  # a failed run is reported and left out of the medians
                 _failed(system, workload.label, exc)
                 continue
-            client, server = meter.per_record_us(args.records)
-            runs[system.name, workload.label] = Run(args.records / elapsed, 0, 0, 0, client, server)
+            client, server, kernel = meter.per_record_us(args.records)
+            runs[system.name, workload.label] = Run(
+                args.records / elapsed, 0, 0, 0, client, server, kernel
+            )
             _show(system, workload.label, runs[system.name, workload.label])
         for calls, payload in latency_modes:
             label = _latency_label(calls, payload)
@@ -132,7 +142,7 @@ async def one_round(
             except Exception as exc:
                 _failed(system, label, exc)
                 continue
-            client, server = meter.per_record_us(len(ordered))
+            client, server, kernel = meter.per_record_us(len(ordered))
             runs[system.name, label] = Run(
                 args.rate,
                 percentile(ordered, 0.50),
@@ -140,6 +150,7 @@ async def one_round(
                 percentile(ordered, 0.999),
                 client,
                 server,
+                kernel,
             )
             _show(system, label, runs[system.name, label])
     return runs
@@ -168,9 +179,10 @@ def _print_tables(
     print(
         f"End to end: {args.records} x 1 KiB records, one consumer with {WINDOW} outstanding "
         f"acking every record; medians of {len(rounds)} rounds; CPU µs per record: client = "
-        "this process (producer and consumer), server = its process and children"
+        "this process (producer and consumer), server = its process and children, "
+        "of it in the kernel (system calls, loopback TCP)"
     )
-    print(f"{'mode / system':<30} {'e2e msg/s':>10} {'cli µs':>7} {'srv µs':>7}")
+    print(f"{'mode / system':<30} {'e2e msg/s':>10} {'cli µs':>7} {'srv µs':>7} {'kernel':>7}")
     for workload in workloads:
         print(f"-- {workload.label}")
         for system in systems:
@@ -178,13 +190,15 @@ def _print_tables(
             print(
                 f"{name:<30} {median(name, label, 'rate'):>10,.0f} "
                 f"{median(name, label, 'client_us'):>7.1f} {median(name, label, 'server_us'):>7.1f}"
+                f" {median(name, label, 'server_system_us'):>7.1f}"
             )
     print(
         f"\nLatency: one 1 KiB record per publish at {args.rate} msg/s for {args.seconds:g} s, "
         "publish to delivery (ms); CPU µs per record as above"
     )
     print(
-        f"{'mode / system':<30} {'p50 ms':>7} {'p99 ms':>7} {'p999 ms':>8} {'cli µs':>7} {'srv µs':>7}"
+        f"{'mode / system':<30} {'p50 ms':>7} {'p99 ms':>7} {'p999 ms':>8} {'cli µs':>7} "
+        f"{'srv µs':>7} {'kernel':>7}"
     )
     for calls, payload in latency_modes:
         label = _latency_label(calls, payload)
@@ -195,6 +209,7 @@ def _print_tables(
                 f"{name:<30} {median(name, label, 'p50_ms'):>7.2f} "
                 f"{median(name, label, 'p99_ms'):>7.2f} {median(name, label, 'p999_ms'):>8.2f} "
                 f"{median(name, label, 'client_us'):>7.1f} {median(name, label, 'server_us'):>7.1f}"
+                f" {median(name, label, 'server_system_us'):>7.1f}"
             )
 
 
