@@ -49,6 +49,7 @@ CLIENT = "herald-client"  # the address of the client a forwarded request is mad
 PEER_AUTHORIZATION = "herald-peer-authorization"  # "Bearer <cluster token>": a node calls
 _REPORT_TIMEOUT_S = 1.0
 _CONNECT_TIMEOUT_S = 3.0
+_MAX_CONNECTIONS = 256  # requests at once to one peer
 _MAX_IDLE_CONNECTIONS = 64
 _FORWARD_TIMEOUT_S = 60.0  # publishes wait for commits; reads long-poll up to 30 s
 # An idle connection to a peer is dropped well before the peer closes it: with both at
@@ -87,8 +88,8 @@ class Peers:
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(_FORWARD_TIMEOUT_S, connect=3.0),
             limits=httpx.Limits(
-                max_connections=256,
-                max_keepalive_connections=64,
+                max_connections=_MAX_CONNECTIONS,
+                max_keepalive_connections=_MAX_IDLE_CONNECTIONS,
                 keepalive_expiry=_KEEPALIVE_EXPIRY_S,
             ),
             verify=verify,
@@ -192,6 +193,7 @@ class Peers:
                 ssl_context=verify,
                 max_idle=_MAX_IDLE_CONNECTIONS,
                 max_idle_s=_KEEPALIVE_EXPIRY_S,
+                max_connections=_MAX_CONNECTIONS,  # the rest wait, as httpx's limit had them
             )
         return pool
 

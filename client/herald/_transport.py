@@ -135,10 +135,13 @@ class ConnectionPool:
         max_idle: int = MAX_IDLE_CONNECTIONS,
         max_idle_s: float = MAX_IDLE_S,
         connect_timeout: float | None = None,
+        max_connections: int | None = None,
     ) -> None:
         """``timeout``: for a whole request, connecting included; ``connect_timeout``, if
         given, for opening a connection alone. ``max_idle_s``: an idle connection older
-        than this is not reused (keep it below the server's keep-alive timeout)."""
+        than this is not reused (keep it below the server's keep-alive timeout).
+        ``max_connections``: at most this many requests at once (each on a connection of
+        its own), the others waiting their turn within their timeout; None: no bound."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -160,6 +163,7 @@ class ConnectionPool:
         self._idle: deque[_Connection] = deque()
         self._open: set[_Connection] = set()
         self._closed = False
+        self._turns = asyncio.Semaphore(max_connections) if max_connections else None
 
     async def request(
         self,
@@ -186,22 +190,28 @@ class ConnectionPool:
         ).encode("latin-1")
         try:
             async with asyncio.timeout(self.timeout):
-                while True:
-                    connection = await self._acquire()
-                    try:
-                        response = await connection.request(head, body)
-                    except TransportError:
-                        self._discard(connection)
-                        if connection.answered:
-                            continue  # closed by the server while idle: a fresh one
-                        raise
-                    except BaseException:
-                        self._discard(connection)  # cancelled or timed out mid-request
-                        raise
-                    self._release(connection)
-                    return response
+                if self._turns is None:
+                    return await self._exchange(head, body)
+                async with self._turns:
+                    return await self._exchange(head, body)
         except TimeoutError:
             raise TransportError(f"no answer within {self.timeout:g} s") from None
+
+    async def _exchange(self, head: bytes, body: bytes) -> Response:
+        while True:
+            connection = await self._acquire()
+            try:
+                response = await connection.request(head, body)
+            except TransportError:
+                self._discard(connection)
+                if connection.answered:
+                    continue  # closed by the server while idle: a fresh one
+                raise
+            except BaseException:
+                self._discard(connection)  # cancelled or timed out mid-request
+                raise
+            self._release(connection)
+            return response
 
     async def close(self) -> None:
         self._closed = True

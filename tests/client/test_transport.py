@@ -228,3 +228,14 @@ async def test_connecting_gives_up_at_the_connect_timeout_not_the_requests() -> 
         for filler in fillers:
             filler.close()
         listener.close()
+
+
+async def test_max_connections_bounds_requests_at_once_and_the_rest_wait() -> None:
+    async with scripted([answer("200 OK", RESULTS)] * 6) as script:
+        pool = ConnectionPool(script.url, max_connections=2)
+        try:
+            answers = await asyncio.gather(*(pool.request("POST", "/a", b"{}") for _ in range(6)))
+        finally:
+            await pool.close()
+    assert [a.status for a in answers] == [200] * 6
+    assert script.connections == 2  # the four others waited, then reused the two
