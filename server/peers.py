@@ -86,7 +86,7 @@ class Peers:
         verify: ssl.SSLContext | bool = True,
     ) -> None:
         self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(_FORWARD_TIMEOUT_S, connect=3.0),
+            timeout=httpx.Timeout(_FORWARD_TIMEOUT_S, connect=_CONNECT_TIMEOUT_S),
             limits=httpx.Limits(
                 max_connections=_MAX_CONNECTIONS,
                 max_keepalive_connections=_MAX_IDLE_CONNECTIONS,
