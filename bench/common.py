@@ -40,8 +40,8 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU time of a process (all its threads), from /proc; None if gone."""
+def _times(pid: int | None) -> tuple[float, float] | None:
+    """(user, system) CPU seconds of a process (all its threads), from /proc; None if gone."""
     if pid is None:
         return None
     try:
@@ -49,20 +49,21 @@ def cpu_seconds(pid: int | None) -> float | None:
             fields = stat.read().rsplit(b")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process (all its threads), from /proc; None if gone."""
+    times = _times(pid)
+    return None if times is None else times[0] + times[1]
 
 
 def system_seconds(pid: int | None) -> float | None:
     """The part of :func:`cpu_seconds` spent in the kernel (system calls; on loopback,
     most of the TCP stack's work for what the process sends as well)."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+    times = _times(pid)
+    return None if times is None else times[1]
 
 
 def vm_rss_kib(pid: int) -> int:
