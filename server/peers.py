@@ -183,14 +183,15 @@ class Peers:
     def _publish_pool(self, url: str) -> ConnectionPool:
         pool = self._publish_pools.get(url)
         if pool is None:
-            verify = self.verify
-            if isinstance(verify, bool):
-                verify = ssl.create_default_context() if verify else _unverified()
+            # An https:// pool without a context of its own verifies with the system's CAs.
+            context = self.verify if isinstance(self.verify, ssl.SSLContext) else None
+            if self.verify is False:
+                context = _unverified()
             pool = self._publish_pools[url] = ConnectionPool(
                 url,
                 timeout=_FORWARD_TIMEOUT_S,
                 connect_timeout=_CONNECT_TIMEOUT_S,
-                ssl_context=verify,
+                ssl_context=context,
                 max_idle=_MAX_IDLE_CONNECTIONS,
                 max_idle_s=_KEEPALIVE_EXPIRY_S,
                 max_connections=_MAX_CONNECTIONS,  # the rest wait, as httpx's limit had them
