@@ -204,8 +204,8 @@ async def _relay(state: Services, url: str, client: WebSocket) -> None:
             ssl=peer_ssl(target, state.peers.verify),
         )
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
-        log.info("relaying a consumer to %s: %s", url, exc)
         await close_socket(client, _UNREACHABLE)
+        log.info("relaying a consumer to %s: %s", url, exc)  # once the client is told
         return
     await client.accept()
     code, reason = int(CloseCode.SERVICE_RESTART), "the subscription's coordinator went away"
