@@ -18,7 +18,14 @@ from msgspec import UNSET, Meta, Raw, UnsetType
 
 from herald.protocol import limits
 from herald.protocol.names import Name
-from herald.protocol.records import DeliveredRecord, NackDelayMs, NackReason, TailRecord
+from herald.protocol.records import (
+    DeliveredRecord,
+    NackDelayMs,
+    NackReason,
+    PackedDeliveredRecord,
+    PackedTailRecord,
+    TailRecord,
+)
 
 MessageIds = Annotated[list[str], Meta(description="message ids; unknown ids are ignored")]
 
@@ -119,3 +126,25 @@ class ErrorFrame(Frame, frozen=True, tag="error"):
 # GET /v1/subscriptions/{name}/ws; a tail's, GET /v1/topics/{topic}/ws, never answers acks.
 ConsumerFrame = ReadyFrame | DeliverFrame | AckedFrame | ErrorFrame
 TailFrame = ReadyFrame | TailDeliverFrame | ErrorFrame
+
+
+# -- the msgpack encoding (docs/protocol.md "MessagePack") ------------------------------
+# The same frames, each a msgpack map in a binary frame; only `deliver` differs, in its
+# records (herald/protocol/records.py PackedRecord). `req` of an ack and its `acked`
+# answer is any msgpack value there.
+
+
+class PackedDeliverFrame(Frame, frozen=True, tag="deliver"):
+    """`DeliverFrame` in msgpack."""
+
+    messages: list[PackedDeliveredRecord]
+
+
+class PackedTailDeliverFrame(Frame, frozen=True, tag="deliver"):
+    """`TailDeliverFrame` in msgpack."""
+
+    messages: list[PackedTailRecord]
+
+
+PackedConsumerFrame = ReadyFrame | PackedDeliverFrame | AckedFrame | ErrorFrame
+PackedTailFrame = ReadyFrame | PackedTailDeliverFrame | ErrorFrame

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import msgspec
-from msgspec import UNSET, Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from herald.protocol import limits
 from herald.protocol.records import Base64
@@ -39,6 +39,27 @@ ONE_VALUE: dict[str, Any] = {
 JsonValue = Annotated[Any, Meta(extra_json_schema={"$ref": REF_JSON_VALUE})]
 
 
+PartitionIndex = Annotated[
+    int,
+    Meta(
+        ge=limits.PARTITION.low,
+        le=limits.PARTITION.high,
+        description="a partition the topic has (else 400 validation_error)",
+    ),
+]
+MessageId = Annotated[str, Meta(min_length=1, max_length=limits.MAX_ID_CHARS)]
+DelayMs = Annotated[
+    int,
+    Meta(
+        ge=limits.DELAY_MS.low,
+        le=limits.DELAY_MS.high,
+        description="PROTOCOL §8 delayed delivery: appended at once, first sent to "
+        "subscriptions no earlier than the record's timestamp + delay_ms "
+        "(its deliver_at); 0 or absent: no delay",
+    ),
+]
+
+
 # omit_defaults: as the SDK's producer encodes it, a field not given is left out.
 class Message(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
@@ -49,32 +70,32 @@ class Message(
     value_b64: Base64 | None = None
     key: str | None = None
     headers: dict[str, str] | None = None
-    partition: (
-        Annotated[
-            int,
-            Meta(
-                ge=limits.PARTITION.low,
-                le=limits.PARTITION.high,
-                description="a partition the topic has (else 400 validation_error)",
-            ),
-        ]
-        | None
-    ) = None
-    id: Annotated[str, Meta(min_length=1, max_length=limits.MAX_ID_CHARS)] | None = None
-    delay_ms: (
-        Annotated[
-            int,
-            Meta(
-                ge=limits.DELAY_MS.low,
-                le=limits.DELAY_MS.high,
-                description="PROTOCOL §8 delayed delivery: appended at once, first sent to "
-                "subscriptions no earlier than the record's timestamp + delay_ms "
-                "(its deliver_at); 0 or absent: no delay",
-            ),
-        ]
-        | None
-    ) = None
+    partition: PartitionIndex | None = None
+    id: MessageId | None = None
+    delay_ms: DelayMs | None = None
 
 
 class PublishRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     messages: Annotated[list[Message], Meta(min_length=1, max_length=limits.MAX_BATCH)]
+
+
+# -- the msgpack encoding (docs/protocol.md "MessagePack") ------------------------------
+
+
+class PackedMessage(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """A message in a msgpack body: exactly one of value (bin: the bytes of a bytes
+    record) and value_json (str: a JSON value as JSON text); the rest as in JSON."""
+
+    value: bytes | UnsetType = UNSET
+    value_json: str | UnsetType = UNSET
+    key: str | None = None
+    headers: dict[str, str] | None = None
+    partition: PartitionIndex | None = None
+    id: MessageId | None = None
+    delay_ms: DelayMs | None = None
+
+
+class PackedPublishRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    messages: Annotated[list[PackedMessage], Meta(min_length=1, max_length=limits.MAX_BATCH)]

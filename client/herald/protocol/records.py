@@ -26,8 +26,8 @@ Timestamp = Annotated[int, Meta(ge=limits.TIMESTAMP.low, le=limits.TIMESTAMP.hig
 ONE_VALUE: dict[str, Any] = {"oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}]}
 
 
-class Record(msgspec.Struct, frozen=True, kw_only=True):
-    """Exactly one of value and value_b64, in the form it was published in."""
+class RecordFields(msgspec.Struct, frozen=True, kw_only=True):
+    """What a record is besides its value, in either encoding (PROTOCOL §1)."""
 
     topic: Name
     id: Annotated[str, Meta(pattern="^[0-9]+-[0-9]+$")]
@@ -46,6 +46,11 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
     ) = UNSET
     key: str | None
     headers: dict[str, str]
+
+
+class Record(RecordFields, frozen=True, kw_only=True):
+    """Exactly one of value and value_b64, in the form it was published in."""
+
     value: Annotated[Any, Meta(description="any JSON value")] = UNSET
     value_b64: Base64 | UnsetType = UNSET
 
@@ -99,5 +104,33 @@ class DeliveredRecord(Record, frozen=True, kw_only=True):
 
 class TailRecord(Record, frozen=True, kw_only=True):
     """A record delivered to a tail (PROTOCOL §3): `attempt` 1, no `subscription`."""
+
+    attempt: Attempt
+
+
+# -- the msgpack encoding (docs/protocol.md "MessagePack") ------------------------------
+# A record carries its value as what msgpack holds without a conversion: a bytes record's
+# bytes as `value` (bin), a JSON value's compact JSON text as `value_json` (str), the
+# text it is stored as. Exactly one of the two.
+
+
+class PackedRecord(RecordFields, frozen=True, kw_only=True):
+    """A record in msgpack: exactly one of value (bin) and value_json (str)."""
+
+    value: Annotated[bytes, Meta(description="a bytes record's bytes")] | UnsetType = UNSET
+    value_json: (
+        Annotated[str, Meta(description="a JSON value record's compact JSON text")] | UnsetType
+    ) = UNSET
+
+
+class PackedDeliveredRecord(PackedRecord, frozen=True, kw_only=True):
+    """`DeliveredRecord` in msgpack."""
+
+    subscription: Name
+    attempt: Attempt
+
+
+class PackedTailRecord(PackedRecord, frozen=True, kw_only=True):
+    """`TailRecord` in msgpack."""
 
     attempt: Attempt
