@@ -17,6 +17,7 @@ document; that route runs the same ``publish_records``.
 from __future__ import annotations
 
 import asyncio
+import binascii
 import dataclasses
 import logging
 import time
@@ -24,12 +25,15 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 from urllib.parse import parse_qsl
 
+import msgspec
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cluster.errors import LeaderUnavailable
 from cluster.node import ClusterNode
+from herald.protocol.encodings import is_msgpack
 from herald.protocol.errors import HeraldError, TopicNotFound, ValidationError
 from herald.protocol.names import check_name
 from server.endpoint import Endpoints
@@ -41,12 +45,13 @@ from server.runtime import Services, app_services, services
 from server.validation import (
     PublishBatch,
     check_replication,
+    decode_packed_publish,
     decode_publish,
     parse_acks,
     parse_publish,
 )
 from storage.config import TopicConfig
-from storage.record import Acks
+from storage.record import Acks, ValueKind
 from storage.topic import PublishResult, Topic, publish_item
 
 log = logging.getLogger("herald.server")
@@ -121,8 +126,12 @@ def _check_partition(name: str, partitions: int, wanted: int, index: int) -> Non
         )
 
 
-def _parse_batch(raw: bytes, max_message_bytes: int, partitions: int) -> PublishBatch:
-    body: Any = decode_publish(raw)
+def _parse_batch(raw: bytes, max_message_bytes: int, partitions: int, packed: bool) -> PublishBatch:
+    body: Any
+    if packed:  # docs/protocol.md "MessagePack"
+        body = decode_packed_publish(raw)
+        return parse_publish(body, max_message_bytes, publish_item, partitions, packed=True)
+    body = decode_publish(raw)
     if body is None:
         # Rare: not JSON (bad_request, as for every body), a bad message, or an integral
         # float. Parsed again with every integer exact; a body too deep for that parser
@@ -149,6 +158,7 @@ async def publish_records(
     topic_name: str,
     acks_param: str | None,
     content_length: str | None,
+    content_type: str | None,
     chunks: AsyncIterator[bytes],
 ) -> tuple[int, bytes]:
     """Publish one request's batch -> (status, body); raises HeraldError for 4xx/5xx."""
@@ -162,11 +172,12 @@ async def publish_records(
     # it is (or will be) created with — in a cluster, etcd's, which may not be the
     # default (a topic created again, its copy here on its way).
     partitions = len(existing.partitions) if existing is not None else _ANY_PARTITION
-    batch = _parse_batch(raw, config.max_message_bytes, partitions)
+    packed = is_msgpack(content_type)
+    batch = _parse_batch(raw, config.max_message_bytes, partitions, packed)
     charge_publish(scope, len(batch.items), len(raw))  # PROTOCOL §6 rate limits
     topic = await ensure_topic(running, name, batch.max_partition, batch.max_partition_index)
     if running.cluster is not None:
-        return await _publish_cluster(running, scope, topic, acks, raw, batch, started)
+        return await _publish_cluster(running, scope, topic, acks, raw, packed, batch, started)
     if acks is Acks.NONE:
         # PROTOCOL §2: acks=0 is answered at once; the append runs under the
         # lifespan's supervisor, which SIGTERM waits for.
@@ -204,6 +215,7 @@ async def _publish_cluster(
     topic: Topic,
     acks: Acks,
     raw: bytes,
+    packed: bool,
     batch: PublishBatch,
     started: float,
 ) -> tuple[int, bytes]:
@@ -235,7 +247,7 @@ async def _publish_cluster(
         assert view.leader_url is not None  # require_leader: a live leader
         nonlocal messages
         if messages is None:
-            messages = _messages(raw)
+            messages = _packed_messages(raw, batch) if packed else _messages(raw)
         body = [{**messages[i], "partition": partition} for i in indexes]
         answered = await peers.publish(
             view.leader_url, topic.name, acks_text, body, authorization, client
@@ -279,6 +291,22 @@ def _messages(raw: bytes) -> list[Any]:
     return messages
 
 
+def _packed_messages(raw: bytes, batch: PublishBatch) -> list[Any]:
+    """A msgpack request's messages as JSON values, to forward them (as JSON: between
+    nodes the records are the same); each value is the record's as parsed here."""
+    messages: list[dict[str, Any]] = msgspec.msgpack.decode(raw)["messages"]
+    forwarded = []
+    for message, item in zip(messages, batch.items, strict=True):
+        record = item.record
+        json = {k: v for k, v in message.items() if k not in ("value", "value_json")}
+        if record.kind is ValueKind.BYTES:
+            json["value_b64"] = binascii.b2a_base64(record.value, newline=False).decode()
+        else:
+            json["value"] = orjson.Fragment(record.value)  # its compact JSON text
+        forwarded.append(json)
+    return forwarded
+
+
 async def publish_route(request: Request) -> Response:
     """The router's handler of the same path (reached only when PublishEndpoint is not
     in front, e.g. an app assembled without it)."""
@@ -288,6 +316,7 @@ async def publish_route(request: Request) -> Response:
         request.path_params["topic"],
         request.query_params.get("acks"),
         request.headers.get("content-length"),
+        request.headers.get("content-type"),
         request.stream(),
     )
     return Response(body, status_code=status, media_type="application/json" if body else None)
@@ -318,6 +347,7 @@ class PublishEndpoint:
                 topic,
                 _last_query_value(scope["query_string"], "acks"),
                 _header(scope, b"content-length"),
+                _header(scope, b"content-type"),
                 body_chunks(receive),
             )
         except HeraldError as exc:

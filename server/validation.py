@@ -22,7 +22,7 @@ it never touches state, so a rejected request changes nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -238,11 +238,32 @@ def decode_publish(raw: bytes) -> publish.PublishRequest | None:
         return None
 
 
+def decode_packed_publish(raw: bytes) -> publish.PackedPublishRequest | Any:
+    """A msgpack body (docs/protocol.md "MessagePack") as its model, in one pass; or, when
+    a message is malformed, as the msgpack values it holds, for parse_publish to find the
+    first bad one. Not one msgpack value (trailing bytes included): bad_request."""
+    try:
+        return _PACKED_PUBLISH(raw)
+    except msgspec.ValidationError:
+        pass
+    except (msgspec.DecodeError, RecursionError):
+        raise BadRequest("the request body is not one msgpack value") from None
+    try:
+        return _PACKED(raw)
+    except (msgspec.DecodeError, RecursionError):  # pragma: no cover - decoded above
+        raise BadRequest("the request body is not one msgpack value") from None
+
+
+_PACKED_PUBLISH = msgspec.msgpack.Decoder(publish.PackedPublishRequest).decode
+_PACKED = msgspec.msgpack.Decoder().decode
+
+
 def parse_publish(
-    body: publish.PublishRequest | Any,
+    body: publish.PublishRequest | publish.PackedPublishRequest | Any,
     max_message_bytes: int,
     item_type: Any,
     partitions: int = MAX_PARTITIONS,
+    packed: bool = False,
 ) -> PublishBatch:
     """A publish batch, the decoded model or the parsed JSON body; the first bad message's
     position is the problem's ``index`` (PROTOCOL §2).
@@ -251,11 +272,14 @@ def parse_publish(
     the storage engine's imports); ``partitions`` is the topic's partition count
     (what it will have once auto-created), so an explicit partition past it is
     reported at its own index like any other bad message (PROTOCOL §2: a
-    well-formed number out of range is validation_error).
+    well-formed number out of range is validation_error). ``packed``: the body was
+    msgpack (decode_packed_publish).
     """
-    messages, malformed = (
-        (body.messages, None) if isinstance(body, publish.PublishRequest) else _messages(body)
-    )
+    messages: Sequence[publish.Message | publish.PackedMessage]
+    if isinstance(body, publish.PublishRequest | publish.PackedPublishRequest):
+        messages, malformed = body.messages, None
+    else:
+        messages, malformed = _messages(body, packed)
     items: list[Any] = []
     max_partition, max_partition_index, total = -1, -1, 0
     for index, message in enumerate(messages):
@@ -277,13 +301,18 @@ def parse_publish(
     return PublishBatch(items, max_partition, max_partition_index, total)
 
 
-def _messages(body: Any) -> tuple[list[publish.Message], HeraldError | None]:
+def _messages(
+    body: Any, packed: bool = False
+) -> tuple[Sequence[publish.Message | publish.PackedMessage], HeraldError | None]:
     """A parsed body's messages up to its first malformed one, and that one's problem (the
-    ones before it may still hold the first bad message, for what a type cannot say)."""
-    if type(body) is dict and type(body.get("messages")) is list:
+    ones before it may still hold the first bad message, for what a type cannot say).
+    ``packed``: the body was msgpack, whose integers are integers already."""
+    if not packed and type(body) is dict and type(body.get("messages")) is list:
         body = {**body, "messages": [_integral_fields(m) for m in body["messages"]]}
+    request = publish.PackedPublishRequest if packed else publish.PublishRequest
     try:
-        return msgspec.convert(body, publish.PublishRequest, strict=True).messages, None
+        decoded = msgspec.convert(body, request, strict=True)
+        return decoded.messages, None  # type: ignore[attr-defined]
     except msgspec.ValidationError as exc:
         error = model_error(exc, "the publish request")
     found = _MESSAGE_PATH.match(error.detail)
@@ -291,8 +320,10 @@ def _messages(body: Any) -> tuple[list[publish.Message], HeraldError | None]:
         raise error  # the request itself, not one of its messages
     index = int(found[1])
     error.extra["index"] = index
-    before = msgspec.convert(body["messages"][:index], list[publish.Message], strict=True)
-    return before, error
+    before = body["messages"][:index]
+    if packed:
+        return msgspec.convert(before, list[publish.PackedMessage], strict=True), error
+    return msgspec.convert(before, list[publish.Message], strict=True), error
 
 
 def _integral_fields(message: Any) -> Any:
@@ -306,12 +337,23 @@ def _integral_fields(message: Any) -> Any:
     }
 
 
-def _record(message: publish.Message, max_message_bytes: int) -> NewRecord:
+def _record(message: publish.Message | publish.PackedMessage, max_message_bytes: int) -> NewRecord:
     """What a type cannot say of a message: exactly one of value (null included) and
-    value_b64, canonical base64, and its size (PROTOCOL §2)."""
-    if (message.value is UNSET) == (message.value_b64 is None):
+    value_b64, canonical base64, and its size (PROTOCOL §2); in msgpack, exactly one of
+    value (bin) and value_json, JSON text (docs/protocol.md "MessagePack")."""
+    value: bytes
+    if isinstance(message, publish.PackedMessage):
+        if message.value_json is not UNSET:
+            if message.value is not UNSET:
+                raise BadRequest("a message needs exactly one of value (bin) and value_json")
+            value, kind = encode_value(_json_text_value(message.value_json)), ValueKind.JSON
+        elif message.value is UNSET:
+            raise BadRequest("a message needs exactly one of value (bin) and value_json")
+        else:
+            value, kind = message.value, ValueKind.BYTES
+    elif (message.value is UNSET) == (message.value_b64 is None):
         raise BadRequest("a message needs exactly one of value and value_b64")
-    if message.value_b64 is None:
+    elif message.value_b64 is None:
         value, kind = encode_value(message.value), ValueKind.JSON
     else:
         value, kind = b64decode_strict(message.value_b64, "value_b64"), ValueKind.BYTES
@@ -322,6 +364,22 @@ def _record(message: publish.Message, max_message_bytes: int) -> NewRecord:
             f"a message of {size} bytes is over max_message_bytes ({max_message_bytes})"
         )
     return new_record(value, kind, message.key, headers, message.id, message.delay_ms or 0)
+
+
+def _json_text_value(text: str) -> Any:
+    """The value a msgpack message's `value_json` holds, read as a JSON body's `value` is
+    (every integer exact; encode_value then refuses what it cannot store exactly)."""
+    try:
+        return _JSON_VALUE(text)
+    except RecursionError:
+        raise ValidationError(
+            f"value nests arrays and objects deeper than {MAX_VALUE_DEPTH} levels"
+        ) from None
+    except (msgspec.MsgspecError, ValueError):
+        raise BadRequest("value_json is not JSON text") from None
+
+
+_JSON_VALUE = msgspec.json.Decoder().decode
 
 
 def _own_buffer(encoded: bytes) -> bytes:
