@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from herald.protocol import limits
+from herald.protocol.encodings import MSGPACK_MEDIA_TYPE
 from server.openapi import _COUNT, _NAME, _int, _object, _ref
 from storage.record import Acks
 
@@ -188,7 +189,14 @@ PUBLISH: dict[str, Any] = {
             {"enum": [a.value for a in Acks], "default": Acks.ALL.value},
         )
     ],
-    "requestBody": _body("PublishRequest"),
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": _ref("PublishRequest")},
+            # docs/protocol.md "MessagePack": the same map in msgpack, `value` a bin
+            MSGPACK_MEDIA_TYPE: {"schema": _ref("PackedPublishRequest")},
+        },
+    },
     "responses": {
         "200": _json(_ref("PublishResponse"), "results in request order"),
         "202": {"description": "acks=0: validated, appended in the background"},

@@ -53,6 +53,7 @@ MODELS: tuple[Any, ...] = (
     wire.SubscriptionList,
     Problem,
     publish.PublishRequest,
+    publish.PackedPublishRequest,  # docs/protocol.md "MessagePack"
     # PROTOCOL §3's frames, published under x-websockets (see socket_frames)
     *get_args(frames.ClientFrame),
     *get_args(frames.ConsumerFrame),
@@ -70,6 +71,7 @@ EXTRA: dict[str, dict[str, Any]] = {
     "DeliveredRecord": records.ONE_VALUE,
     "TailRecord": records.ONE_VALUE,
     "Message": publish.ONE_VALUE,
+    "PackedMessage": publish.ONE_PACKED_VALUE,
     # docs/protocol.md: a push subscription's stats carry every push member, others none
     "SubscriptionStatsView": {
         "dependentRequired": {PushStats.__struct_fields__[0]: list(PushStats.__struct_fields__[1:])}

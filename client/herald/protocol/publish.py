@@ -36,6 +36,11 @@ ONE_VALUE: dict[str, Any] = {
     ]
 }
 
+# In msgpack (docs/protocol.md "MessagePack"): `value` is a bin, `value_json` JSON text.
+ONE_PACKED_VALUE: dict[str, Any] = {
+    "oneOf": [{"required": ["value"]}, {"required": ["value_json"]}]
+}
+
 JsonValue = Annotated[Any, Meta(extra_json_schema={"$ref": REF_JSON_VALUE})]
 
 
@@ -88,8 +93,10 @@ class PackedMessage(
     """A message in a msgpack body: exactly one of value (bin: the bytes of a bytes
     record) and value_json (str: a JSON value as JSON text); the rest as in JSON."""
 
-    value: bytes | UnsetType = UNSET
-    value_json: str | UnsetType = UNSET
+    value: Annotated[bytes, Meta(description="a bin: the bytes themselves")] | UnsetType = UNSET
+    value_json: (
+        Annotated[str, Meta(description="JSON text, parsed and stored compact")] | UnsetType
+    ) = UNSET
     key: str | None = None
     headers: dict[str, str] | None = None
     partition: PartitionIndex | None = None
