@@ -20,12 +20,15 @@ import orjson
 from herald._http import DEFAULT_URL, Reachability, with_retries
 from herald._transport import ConnectionPool, TransportError
 from herald.errors import HeraldClientError, HeraldConnectionError, ProducerBufferFullError
+from herald.protocol.encodings import MSGPACK_MEDIA_TYPE
 from herald.protocol.limits import MAX_BATCH
-from herald.protocol.publish import Message
+from herald.protocol.publish import Message, PackedMessage
 from herald.protocol.records import PublishResponse
 
 ACKS = ("0", "1", "all")
+ENCODINGS = ("auto", "json")
 _encode_message = msgspec.json.Encoder().encode
+_encode_packed = msgspec.msgpack.Encoder().encode
 _decode_answer = msgspec.json.Decoder(PublishResponse).decode
 
 
@@ -106,6 +109,12 @@ class Producer:
     server has answered this producer (a server that was never reached fails the
     sends at once with HeraldConnectionError); give records an `id` to make those
     retries idempotent (PROTOCOL §2 dedup).
+
+    `encoding`: "auto" (the default) sends a request that carries a `bytes` value as
+    msgpack, where the bytes travel as themselves instead of as base64 text
+    (docs/protocol.md "MessagePack"), and every other request as JSON; "json" sends
+    everything as JSON (`value_b64` for bytes), which a Herald older than msgpack
+    needs.
     """
 
     def __init__(
@@ -123,9 +132,14 @@ class Producer:
         max_retry_wait: float = 10.0,
         timeout: float = 60.0,
         ssl_context: ssl.SSLContext | None = None,
+        encoding: str = "auto",
     ) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be one of {ACKS}, got {acks!r}")
+        if encoding not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+        self.encoding = encoding
+        self._packed = encoding == "auto"  # bytes values go as msgpack
         if not 1 <= max_batch <= MAX_BATCH:
             raise ValueError(f"max_batch must be 1..{MAX_BATCH}")
         if max_in_flight < 1:
@@ -185,7 +199,7 @@ class Producer:
             raise RuntimeError("producer is closed")
         if self._pending >= self.max_pending:
             raise ProducerBufferFullError(self.max_pending)
-        message = _encode(value, key, headers, partition, id, delay_ms)
+        message = _encode(value, key, headers, partition, id, delay_ms, self._packed)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult | None] = loop.create_future()
         self._queue(topic, message, future, loop)
@@ -239,13 +253,16 @@ class Producer:
         if self._closed:
             raise RuntimeError("producer is closed")
         values = values if isinstance(values, list) else list(values)
+        packed = self._packed
         if ids is None:
-            encoded = [_encode(value, key, headers, partition, None, delay_ms) for value in values]
+            encoded = [
+                _encode(value, key, headers, partition, None, delay_ms, packed) for value in values
+            ]
         elif len(ids) != len(values):
             raise ValueError(f"{len(ids)} ids for {len(values)} values")
         else:
             encoded = [
-                _encode(value, key, headers, partition, id, delay_ms)
+                _encode(value, key, headers, partition, id, delay_ms, packed)
                 for value, id in zip(values, ids, strict=True)
             ]
         if self._pending + len(encoded) > self.max_pending:
@@ -394,12 +411,12 @@ class Producer:
             self._release(count)
 
     async def _post(self, topic: str, messages: list[bytes]) -> list[SendResult | None]:
-        body = b'{"messages":[' + b",".join(messages) + b"]}"
+        body, content_type = _body(messages)
         path = f"/v1/topics/{quote(topic, safe='')}{self._query}"
         for tried in range(len(self._pools)):
             pool = self._pools[self._current]
             try:
-                response = await pool.request("POST", path, body, "application/json")
+                response = await pool.request("POST", path, body, content_type)
                 break
             except TransportError as exc:
                 # Another node of the cluster may answer: each is tried once per attempt.
@@ -420,6 +437,50 @@ class Producer:
         return [SendResult(r.partition, r.offset, r.duplicate) for r in results]
 
 
+def _body(messages: list[bytes]) -> tuple[bytes, str]:
+    """A publish body of encoded messages, and its Content-Type: JSON, unless a message is
+    msgpack (a bytes value: `_encode`), when the body is msgpack and any JSON message is
+    converted (a batch that mixes bytes and JSON values, the rare case)."""
+    if all(message[0] == _JSON_OBJECT for message in messages):
+        return b'{"messages":[' + b",".join(messages) + b"]}", "application/json"
+    packed = [
+        message if message[0] != _JSON_OBJECT else _packed_of(message) for message in messages
+    ]
+    return _PACKED_HEAD + _array_head(len(packed)) + b"".join(packed), MSGPACK_MEDIA_TYPE
+
+
+_JSON_OBJECT = ord("{")  # a JSON message's first byte; a msgpack map's is 0x80..0x8f
+_PACKED_HEAD = b"\x81\xa8messages"  # a map of one member, "messages"
+
+
+def _array_head(n: int) -> bytes:
+    """The head of a msgpack array of ``n`` items."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _packed_of(message: bytes) -> bytes:
+    """A JSON message (never a bytes one: those are msgpack already) in msgpack."""
+    fields = orjson.loads(message)
+    fields["value_json"] = orjson.dumps(fields.pop("value")).decode()
+    return _encode_packed(fields)
+
+
+def _bin(value: bytes | bytearray | memoryview) -> bytes:
+    """``value`` as a msgpack bin."""
+    n = len(value)
+    if n < 0x100:
+        head = b"\xc4" + bytes((n,))
+    elif n < 0x10000:
+        head = b"\xc5" + n.to_bytes(2, "big")
+    else:
+        head = b"\xc6" + n.to_bytes(4, "big")
+    return head + value
+
+
 def _encode(
     value: Any,
     key: str | None,
@@ -427,8 +488,24 @@ def _encode(
     partition: int | None,
     id: str | None,
     delay_ms: int | None = None,
+    packed: bool = False,
 ) -> bytes:
+    """One message of a publish body: JSON, or msgpack when ``packed`` and the value is
+    bytes (docs/protocol.md "MessagePack")."""
     bytes_value = isinstance(value, bytes | bytearray | memoryview)
+    if bytes_value and packed:
+        if key is None and not headers and partition is None and id is None and not delay_ms:
+            return b"\x81\xa5value" + _bin(value)  # {"value": bin}: the common bytes record
+        return _encode_packed(
+            PackedMessage(
+                value=bytes(value),
+                key=key,
+                headers=dict(headers) if headers else None,
+                partition=partition,
+                id=id,
+                delay_ms=delay_ms or None,
+            )
+        )
     if (
         key is None
         and not headers

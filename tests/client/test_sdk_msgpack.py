@@ -1,0 +1,155 @@
+"""The SDK's msgpack encoding (docs/protocol.md "MessagePack"): a producer sends a request
+that carries bytes as msgpack (and only such a request), a consumer and a tail ask for
+msgpack frames, and what the application sees is the same as over JSON, against a real
+server; `encoding="json"` keeps everything JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import msgspec
+import orjson
+import pytest
+
+from herald import Admin, HeraldClientError, Producer
+from tests.conftest import HeraldProcess
+
+
+class PublishRecorder:
+    """A loopback HTTP/1.1 listener that answers every publish as Herald would (results
+    for each message) and keeps what each request carried: its Content-Type and body."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, bytes]] = []
+        self.url = ""
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                headers = dict(
+                    line.split(": ", 1) for line in head.decode().split("\r\n")[1:] if ": " in line
+                )
+                fields = {k.lower(): v for k, v in headers.items()}
+                body = await reader.readexactly(int(fields["content-length"]))
+                content_type = fields["content-type"]
+                self.requests.append((content_type, body))
+                decode = (
+                    msgspec.msgpack.decode if "msgpack" in content_type else msgspec.json.decode
+                )
+                count = len(decode(body)["messages"])
+                answer = orjson.dumps(
+                    {
+                        "results": [
+                            {"partition": 0, "offset": i, "duplicate": False} for i in range(count)
+                        ]
+                    }
+                )
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(answer), answer)
+                )
+                await writer.drain()
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def recorder() -> AsyncIterator[PublishRecorder]:
+    made = PublishRecorder()
+    server = await asyncio.start_server(made._serve, "127.0.0.1", 0)
+    made.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server:
+        yield made
+
+
+async def test_a_request_carrying_bytes_goes_as_msgpack_and_one_without_as_json() -> None:
+    async with recorder() as seen, Producer(seen.url) as producer:
+        await producer.send("t", {"n": 1})
+        await producer.send_many("t", [b"\x00\x01", b"raw"])
+        await producer.send_many("t", [b"\xff", {"mixed": True}, "text"], key="k")
+    (json_type, json_body), (packed_type, packed_body), (mixed_type, mixed_body) = seen.requests
+    assert json_type == "application/json"
+    assert orjson.loads(json_body) == {"messages": [{"value": {"n": 1}}]}
+    assert packed_type == mixed_type == "application/vnd.msgpack"
+    assert msgspec.msgpack.decode(packed_body) == {
+        "messages": [{"value": b"\x00\x01"}, {"value": b"raw"}]
+    }
+    assert msgspec.msgpack.decode(mixed_body) == {
+        "messages": [
+            {"value": b"\xff", "key": "k"},
+            {"value_json": '{"mixed":true}', "key": "k"},
+            {"value_json": '"text"', "key": "k"},
+        ]
+    }
+
+
+async def test_encoding_json_sends_bytes_as_base64() -> None:
+    async with recorder() as seen, Producer(seen.url, encoding="json") as producer:
+        await producer.send("t", b"\x00\x01", headers={"h": "v"})
+    [(content_type, body)] = seen.requests
+    assert content_type == "application/json"
+    assert orjson.loads(body) == {"messages": [{"value_b64": "AAE=", "headers": {"h": "v"}}]}
+
+
+def test_an_unknown_encoding_is_refused() -> None:
+    with pytest.raises(ValueError, match="encoding"):
+        Producer("http://127.0.0.1:1", encoding="msgpack-please")
+
+
+async def _read_all(url: str, topic: str) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        answer = await http.get(f"/v1/topics/{topic}/partitions/0/messages", params={"offset": 0})
+    assert answer.status_code == 200, answer.text
+    messages: list[dict[str, Any]] = answer.json()["messages"]
+    return messages
+
+
+@pytest.mark.parametrize("encoding", ["auto", "json"])
+async def test_bytes_and_json_records_are_stored_alike_in_either_encoding(
+    shared_herald: HeraldProcess, unique: Callable[[str], str], encoding: str
+) -> None:
+    topic = unique("sdkmp")
+    values: list[Any] = [b"\x00" * 300, {"a": [1, 2.5]}, b"", None, "s", bytearray(b"ba")]
+    async with Admin(shared_herald.url) as admin:
+        await admin.create_topic(topic, partitions=1)
+    async with Producer(shared_herald.url, encoding=encoding) as producer:
+        results = await producer.send_many(topic, values, key="k", headers={"h": "1"})
+        alone = await producer.send(topic, memoryview(b"mv"), id="once")
+        again = await producer.send(topic, memoryview(b"mv"), id="once")
+    assert [r.offset for r in results if r is not None] == list(range(len(values)))
+    assert alone is not None and again is not None and again.duplicate
+    assert again.offset == alone.offset
+    records = await _read_all(shared_herald.url, topic)
+    assert [r.get("value_b64") for r in records] == [
+        "AA" * 200,
+        None,
+        "",
+        None,
+        None,
+        "YmE=",
+        "bXY=",
+    ]
+    assert [r.get("value") for r in records] == [None, {"a": [1, 2.5]}, None, None, "s", None, None]
+    assert all(r["key"] == "k" for r in records[: len(values)])
+
+
+async def test_a_bad_bytes_record_fails_only_its_own_send(
+    shared_herald: HeraldProcess, unique: Callable[[str], str]
+) -> None:
+    """The server names the bad message of a msgpack body by its index, as of a JSON one."""
+    topic = unique("sdkmpb")
+    async with Producer(shared_herald.url, linger_ms=50) as producer:
+        good, bad, text = await asyncio.gather(
+            producer.send(topic, b"fine"),
+            producer.send(topic, b"x", partition=99),
+            producer.send(topic, "fine too"),
+            return_exceptions=True,
+        )
+    assert not isinstance(good, BaseException) and good is not None
+    assert not isinstance(text, BaseException) and text is not None
+    assert sorted([good.offset, text.offset]) == [0, 1]
+    assert isinstance(bad, HeraldClientError) and bad.status in (400, 404)
