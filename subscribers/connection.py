@@ -9,6 +9,9 @@ task, not three (issue 27 §3: a task and its frames cost about 1 KiB). Records 
 queued only against credit the client granted, so that outbox is bounded by the
 credit (≤ 1,000,000 records); the control outbox is bounded by count and the
 reader waits for room, so a client that stops reading stops being read.
+
+Frames are encoded by the connection's codec (subscribers/codec.py), chosen in the
+handshake: JSON in text frames, or msgpack in binary frames.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDiscon
 from delivery.flag import Flag
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.frames import ClientFrame
-from subscribers.frames import BadFrame, parse_frame
-from subscribers.wire import deliver_frame, error_frame
+from subscribers.codec import JSON, Codec
+from subscribers.frames import BadFrame
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +52,15 @@ FrameHandler = Callable[[ClientFrame], bytes | None]
 class ConsumerConnection:
     """Reader and writer of one accepted WebSocket; knows frames, not subscriptions."""
 
-    def __init__(self, websocket: WebSocket, settings: ConnectionSettings | None = None) -> None:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        settings: ConnectionSettings | None = None,
+        codec: Codec = JSON,
+    ) -> None:
         self.websocket = websocket
         self.settings = settings or ConnectionSettings()
+        self.codec = codec  # what every frame of this connection is encoded with
         # Lists and Flags, not deques and asyncio.Events: an empty deque or Event holds
         # 760 bytes on CPython, and an idle consumer holds nothing else of this size
         # (issue 27 §3). Frames leave in batches, so taking from the front is rare.
@@ -106,7 +115,10 @@ class ConsumerConnection:
 
     async def send_now(self, frame: bytes) -> None:
         """Write one frame before the writer runs (the `ready` frame)."""
-        await self.websocket.send_text(frame.decode())
+        if self.codec.binary:
+            await self.websocket.send_bytes(frame)
+        else:
+            await self.websocket.send_text(frame.decode())
 
     async def run(
         self,
@@ -156,9 +168,9 @@ class ConsumerConnection:
                 self._lost(on_disconnect)
                 return
             try:
-                reply = handle(parse_frame(message))
+                reply = handle(self.codec.parse(message))
             except BadFrame as bad:
-                reply = error_frame(bad.code, bad.message)
+                reply = self.codec.error_frame(bad.code, bad.message)
                 self.bad_frames += 1
                 if self.bad_frames >= self.settings.max_bad_frames:
                     # PROTOCOL §3: the 100th bad frame is answered, then the connection closed.
@@ -214,7 +226,7 @@ class ConsumerConnection:
         batch = records[:n]
         del records[:n]
         self._records_bytes -= size - (n - 1)
-        return deliver_frame(batch)
+        return self.codec.deliver_frame(batch)
 
     def _lost(self, on_disconnect: Callable[[], None]) -> None:
         if not self.disconnected:

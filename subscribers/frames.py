@@ -2,6 +2,8 @@
 
 Parsing is pure: a raw WebSocket message goes in, a frozen frame comes out, or
 `BadFrame` carrying the `error` frame's code. The sessions decide what a frame does.
+A connection that selected msgpack (docs/protocol.md "MessagePack") reads binary frames
+as msgpack maps and text frames as JSON, with the same refusals.
 """
 
 from __future__ import annotations
@@ -13,15 +15,18 @@ from typing import Any
 
 import msgspec
 import orjson
+from msgspec import UNSET
 
 from delivery.start import StartAt
-from herald.protocol.frames import CLIENT_FRAME_TYPES, ClientFrame, ErrorCode
+from herald.protocol.frames import CLIENT_FRAME_TYPES, AckFrame, ClientFrame, ErrorCode
 from herald.protocol.limits import MAX_CREDIT, MAX_INT64
 
 # A message id is "{partition}-{offset}" (PROTOCOL §1); only the canonical spelling names a record.
 _MESSAGE_ID = re.compile(r"(?:0|[1-9][0-9]*)-(?:0|[1-9][0-9]*)")
 
 _decode = msgspec.json.Decoder(ClientFrame).decode
+_decode_packed = msgspec.msgpack.Decoder(ClientFrame).decode
+_encode_packed = msgspec.msgpack.Encoder().encode
 _NOT_AN_OBJECT = "Expected `object`"
 _WHERE = " - at `$"
 
@@ -73,7 +78,39 @@ def _integral_or_refused(text: str, exc: msgspec.ValidationError) -> ClientFrame
     raise _refusal(problem, field) from None
 
 
-def _refusal(problem: str, field: str) -> BadFrame:
+def parse_packed_frame(message: Mapping[str, Any]) -> ClientFrame:
+    """`parse_frame` of a connection that selected msgpack: a binary frame is one msgpack
+    map (integers as msgpack integers: no float is taken for one), a text frame JSON, whose
+    ack's `req` is made msgpack here, as its `acked` answer will carry it."""
+    data = message.get("bytes")
+    if data is None:
+        frame = parse_frame(message)
+        if isinstance(frame, AckFrame) and frame.req is not UNSET:
+            frame = msgspec.structs.replace(frame, req=_packed_req(frame.req))
+        return frame
+    try:
+        return _decode_packed(data)
+    except msgspec.ValidationError as exc:
+        problem, _, where = str(exc).partition(_WHERE)
+        raise _refusal(problem, where.rstrip("`").lstrip("."), "msgpack map") from None
+    except msgspec.DecodeError as exc:
+        raise BadFrame("bad_frame", f"not msgpack: {exc}") from None
+    except RecursionError:
+        raise BadFrame("bad_frame", "not msgpack: nested too deeply") from None
+
+
+def _packed_req(req: msgspec.Raw) -> msgspec.Raw:
+    """A JSON `req` as msgpack; one msgpack cannot hold (an integer past 64 bits, a number
+    out of a double's range) makes the frame bad, which changes nothing."""
+    try:
+        return msgspec.Raw(_encode_packed(msgspec.json.decode(req)))
+    except (msgspec.ValidationError, OverflowError) as exc:
+        raise BadFrame("bad_frame", f"`req`: not representable in msgpack: {exc}") from None
+    except RecursionError:
+        raise BadFrame("bad_frame", "`req`: nested too deeply") from None
+
+
+def _refusal(problem: str, field: str, a_frame: str = "JSON object") -> BadFrame:
     if field == "type":
         if problem.startswith("Invalid value"):
             return BadFrame(
@@ -84,7 +121,7 @@ def _refusal(problem: str, field: str) -> BadFrame:
         return BadFrame("bad_frame", "a frame needs a string `type`")
     if not field:
         if problem.startswith(_NOT_AN_OBJECT):
-            return BadFrame("bad_frame", "a frame must be a JSON object")
+            return BadFrame("bad_frame", f"a frame must be a {a_frame}")
         if problem == "Object missing required field `type`":
             return BadFrame("bad_frame", "a frame needs a string `type`")
         return BadFrame("bad_frame", problem)  # "Object missing required field `n`"

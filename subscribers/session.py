@@ -17,7 +17,6 @@ from herald.protocol.limits import MAX_CREDIT  # PROTOCOL §3: outstanding credi
 from storage.writer import wall_clock_ms
 from subscribers.connection import ConsumerConnection
 from subscribers.frames import is_message_id
-from subscribers.wire import acked_frame, deliveries_json, ready_frame
 
 if TYPE_CHECKING:
     from delivery.engine import DeliveryEngine
@@ -57,7 +56,7 @@ class ConsumerSession:
     def send(self, topic: str, subscription: str, deliveries: Sequence[Delivery]) -> None:
         # PROTOCOL §3: one record spends one credit; the engine never exceeds the
         # credit it was handed, so the outbox stays within the slices (see the class).
-        encoded = deliveries_json(topic, deliveries, subscription)
+        encoded = self.connection.codec.deliveries(topic, deliveries, subscription)
         if encoded:
             mean = sum(map(len, encoded)) / len(encoded)
             seen = self._record_bytes
@@ -109,7 +108,10 @@ class ConsumerSession:
         self.consumer_id = self.engine.attach(self.subscription, self, first)
         self.connection.on_written = self._top_up
         try:
-            await self.connection.send_now(ready_frame(self.subscription, self.consumer_id, credit))
+            ready = self.connection.codec.ready_frame(
+                self.subscription, self.consumer_id, credit, UNSET
+            )
+            await self.connection.send_now(ready)
             await self.connection.run(self.handle, self.detach)
         finally:
             self.detach()
@@ -161,4 +163,4 @@ class ConsumerSession:
                 *(item for item in unknown if is_message_id(item)),
                 *(item for item in unknown if not is_message_id(item)),
             ]
-        return acked_frame(frame.req, ok, unknown)
+        return self.connection.codec.acked_frame(frame.req, ok, unknown)

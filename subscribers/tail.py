@@ -24,8 +24,8 @@ from delivery.runtime import SubscriptionRuntime
 from herald.protocol.close_codes import CloseCode
 from herald.protocol.frames import ClientFrame, CreditFrame
 from storage.cursors import CursorSnapshot, PartitionCursor
+from subscribers.codec import JSON, Codec
 from subscribers.connection import ConsumerConnection
-from subscribers.wire import ready_frame, record_json
 
 if TYPE_CHECKING:
     from delivery.events import Delivery
@@ -61,6 +61,7 @@ class TailSession:
         self.consumer_id = f"tail-{uuid.uuid4().hex[:16]}"
         self._clock = clock
         self._runtime: SubscriptionRuntime | None = None
+        self._encodings = registry.encodings_for(connection.codec)
 
     def topic_deleted(self) -> bool:
         return self.storage.topic(self.topic.name) is not self.topic
@@ -69,8 +70,8 @@ class TailSession:
 
     def send(self, topic: str, subscription: str, deliveries: Sequence[Delivery]) -> None:
         # PROTOCOL §3: tail records carry `attempt` 1 and no `subscription`: the same
-        # bytes for every tail, encoded once for all of them.
-        encode = self.registry.encodings.encode
+        # bytes for every tail of the same encoding, encoded once for all of them.
+        encode = self._encodings.encode
         self.connection.push_records([encode(topic, d.record) for d in deliveries])
 
     def close(self, code: int, reason: str) -> None:
@@ -109,7 +110,7 @@ class TailSession:
         runtime.sinks[self.consumer_id] = self
         self.registry.add(self)
         try:
-            ready = ready_frame(
+            ready = self.connection.codec.ready_frame(
                 None, self.consumer_id, credit, dict(offsets) if positions else UNSET
             )
             await self.connection.send_now(ready)
@@ -145,8 +146,9 @@ class TailSession:
 
 
 class SharedEncodings:
-    """The tail JSON of the records tails sent last, shared by every tail: a hundred
-    tails of a topic encode each new record once, not a hundred times.
+    """The tail encoding (JSON, or another codec's: one cache per codec) of the records
+    tails sent last, shared by every tail of that encoding: a hundred tails of a topic
+    encode each new record once, not a hundred times.
 
     Keyed by the record object: tails read new records from the partition's tail cache,
     which hands every reader the same Record objects (a record read again from disk is a
@@ -154,8 +156,9 @@ class SharedEncodings:
     that record's while the entry lives; the whole is bounded by the encoded bytes kept.
     """
 
-    def __init__(self, max_bytes: int = 4 * 1024 * 1024) -> None:
+    def __init__(self, max_bytes: int = 4 * 1024 * 1024, codec: Codec = JSON) -> None:
         self.max_bytes = max_bytes
+        self._encode = codec.tail_record
         self._entries: dict[int, tuple[Record, str, bytes]] = {}  # oldest first
         self._bytes = 0
 
@@ -163,7 +166,7 @@ class SharedEncodings:
         entry = self._entries.get(id(record))
         if entry is not None and entry[0] is record and entry[1] == topic:
             return entry[2]
-        encoded = record_json(topic, record, None, 1)
+        encoded = self._encode(topic, record)
         if len(encoded) <= self.max_bytes // 4:  # a huge record is not kept
             if entry is not None:
                 self._forget(id(record))
@@ -190,11 +193,19 @@ class TailRegistry:
 
     def __init__(self) -> None:
         self._tails: dict[str, set[TailSession]] = {}
-        self.encodings = SharedEncodings()
+        # By codec name: a msgpack tail and a JSON tail of a record never share bytes.
+        self._encodings: dict[str, SharedEncodings] = {}
         # In a cluster, told when a topic gains its first tail here and loses its last:
         # the node then copies (observes) the topic's partitions it does not replicate.
         self.on_first: Callable[[str], None] | None = None
         self.on_last: Callable[[str], None] | None = None
+
+    def encodings_for(self, codec: Codec) -> SharedEncodings:
+        """The records' shared encodings in ``codec``'s form, made at its first tail."""
+        encodings = self._encodings.get(codec.name)
+        if encodings is None:
+            encodings = self._encodings[codec.name] = SharedEncodings(codec=codec)
+        return encodings
 
     def add(self, tail: TailSession) -> None:
         tails = self._tails.setdefault(tail.topic.name, set())

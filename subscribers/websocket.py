@@ -27,6 +27,7 @@ from herald.protocol.errors import (
     TopicNotFound,
 )
 from storage.errors import resource_exhausted
+from subscribers.codec import Codec, negotiated
 from subscribers.connection import ConnectionSettings, ConsumerConnection
 from subscribers.frames import parse_credit_param, parse_from_param, parse_positions_param
 from subscribers.session import ConsumerSession
@@ -71,7 +72,7 @@ async def topic_tail_socket(websocket: WebSocket) -> None:
     await _serve(websocket, _tail_topic)
 
 
-async def _consume_subscription(websocket: WebSocket) -> None:
+async def _consume_subscription(websocket: WebSocket, codec: Codec) -> None:
     sockets = socket_services(websocket)
     engine = sockets.engine
     name = websocket.path_params["name"]
@@ -82,7 +83,7 @@ async def _consume_subscription(websocket: WebSocket) -> None:
         raise _gone(name) from None
     if config.push is not None:
         raise PushSubscription(f"subscription {name!r} is a push subscription")
-    session = ConsumerSession(engine, name, ConsumerConnection(websocket, sockets.settings))
+    session = ConsumerSession(engine, name, ConsumerConnection(websocket, sockets.settings, codec))
     if websocket.client is not None:
         session.address = f"{websocket.client.host}:{websocket.client.port}"
     try:
@@ -96,7 +97,7 @@ def _gone(name: str) -> SubscriptionNotFound:
     return SubscriptionNotFound(f"subscription {name!r} does not exist")
 
 
-async def _tail_topic(websocket: WebSocket) -> None:
+async def _tail_topic(websocket: WebSocket, codec: Codec) -> None:
     sockets = socket_services(websocket)
     storage = sockets.storage
     name = websocket.path_params["topic"]
@@ -113,7 +114,7 @@ async def _tail_topic(websocket: WebSocket) -> None:
     topic = storage.topic(name)  # a copy of a re-created topic was replaced meanwhile
     if topic is None:
         raise TopicNotFound(f"topic {name!r} does not exist")
-    connection = ConsumerConnection(websocket, sockets.settings)
+    connection = ConsumerConnection(websocket, sockets.settings, codec)
     tail = TailSession(storage, topic, connection, sockets.tails)
     await tail.run(start, credit, positions)
 
@@ -125,13 +126,20 @@ def _query(websocket: WebSocket, name: str, parse: Callable[[str | None], T]) ->
         raise BadRequest(str(exc)) from None  # PROTOCOL §3: 4400
 
 
-async def _serve(websocket: WebSocket, consume: Callable[[WebSocket], Awaitable[None]]) -> None:
+async def _serve(
+    websocket: WebSocket, consume: Callable[[WebSocket, Codec], Awaitable[None]]
+) -> None:
     """Accept, then run ``consume``; the one place a consumer socket's refusals (the
     HeraldErrors it raises, each with its close code) and failures become closes (STYLE
-    5; ``HeraldError.close_frame``: the code and reason)."""
-    await websocket.accept()
+    5; ``HeraldError.close_frame``: the code and reason).
+
+    A client that offered `herald.msgpack` gets it selected, and every frame in msgpack
+    (docs/protocol.md "MessagePack"); else none is selected here (server/access.py then
+    selects `herald.v1` when offered) and the connection speaks JSON."""
+    codec = negotiated(websocket.scope.get("subprotocols", ()))
+    await websocket.accept(subprotocol=codec.subprotocol)
     try:
-        await consume(websocket)
+        await consume(websocket, codec)
     except HeraldError as refused:
         if refused.status >= 500:
             log.warning("consumer connection closed: %s", refused.detail)

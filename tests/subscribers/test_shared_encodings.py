@@ -4,7 +4,9 @@ encoded once per record, and bounded."""
 from __future__ import annotations
 
 from storage.record import Record, ValueKind
-from subscribers.tail import SharedEncodings
+from subscribers.codec import JSON, MSGPACK
+from subscribers.packed import packed_tail_record
+from subscribers.tail import SharedEncodings, TailRegistry
 from subscribers.wire import record_json
 
 
@@ -37,3 +39,15 @@ def test_the_encodings_kept_are_bounded_by_their_bytes() -> None:
     big = record(1000, b'"' + b"y" * 2000 + b'"')  # over a quarter of the bound: not kept
     assert encodings.encode("t", big) == record_json("t", big, None, 1)
     assert len(encodings) == 4096 // size
+
+
+def test_each_encoding_has_its_own_shared_bytes() -> None:
+    """A msgpack tail and a JSON tail of the same record never get each other's bytes."""
+    registry = TailRegistry()
+    as_json, as_msgpack = registry.encodings_for(JSON), registry.encodings_for(MSGPACK)
+    assert registry.encodings_for(JSON) is as_json
+    assert registry.encodings_for(MSGPACK) is as_msgpack
+    one = record(0)
+    assert as_msgpack.encode("t", one) == packed_tail_record("t", one)
+    assert as_json.encode("t", one) == record_json("t", one, None, 1)
+    assert as_msgpack.encode("t", one) == packed_tail_record("t", one)  # kept, not replaced
