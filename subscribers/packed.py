@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
+from herald.protocol.encodings import array_header
 from herald.protocol.frames import AckedFrame, ErrorCode, ErrorFrame, ReadyFrame
 from herald.protocol.records import PackedDeliveredRecord, PackedTailRecord
 from storage.record import Record, ValueKind
@@ -84,15 +85,6 @@ def packed_tail_record(topic: str, record: Record, attempt: int = 1) -> bytes:
 # {"type": "deliver", "messages": [...]}: a fixmap of 2, its first member and the key of
 # the second, then the array (herald/protocol/frames.py PackedDeliverFrame).
 _DELIVER_HEAD = b"\x82\xa4type\xa7deliver\xa8messages"
-
-
-def array_header(n: int) -> bytes:
-    """The msgpack header of an array of ``n`` items: fixarray, array 16 or array 32."""
-    if n < 16:
-        return bytes((0x90 | n,))
-    if n < 0x10000:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
 
 
 def packed_deliver_frame(items: Sequence[bytes]) -> bytes:

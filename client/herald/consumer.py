@@ -16,7 +16,7 @@ import logging
 import random
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, get_args
 from urllib.parse import quote, urlencode
 
@@ -24,11 +24,13 @@ import msgspec
 import websockets
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 from websockets.asyncio.client import ClientConnection
+from websockets.typing import Subprotocol
 
 from herald._http import DEFAULT_URL, node_urls, ws_ssl
 from herald.errors import ConsumerClosedError, HeraldClientError, HeraldConnectionError
-from herald.message import Message
+from herald.message import Message, PackedMessage
 from herald.protocol.close_codes import COME_BACK, TERMINAL, CloseCode
+from herald.protocol.encodings import MSGPACK_SUBPROTOCOL
 from herald.protocol.frames import (
     AckFrame,
     ConsumerFrame,
@@ -37,6 +39,8 @@ from herald.protocol.frames import (
     ErrorFrame,
     ExtendFrame,
     NackFrame,
+    PackedConsumerFrame,
+    PackedDeliverFrame,
     ReadyFrame,
 )
 from herald.protocol.limits import MAX_CREDIT
@@ -90,9 +94,16 @@ class Consumer:
         compression: str | None = None,
         limit: int | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        encoding: str = "auto",
     ) -> None:
         if not subscription:
             raise ValueError("subscription is required")
+        # "auto": frames in msgpack when the server speaks it (a bytes record's bytes
+        # travel as themselves, not as base64: docs/protocol.md "MessagePack"); "json":
+        # JSON always.
+        self._subprotocols = offered(encoding)
+        self.encoding = encoding
+        self._wire = _WIRES[None]  # the live connection's, once one is open
         if not 1 <= credit <= MAX_CREDIT:
             raise ValueError(f"credit must be 1..{MAX_CREDIT}")
         if limit is not None and limit < 1:
@@ -127,7 +138,7 @@ class Consumer:
         # At most `credit` messages: the server never sends more than the credit given.
         self._inbox = _Inbox(credit)
         self._pending_acks: list[str] = []
-        self._frames: deque[bytes] = deque(maxlen=10_000)  # nacks and extends
+        self._frames: deque[NackFrame | ExtendFrame] = deque(maxlen=10_000)
         self._owed_credit = 0  # taken from the inbox, not yet given back to the server
         self._outgoing = asyncio.Event()
         self._ws: ClientConnection | None = None
@@ -135,6 +146,11 @@ class Consumer:
         self._failure: BaseException | None = None
         self._closed = False
         self._done = asyncio.Event()
+
+    @property
+    def frame_encoding(self) -> str:
+        """How the live (or last) connection's frames went: "msgpack" or "json"."""
+        return "msgpack" if self._wire.message is PackedMessage else "json"
 
     @property
     def url(self) -> str:
@@ -220,7 +236,7 @@ class Consumer:
     def queue_frame(self, frame: NackFrame | ExtendFrame) -> None:
         """A nack or extend frame for the current connection (dropped if it is lost
         before the frame is sent: the server gives its records back anyway)."""
-        self._frames.append(encode_frame(frame))
+        self._frames.append(frame)
         self._outgoing.set()
 
     def _queue_frame_of(self, session: _SessionAnswerer, frame: NackFrame | ExtendFrame) -> None:
@@ -333,12 +349,15 @@ class Consumer:
             max_size=None,
             open_timeout=self.open_timeout,
             compression=self.compression,
+            subprotocols=self._subprotocols,
             **ws_ssl(self.ws_url, self._ssl),
         ) as ws:
+            # msgpack when the server selected it, else JSON (a Herald before msgpack).
+            wire = self._wire = _WIRES[ws.subprotocol]
             try:
                 # A server that upgrades but never says `ready` is not Herald's.
                 async with asyncio.timeout(self.open_timeout):
-                    ready = read_frame(await ws.recv())
+                    ready = wire.read(await ws.recv())
                 if not isinstance(ready, ReadyFrame):
                     raise ConnectionError("the server did not start with a ready frame")
                 self.consumer_id = ready.consumer
@@ -365,11 +384,12 @@ class Consumer:
                 self._discard_unread()
 
     async def _read_loop(self, ws: ClientConnection, answerer: _SessionAnswerer) -> None:
+        read, deliver, message = self._wire.read, self._wire.read.deliver, self._wire.message
         async for raw in ws:
-            frame = read_frame(raw)
-            if type(frame) is read_frame.deliver:
+            frame = read(raw)
+            if type(frame) is deliver:
                 # A Message wraps the decoded record: nothing copied.
-                self._inbox.put([Message(item, answerer) for item in frame.messages])
+                self._inbox.put([message(item, answerer) for item in frame.messages])
             elif isinstance(frame, ErrorFrame):
                 log.warning("server refused a frame: %s %s", frame.code, frame.message)
         # The server closed the connection normally or going away; find out why.
@@ -388,18 +408,19 @@ class Consumer:
             await self._flush(ws)
 
     async def _flush(self, ws: ClientConnection) -> None:
+        write = self._wire.write
         if self._pending_acks:
             ids, self._pending_acks = self._pending_acks, []
-            await ws.send(encode_frame(AckFrame(ids=ids)).decode())
+            await ws.send(write(AckFrame(ids=ids)))
         while self._frames:
-            await ws.send(self._frames.popleft().decode())
+            await ws.send(write(self._frames.popleft()))
         if self._owed_credit > 0:
             n, self._owed_credit = self._owed_credit, 0
             if self._grant_left is not None:
                 n = min(n, self._grant_left)
                 self._grant_left -= n
             if n > 0:
-                await ws.send(encode_frame(CreditFrame(n=n)).decode())
+                await ws.send(write(CreditFrame(n=n)))
 
     def _discard_unread(self) -> None:
         # The server redelivers what the lost connection had in flight (PROTOCOL §3):
@@ -415,12 +436,15 @@ class FrameReader:
     without their constraints: what a Herald server sends is not checked again
     (herald/protocol/unchecked.py). A frame of a `type` this SDK does not know (a newer
     server's) reads as None and is skipped; one that is not what its `type` says raises
-    ValueError (msgspec's), which ends the connection."""
+    ValueError (msgspec's), which ends the connection. ``packed``: frames in msgpack
+    (docs/protocol.md "MessagePack")."""
 
-    __slots__ = ("_decode", "_known", "deliver")
+    __slots__ = ("_decode", "_known", "_typed", "deliver")
 
-    def __init__(self, frames: Any, deliver: type[Any]) -> None:
-        self._decode = msgspec.json.Decoder(unchecked(frames)).decode
+    def __init__(self, frames: Any, deliver: type[Any], packed: bool = False) -> None:
+        codec = msgspec.msgpack if packed else msgspec.json
+        self._decode = codec.Decoder(unchecked(frames)).decode
+        self._typed = codec.Decoder(_Typed).decode
         self._known = frozenset(str(f.__struct_config__.tag) for f in get_args(frames))
         self.deliver = unchecked_struct(deliver)  # compared by identity: the hot path
 
@@ -428,8 +452,14 @@ class FrameReader:
         try:
             return self._decode(raw)
         except msgspec.ValidationError:
-            if _type_of(raw) in self._known:
+            if self._type_of(raw) in self._known:
                 raise
+            return None
+
+    def _type_of(self, raw: str | bytes) -> object:
+        try:
+            return self._typed(raw).type
+        except msgspec.DecodeError:
             return None
 
 
@@ -437,15 +467,43 @@ class _Typed(msgspec.Struct):
     type: object = None
 
 
-def _type_of(raw: str | bytes) -> object:
-    try:
-        return msgspec.json.decode(raw, type=_Typed).type
-    except msgspec.DecodeError:
-        return None
+class Wire:
+    """How one connection's frames go: JSON in text frames (PROTOCOL §3), or msgpack in
+    binary frames once the server selected the subprotocol (docs/protocol.md
+    "MessagePack"). ``read`` decodes a server frame; ``write`` encodes a client frame
+    for ``send`` (str: a text frame, bytes: a binary one); ``message`` wraps a record."""
+
+    __slots__ = ("message", "read", "write")
+
+    def __init__(self, read: FrameReader, packed: bool) -> None:
+        self.read = read
+        self.write: Callable[[Any], str | bytes] = (
+            _encode_packed if packed else lambda frame: encode_frame(frame).decode()
+        )
+        self.message: type[Message] = PackedMessage if packed else Message
 
 
-read_frame = FrameReader(ConsumerFrame, DeliverFrame)
+def wires(
+    frames: Any, deliver: type[Any], packed_frames: Any, packed_deliver: type[Any]
+) -> dict[str | None, Wire]:
+    """A socket's two wires, by the subprotocol the server selected (None: JSON)."""
+    return {
+        None: Wire(FrameReader(frames, deliver), packed=False),
+        MSGPACK_SUBPROTOCOL: Wire(FrameReader(packed_frames, packed_deliver, True), packed=True),
+    }
+
+
+def offered(encoding: str) -> list[Subprotocol] | None:
+    """The subprotocols a socket offers for ``encoding`` ("auto": msgpack, "json": none)."""
+    if encoding not in ENCODINGS:
+        raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+    return [Subprotocol(MSGPACK_SUBPROTOCOL)] if encoding == "auto" else None
+
+
+ENCODINGS = ("auto", "json")
 encode_frame = msgspec.json.Encoder().encode
+_encode_packed = msgspec.msgpack.Encoder().encode
+_WIRES = wires(ConsumerFrame, DeliverFrame, PackedConsumerFrame, PackedDeliverFrame)
 
 
 class _SessionAnswerer:

@@ -10,13 +10,21 @@ first read).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import binascii
+from typing import Any, Protocol, cast
 
 import msgspec
+import orjson
 from msgspec import UNSET
 
 from herald.protocol.frames import ExtendFrame, NackFrame
-from herald.protocol.records import DeliveredRecord, Record, TailRecord
+from herald.protocol.records import (
+    DeliveredRecord,
+    PackedRecord,
+    Record,
+    RecordFields,
+    TailRecord,
+)
 from herald.protocol.unchecked import unchecked_struct
 
 
@@ -45,8 +53,8 @@ class Message:
 
     __slots__ = ("_consumer", "_record", "_value")
 
-    def __init__(self, record: Record, consumer: Answerer | None = None) -> None:
-        self._record = record
+    def __init__(self, record: Record | PackedRecord, consumer: Answerer | None = None) -> None:
+        self._record: RecordFields = record  # a PackedRecord in a PackedMessage
         self._consumer = consumer
         self._value: Any = _UNDECODED
 
@@ -106,13 +114,13 @@ class Message:
 
     @property
     def is_bytes(self) -> bool:
-        return self._record.value_b64 is not UNSET
+        return cast(Record, self._record).value_b64 is not UNSET
 
     @property
     def value(self) -> Any:
         value = self._value
         if value is _UNDECODED:
-            record = self._record
+            record = cast(Record, self._record)
             encoded = record.value_b64
             value = self._value = record.value if encoded is UNSET else _bytes_of(encoded)
         return value
@@ -145,10 +153,15 @@ class Message:
             "attempt": self.attempt,
         }
         if self.is_bytes:
-            data["value_b64"] = self._record.value_b64
+            data["value_b64"] = self._value_b64()
         else:
             data["value"] = self.value
         return data
+
+    def _value_b64(self) -> str:
+        b64 = cast(Record, self._record).value_b64
+        assert b64 is not UNSET  # is_bytes
+        return b64
 
     def __repr__(self) -> str:
         return (
@@ -182,6 +195,32 @@ class Message:
         if self._consumer is None:
             raise RuntimeError("this message has no consumer to answer through")
         return self._consumer
+
+
+class PackedMessage(Message):
+    """A Message delivered in msgpack (docs/protocol.md "MessagePack"): the same record,
+    its value carried as `value` (bin, a bytes record's bytes) or `value_json` (a JSON
+    value's text, parsed when `value` is first read)."""
+
+    __slots__ = ()
+
+    @property
+    def is_bytes(self) -> bool:
+        return cast(PackedRecord, self._record).value_json is UNSET
+
+    @property
+    def value(self) -> Any:
+        value = self._value
+        if value is _UNDECODED:
+            record = cast(PackedRecord, self._record)
+            text = record.value_json
+            value = self._value = record.value if text is UNSET else orjson.loads(text)
+        return value
+
+    def _value_b64(self) -> str:
+        value = cast(PackedRecord, self._record).value
+        assert value is not UNSET  # is_bytes
+        return binascii.b2a_base64(value, newline=False).decode("ascii")
 
 
 def _bytes_of(value_b64: str) -> bytes:

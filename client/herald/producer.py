@@ -20,7 +20,7 @@ import orjson
 from herald._http import DEFAULT_URL, Reachability, with_retries
 from herald._transport import ConnectionPool, TransportError
 from herald.errors import HeraldClientError, HeraldConnectionError, ProducerBufferFullError
-from herald.protocol.encodings import MSGPACK_MEDIA_TYPE
+from herald.protocol.encodings import MSGPACK_MEDIA_TYPE, array_header
 from herald.protocol.limits import MAX_BATCH
 from herald.protocol.publish import Message, PackedMessage
 from herald.protocol.records import PublishResponse
@@ -446,20 +446,11 @@ def _body(messages: list[bytes]) -> tuple[bytes, str]:
     packed = [
         message if message[0] != _JSON_OBJECT else _packed_of(message) for message in messages
     ]
-    return _PACKED_HEAD + _array_head(len(packed)) + b"".join(packed), MSGPACK_MEDIA_TYPE
+    return _PACKED_HEAD + array_header(len(packed)) + b"".join(packed), MSGPACK_MEDIA_TYPE
 
 
 _JSON_OBJECT = ord("{")  # a JSON message's first byte; a msgpack map's is 0x80..0x8f
 _PACKED_HEAD = b"\x81\xa8messages"  # a map of one member, "messages"
-
-
-def _array_head(n: int) -> bytes:
-    """The head of a msgpack array of ``n`` items."""
-    if n < 16:
-        return bytes((0x90 | n,))
-    if n < 0x10000:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
 
 
 def _packed_of(message: bytes) -> bytes:

@@ -19,11 +19,18 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from herald._http import DEFAULT_URL, node_urls, ws_ssl
-from herald.consumer import FrameReader, as_client_error, encode_frame
+from herald.consumer import as_client_error, offered, wires
 from herald.errors import ConsumerClosedError
-from herald.message import Message
+from herald.message import Message, PackedMessage
 from herald.protocol.close_codes import TERMINAL, CloseCode
-from herald.protocol.frames import CreditFrame, ReadyFrame, TailDeliverFrame, TailFrame
+from herald.protocol.frames import (
+    CreditFrame,
+    PackedTailDeliverFrame,
+    PackedTailFrame,
+    ReadyFrame,
+    TailDeliverFrame,
+    TailFrame,
+)
 from herald.protocol.limits import MAX_CREDIT
 
 
@@ -44,9 +51,13 @@ class Tail:
         open_timeout: float = 10.0,
         compression: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        encoding: str = "auto",
     ) -> None:
         if not topic:
             raise ValueError("topic is required")
+        # As a Consumer's: msgpack frames when the server speaks them, else JSON.
+        self._subprotocols = offered(encoding)
+        self.encoding = encoding
         if not 1 <= credit <= MAX_CREDIT:
             raise ValueError(f"credit must be 1..{MAX_CREDIT}")
         if limit is not None and limit < 1:
@@ -73,6 +84,14 @@ class Tail:
         self._owed = 0
         self._closed = False
 
+    @property
+    def frame_encoding(self) -> str:
+        """How the open connection's frames go: "msgpack", "json", or "none" before it opens."""
+        ws = self._ws
+        if ws is None:
+            return "none"
+        return "msgpack" if _WIRES[ws.subprotocol].message is PackedMessage else "json"
+
     async def __aenter__(self) -> Tail:
         await self._connect()
         return self
@@ -94,6 +113,7 @@ class Tail:
         if self._closed or (self.limit is not None and self._taken >= self.limit):
             raise StopAsyncIteration
         ws = self._ws or await self._connect()
+        wire = _WIRES[ws.subprotocol]
         while not self._buffer:
             try:
                 raw = await ws.recv()
@@ -107,9 +127,9 @@ class Tail:
                 ):
                     raise StopAsyncIteration from None  # the server went away cleanly
                 raise as_client_error(closed, self.url)  # noqa: B904 (its context is kept)
-            frame = _read_frame(raw)
-            if type(frame) is _read_frame.deliver:
-                self._buffer.extend(Message(m) for m in frame.messages)
+            frame = wire.read(raw)
+            if type(frame) is wire.read.deliver:
+                self._buffer.extend(wire.message(m) for m in frame.messages)
         self._taken += 1
         self._owed += 1
         await self._give_credit(ws)
@@ -124,7 +144,7 @@ class Tail:
             n = min(n, self.limit - self._granted)
         if n > 0:
             self._granted += n
-            await ws.send(encode_frame(CreditFrame(n=n)).decode())
+            await ws.send(_WIRES[ws.subprotocol].write(CreditFrame(n=n)))
 
     def _ws_url(self, url: str) -> str:
         return url.replace("http", "ws", 1) + self._target
@@ -142,6 +162,7 @@ class Tail:
                     max_size=None,
                     open_timeout=self.open_timeout,
                     compression=self.compression,
+                    subprotocols=self._subprotocols,
                     **ws_ssl(self.ws_url, self._ssl),
                 )
                 break
@@ -150,7 +171,7 @@ class Tail:
                     raise as_client_error(exc, url)  # noqa: B904 (its context is kept)
         try:
             async with asyncio.timeout(self.open_timeout):
-                ready = _read_frame(await ws.recv())
+                ready = _WIRES[ws.subprotocol].read(await ws.recv())
             if not isinstance(ready, ReadyFrame):
                 raise ConnectionError("the server did not start with a ready frame")
         except websockets.ConnectionClosed as closed:
@@ -166,7 +187,7 @@ class Tail:
         return ws
 
 
-_read_frame = FrameReader(TailFrame, TailDeliverFrame)
+_WIRES = wires(TailFrame, TailDeliverFrame, PackedTailFrame, PackedTailDeliverFrame)
 
 
 def _node_down(exc: Exception) -> bool:

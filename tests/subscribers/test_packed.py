@@ -9,6 +9,7 @@ import pytest
 from msgspec import UNSET
 
 from delivery.events import Delivery
+from herald.protocol.encodings import array_header
 from herald.protocol.frames import (
     AckedFrame,
     AckFrame,
@@ -25,7 +26,6 @@ from herald.protocol.records import PackedDeliveredRecord, PackedTailRecord
 from storage.record import Record, ValueKind
 from subscribers.frames import BadFrame, parse_packed_frame
 from subscribers.packed import (
-    array_header,
     packed_acked_frame,
     packed_deliver_frame,
     packed_deliveries,

@@ -27,3 +27,13 @@ def is_msgpack(content_type: str | None) -> bool:
     if not content_type:
         return False
     return content_type.partition(";")[0].strip().lower() in MSGPACK_MEDIA_TYPES
+
+
+def array_header(n: int) -> bytes:
+    """The msgpack header of an array of ``n`` items (fixarray, array 16 or array 32): a
+    body or frame is spliced around items encoded one by one."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
