@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from herald.protocol.close_codes import MEANINGS
+from herald.protocol.encodings import MSGPACK_SUBPROTOCOL
 from server.openapi import _int, _ref
 
 _AUTH = (
@@ -19,6 +20,13 @@ _AUTH = (
     "`herald.v1`), or pass `?token=` (kept for compatibility; URLs end up in logs)."
 )
 _CLOSES = {str(int(code)): meaning for code, meaning in MEANINGS.items()}
+# docs/protocol.md "MessagePack": what the consumer sockets select when offered.
+_SUBPROTOCOLS = {
+    MSGPACK_SUBPROTOCOL: "every frame one msgpack map in a binary frame, with the JSON "
+    "frames' members; a record carries `value` (bin: a bytes record) or `value_json` (the "
+    "JSON text of a JSON value) (frames: PackedDeliverFrame, PackedTailDeliverFrame)",
+    "herald.v1": "JSON (PROTOCOL §3): what a browser offers beside its token",
+}
 _CREDIT = {"name": "credit", "in": "query", "schema": _int(default=0)}
 
 # /v1/subscriptions/{name}/ws
@@ -29,6 +37,7 @@ SUBSCRIPTION_SOCKET: dict[str, Any] = {
     "parameters": [_CREDIT],
     "authentication": _AUTH,
     "close_codes": _CLOSES,
+    "subprotocols": _SUBPROTOCOLS,
 }
 
 
@@ -54,6 +63,7 @@ TOPIC_TAIL_SOCKET: dict[str, Any] = {
     ],
     "authentication": _AUTH,
     "close_codes": _CLOSES,
+    "subprotocols": _SUBPROTOCOLS,
 }
 
 

@@ -58,6 +58,9 @@ MODELS: tuple[Any, ...] = (
     *get_args(frames.ClientFrame),
     *get_args(frames.ConsumerFrame),
     frames.TailDeliverFrame,
+    # docs/protocol.md "MessagePack": the deliver frames of herald.msgpack sockets
+    frames.PackedDeliverFrame,
+    frames.PackedTailDeliverFrame,
     # docs/protocol.md "Stats": the console's snapshot, its frame and its samples
     snapshot.StatsResponse,
     snapshot.StatsFrame,
@@ -70,8 +73,10 @@ EXTRA: dict[str, dict[str, Any]] = {
     "Record": records.ONE_VALUE,
     "DeliveredRecord": records.ONE_VALUE,
     "TailRecord": records.ONE_VALUE,
+    "PackedDeliveredRecord": records.ONE_PACKED_VALUE,
+    "PackedTailRecord": records.ONE_PACKED_VALUE,
     "Message": publish.ONE_VALUE,
-    "PackedMessage": publish.ONE_PACKED_VALUE,
+    "PackedMessage": records.ONE_PACKED_VALUE,  # msgpack: value a bin, value_json text
     # docs/protocol.md: a push subscription's stats carry every push member, others none
     "SubscriptionStatsView": {
         "dependentRequired": {PushStats.__struct_fields__[0]: list(PushStats.__struct_fields__[1:])}

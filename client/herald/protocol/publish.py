@@ -36,10 +36,6 @@ ONE_VALUE: dict[str, Any] = {
     ]
 }
 
-# In msgpack (docs/protocol.md "MessagePack"): `value` is a bin, `value_json` JSON text.
-ONE_PACKED_VALUE: dict[str, Any] = {
-    "oneOf": [{"required": ["value"]}, {"required": ["value_json"]}]
-}
 
 JsonValue = Annotated[Any, Meta(extra_json_schema={"$ref": REF_JSON_VALUE})]
 

@@ -24,6 +24,9 @@ Timestamp = Annotated[int, Meta(ge=limits.TIMESTAMP.low, le=limits.TIMESTAMP.hig
 
 # What a type cannot say: a record holds its value in the form it was published in.
 ONE_VALUE: dict[str, Any] = {"oneOf": [{"required": ["value"]}, {"required": ["value_b64"]}]}
+ONE_PACKED_VALUE: dict[str, Any] = {
+    "oneOf": [{"required": ["value"]}, {"required": ["value_json"]}]
+}
 
 
 class RecordFields(msgspec.Struct, frozen=True, kw_only=True):
