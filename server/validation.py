@@ -246,12 +246,19 @@ def decode_packed_publish(raw: bytes) -> publish.PackedPublishRequest | Any:
         return _PACKED_PUBLISH(raw)
     except msgspec.ValidationError:
         pass
-    except (msgspec.DecodeError, RecursionError):
+    except msgspec.DecodeError:
         raise BadRequest("the request body is not one msgpack value") from None
+    except RecursionError:
+        raise BadRequest(_TOO_DEEP) from None
     try:
         return _PACKED(raw)
-    except (msgspec.DecodeError, RecursionError):  # pragma: no cover - decoded above
+    except msgspec.DecodeError:  # pragma: no cover - decoded above
         raise BadRequest("the request body is not one msgpack value") from None
+    except RecursionError:
+        raise BadRequest(_TOO_DEEP) from None
+
+
+_TOO_DEEP = "the request body nests arrays and maps deeper than a publish body can"
 
 
 _PACKED_PUBLISH = msgspec.msgpack.Decoder(publish.PackedPublishRequest).decode

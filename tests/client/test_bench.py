@@ -78,3 +78,20 @@ def test_filter_bench_runs_end_to_end_and_prints_every_figure() -> None:
     assert re.search(r"^filtered +[\d,]+ +20 +[\d.]+ +\d+\.\d\d$", out, re.M), out
     assert re.search(r"^filtered / unfiltered skip rate, .*: \d+\.\d\d \(range ", out, re.M), out
     assert "host during the bench:" in out, out
+
+
+def test_frame_codec_reads_back_what_each_encoding_wrote_and_prints_every_step() -> None:
+    """bench/frame_codec.py checks that both encodings give the application the same
+    values before it times them: a frame one encoding loses a record of fails here."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.frame_codec", "--records", "20", "--repeat", "1"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    for step in ("bytes record: server encodes", "bytes record: SDK reads"):
+        assert re.search(rf"^{step} +\d+\.\d\d +\d+\.\d\d$", done.stdout, re.M), done.stdout
+    for step in ("JSON record: server encodes", "JSON record: SDK reads"):
+        assert re.search(rf"^{step} +\d+\.\d\d +\d+\.\d\d$", done.stdout, re.M), done.stdout

@@ -96,6 +96,7 @@ REFUSED: list[tuple[str, bytes, int, str, int | None]] = [
     ("empty", b"", 400, "bad_request", None),
     ("trailing bytes", pack({"messages": [{"value": b"x"}]}) + b"\x00", 400, "bad_request", None),
     ("JSON text", b'{"messages":[{"value":1}]}', 400, "bad_request", None),
+    ("nested past any depth", b"\x81\xa8messages" + b"\x91" * 100_000 + b"\xc0", 400, "bad_request", None),
     ("not a map", pack([1]), 400, "bad_request", None),
     ("no messages", pack({"messages": []}), 400, "validation_error", None),
     ("an unknown member", pack({"messages": [{"value": b"x"}], "colour": 1}), 400, "bad_request", None),
