@@ -31,10 +31,12 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
 
 from cluster.errors import LeaderUnavailable
 from cluster.trust import peer_ssl
 from herald.protocol.close_codes import CloseCode
+from herald.protocol.encodings import MSGPACK_SUBPROTOCOL
 from herald.protocol.errors import HeraldError, NodeCannotServe
 from server.access import bearer_token
 from server.endpoint import Endpoint, Endpoints
@@ -195,6 +197,13 @@ async def _relay(state: Services, url: str, client: WebSocket) -> None:
         await close_socket(client, _UNREACHABLE)
         return
     target, headers = _upstream(state.peers, url, scope)
+    # docs/protocol.md "MessagePack": the client's offer goes on, and the client gets what
+    # the coordinator selected (its frames are relayed as they come, binary or text).
+    offered = (
+        [Subprotocol(MSGPACK_SUBPROTOCOL)]
+        if MSGPACK_SUBPROTOCOL in scope.get("subprotocols", ())
+        else None
+    )
     try:
         upstream = await connect(
             target,
@@ -202,12 +211,13 @@ async def _relay(state: Services, url: str, client: WebSocket) -> None:
             max_size=None,
             open_timeout=5,
             ssl=peer_ssl(target, state.peers.verify),
+            subprotocols=offered,
         )
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
         await close_socket(client, _UNREACHABLE)
         log.info("relaying a consumer to %s: %s", url, exc)  # once the client is told
         return
-    await client.accept()
+    await client.accept(subprotocol=upstream.subprotocol)
     code, reason = int(CloseCode.SERVICE_RESTART), "the subscription's coordinator went away"
 
     async def down() -> None:
