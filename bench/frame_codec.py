@@ -1,4 +1,4 @@
-"""`python -m bench.frame_codec [--records 500] [--size 1024] [--repeat 7]`: what a `deliver`
+"""`python -m bench.frame_codec [--records 300] [--size 1024] [--repeat 7]`: what a `deliver`
 frame costs per record in each encoding a consumer socket speaks (docs/protocol.md
 "MessagePack"), with the code that runs: the server's encoders (subscribers/wire.py for
 JSON, subscribers/packed.py for msgpack) and the SDK's reading of the frame into
@@ -74,7 +74,12 @@ def best_us(fn: Callable[[], object], records: int, repeat: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=500, help="records per frame")
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=300,
+        help="records per frame (300 of 1 KiB: under the 512 KiB a server frame is cut at)",
+    )
     parser.add_argument("--size", type=int, default=1024, help="bytes (characters) per value")
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
