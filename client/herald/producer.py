@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import binascii
 import functools
+import logging
 import ssl
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,10 +26,13 @@ from herald.protocol.limits import MAX_BATCH
 from herald.protocol.publish import Message, PackedMessage
 from herald.protocol.records import PublishResponse
 
+log = logging.getLogger(__name__)
+
 ACKS = ("0", "1", "all")
 ENCODINGS = ("auto", "json")
 _encode_message = msgspec.json.Encoder().encode
 _encode_packed = msgspec.msgpack.Encoder().encode
+_decode_packed = msgspec.msgpack.Decoder(dict[str, Any]).decode
 _decode_answer = msgspec.json.Decoder(PublishResponse).decode
 
 
@@ -412,6 +416,21 @@ class Producer:
 
     async def _post(self, topic: str, messages: list[bytes]) -> list[SendResult | None]:
         body, content_type = _body(messages)
+        try:
+            return await self._request(topic, body, content_type, len(messages))
+        except HeraldClientError as exc:
+            if content_type == "application/json" or not _reads_no_msgpack(exc):
+                raise
+        # A Herald from before msgpack (PROTOCOL §2: bodies are JSON) read it as bad JSON:
+        # this producer speaks JSON to it from now on, this request first.
+        log.warning("herald: the server at %s reads no msgpack; publishing JSON", self._reach.url)
+        self._packed = False
+        body = b'{"messages":[' + b",".join(_as_json(m) for m in messages) + b"]}"
+        return await self._request(topic, body, "application/json", len(messages))
+
+    async def _request(
+        self, topic: str, body: bytes, content_type: str, count: int
+    ) -> list[SendResult | None]:
         path = f"/v1/topics/{quote(topic, safe='')}{self._query}"
         for tried in range(len(self._pools)):
             pool = self._pools[self._current]
@@ -429,7 +448,7 @@ class Producer:
                 response.status, response.body, response.headers.get("retry-after")
             )
         if response.status == 202 or not response.body:
-            return [None] * len(messages)  # acks=0: answered before the write
+            return [None] * count  # acks=0: answered before the write
         try:
             results = _decode_answer(response.body).results
         except msgspec.DecodeError:  # a ValidationError too: not a PublishResponse
@@ -451,6 +470,29 @@ def _body(messages: list[bytes]) -> tuple[bytes, str]:
 
 _JSON_OBJECT = ord("{")  # a JSON message's first byte; a msgpack map's is 0x80..0x8f
 _PACKED_HEAD = b"\x81\xa8messages"  # a map of one member, "messages"
+
+
+def _reads_no_msgpack(exc: HeraldClientError) -> bool:
+    """Whether a msgpack body's refusal says the server did not read it as msgpack: a
+    Herald that does names the bad message (`index`) or the problem in msgpack's terms;
+    one from before msgpack answers every such body bad_request, not JSON, no index. No
+    body this producer builds is malformed msgpack, so nothing else answers so."""
+    return (
+        exc.status == 400
+        and exc.code == "bad_request"
+        and exc.index is None
+        and ("JSON" in (exc.detail or ""))
+    )
+
+
+def _as_json(message: bytes) -> bytes:
+    """An encoded message as JSON: a msgpack one (a bytes value) with its value as
+    `value_b64`; a JSON one as it is."""
+    if message[0] == _JSON_OBJECT:
+        return message
+    fields = _decode_packed(message)
+    fields["value_b64"] = binascii.b2a_base64(fields.pop("value"), newline=False).decode()
+    return orjson.dumps(fields)
 
 
 def _packed_of(message: bytes) -> bytes:

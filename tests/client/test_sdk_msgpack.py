@@ -23,9 +23,11 @@ class PublishRecorder:
     """A loopback HTTP/1.1 listener that answers every publish as Herald would (results
     for each message) and keeps what each request carried: its Content-Type and body."""
 
-    def __init__(self) -> None:
+    def __init__(self, reads_msgpack: bool = True) -> None:
         self.requests: list[tuple[str, bytes]] = []
         self.url = ""
+        # False: answer a msgpack body as a Herald from before msgpack did (not JSON).
+        self.reads_msgpack = reads_msgpack
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
@@ -38,28 +40,40 @@ class PublishRecorder:
                 body = await reader.readexactly(int(fields["content-length"]))
                 content_type = fields["content-type"]
                 self.requests.append((content_type, body))
-                decode = (
-                    msgspec.msgpack.decode if "msgpack" in content_type else msgspec.json.decode
-                )
-                count = len(decode(body)["messages"])
-                answer = orjson.dumps(
-                    {
-                        "results": [
-                            {"partition": 0, "offset": i, "duplicate": False} for i in range(count)
-                        ]
-                    }
-                )
+                packed = "msgpack" in content_type
+                if packed and not self.reads_msgpack:
+                    status = b"400 Bad Request"
+                    answer = orjson.dumps(
+                        {
+                            "status": 400,
+                            "title": "Bad Request",
+                            "code": "bad_request",
+                            "detail": "the request body is not valid JSON",
+                        }
+                    )
+                else:
+                    decode = msgspec.msgpack.decode if packed else msgspec.json.decode
+                    count = len(decode(body)["messages"])
+                    status = b"200 OK"
+                    answer = orjson.dumps(
+                        {
+                            "results": [
+                                {"partition": 0, "offset": i, "duplicate": False}
+                                for i in range(count)
+                            ]
+                        }
+                    )
                 writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(answer), answer)
+                    b"HTTP/1.1 %s\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (status, len(answer), answer)
                 )
                 await writer.drain()
         writer.close()
 
 
 @contextlib.asynccontextmanager
-async def recorder() -> AsyncIterator[PublishRecorder]:
-    made = PublishRecorder()
+async def recorder(reads_msgpack: bool = True) -> AsyncIterator[PublishRecorder]:
+    made = PublishRecorder(reads_msgpack)
     server = await asyncio.start_server(made._serve, "127.0.0.1", 0)
     made.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     async with server:
@@ -93,6 +107,27 @@ async def test_encoding_json_sends_bytes_as_base64() -> None:
     [(content_type, body)] = seen.requests
     assert content_type == "application/json"
     assert orjson.loads(body) == {"messages": [{"value_b64": "AAE=", "headers": {"h": "v"}}]}
+
+
+async def test_a_server_that_reads_no_msgpack_gets_json_from_then_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Herald from before msgpack answers a msgpack body 400 (not JSON): the producer
+    sends that request again as JSON, and every later one as JSON at once."""
+    async with recorder(reads_msgpack=False) as seen, Producer(seen.url) as producer:
+        first = await producer.send_many("t", [b"\x00\x01", {"n": 1}], key="k")
+        second = await producer.send("t", b"raw", headers={"h": "v"})
+    assert [r.offset for r in first if r is not None] == [0, 1]
+    assert second is not None and second.offset == 0
+    kinds = [content_type for content_type, _ in seen.requests]
+    assert kinds == ["application/vnd.msgpack", "application/json", "application/json"]
+    assert orjson.loads(seen.requests[1][1]) == {
+        "messages": [{"value_b64": "AAE=", "key": "k"}, {"value": {"n": 1}, "key": "k"}]
+    }
+    assert orjson.loads(seen.requests[2][1]) == {
+        "messages": [{"value_b64": "cmF3", "headers": {"h": "v"}}]
+    }
+    assert "reads no msgpack" in caplog.text
 
 
 def test_an_unknown_encoding_is_refused() -> None:
