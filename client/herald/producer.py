@@ -117,8 +117,9 @@ class Producer:
     `encoding`: "auto" (the default) sends a request that carries a `bytes` value as
     msgpack, where the bytes travel as themselves instead of as base64 text
     (docs/protocol.md "MessagePack"), and every other request as JSON; "json" sends
-    everything as JSON (`value_b64` for bytes), which a Herald older than msgpack
-    needs.
+    everything as JSON (`value_b64` for bytes). A Herald older than msgpack refuses a
+    msgpack body as bad JSON: the producer then sends it again as JSON, and JSON from
+    then on.
     """
 
     def __init__(
