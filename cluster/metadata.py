@@ -77,10 +77,34 @@ class MetadataView:
         self.subscription_ids: dict[str, int] = {}  # each config key's create revision
         self.coordinators: dict[str, Coordinator] = {}
         self.read_at = 0  # the revision of the latest full read
+        self._reading = asyncio.Lock()  # one full read at a time
+        # The changes the watch applies while a full read is on its way (see load()).
+        self._applied_meanwhile: list[tuple[KeyValue, bool]] | None = None
 
     async def load(self) -> int:
-        """Read the whole state afresh; the revision it was read at."""
-        result = await self.etcd.range(cluster_prefix(self.cluster), prefix=True)
+        """Read the whole state afresh; the revision it was read at.
+
+        The watch goes on meanwhile (a node reads afresh when its lease is new), and may
+        apply a change newer than the read before the read's answer arrives: that change
+        is applied again on top of the read, or the read would erase it for good (the
+        watch does not deliver it twice). A node that lost another's log-ends report this
+        way after an etcd outage waited for it forever, and no one led its partitions
+        again.
+        """
+        async with self._reading:
+            applied_meanwhile: list[tuple[KeyValue, bool]] = []
+            self._applied_meanwhile = applied_meanwhile
+            try:
+                result = await self.etcd.range(cluster_prefix(self.cluster), prefix=True)
+            finally:
+                self._applied_meanwhile = None
+            self._replace(result.kvs, result.revision)
+            for kv, deleted in applied_meanwhile:
+                if kv.mod_revision > result.revision:
+                    self.apply(kv, deleted=deleted)
+            return result.revision
+
+    def _replace(self, kvs: tuple[KeyValue, ...], revision: int) -> None:
         topics: dict[str, TopicConfig] = {}
         states: dict[Ref, VersionedState] = {}
         self.subscriptions, self.coordinators = {}, {}
@@ -88,17 +112,18 @@ class MetadataView:
         self.unreadable_topics = set()
         self.auto_created_topics = set()
         self.log_ends = {}
-        for kv in result.kvs:
+        for kv in kvs:
             self._read_kv(kv.key.decode(errors="replace"), kv, topics, states)
         self.topics, self.states, self.loaded = topics, states, True
-        self.read_at = max(self.read_at, result.revision)
-        return result.revision
+        self.read_at = max(self.read_at, revision)
 
     def apply(self, kv: KeyValue, *, deleted: bool = False) -> None:
         """One change etcd reported (a watch event; for a delete, ``kv.mod_revision`` is
         the deletion's). Nothing, if the latest full read already saw it."""
         if kv.mod_revision <= self.read_at:
             return
+        if self._applied_meanwhile is not None:
+            self._applied_meanwhile.append((kv, deleted))
         self._read_kv(kv.key.decode(errors="replace"), kv, self.topics, self.states, deleted)
 
     def _read_kv(

@@ -4,11 +4,14 @@ followed by a watch, on a real etcd."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import orjson
 
 from cluster.coordination import coordinators_prefix, subscriptions_prefix
-from cluster.etcd import EtcdClient, KeyValue
+from cluster.etcd import EtcdClient, KeyValue, RangeResult
+from cluster.log_ends import LogEnds, log_ends_prefix
 from cluster.metadata import MetadataView
 from cluster.state import PartitionState, partition_key
 from cluster.topics import config_to_json, topic_key
@@ -169,3 +172,67 @@ async def test_a_watch_replaying_what_a_full_read_saw_changes_nothing(etcd: Etcd
         follow.cancel()
         await asyncio.gather(follow, return_exceptions=True)
     assert views and all(seen == (recreated.create_revision, "n2") for seen in views), views
+
+
+class _ReadOvertaken:
+    """The etcd client, except that a full read's answer arrives only after a change made
+    once etcd answered it — and after the watch applied that change."""
+
+    def __init__(self, etcd: EtcdClient) -> None:
+        self._etcd = etcd
+        self.meanwhile: Callable[[], Awaitable[None]] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._etcd, name)
+
+    async def range(self, key: str | bytes, **options: Any) -> RangeResult:
+        result = await self._etcd.range(key, **options)
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return result
+
+
+async def test_a_full_read_keeps_what_the_watch_applied_while_it_was_answered(
+    etcd: EtcdClient,
+) -> None:
+    """The flake of 2026-11-28: after an etcd outage every node of a partition's ISR
+    registered anew, so the most up-to-date one takes it once each has reported its log
+    ends (cluster/log_ends.py). n2 read the state afresh for its new lease; n3's report
+    arrived through the watch while that read was on its way, and the read, answered
+    before n3 wrote it, then erased it. n2 waited for n3's report for good, and the
+    partition had no leader until the test gave up a minute later."""
+    client = _ReadOvertaken(etcd)
+    view = MetadataView(cast(EtcdClient, client), CLUSTER, keys=None, changed=lambda: None)
+    await etcd.put(topic_key(CLUSTER, "t"), config_to_json(TopicConfig(partitions=1)))
+    await etcd.put(partition_key(CLUSTER, "t", 0), state("n1", 1))
+    revision = await view.load()
+    follow = asyncio.create_task(view.follow(revision + 1))
+    report = LogEnds("n3", 7, {("t", 0): (1, 20)})
+
+    async def meanwhile() -> None:
+        await etcd.put(log_ends_prefix(CLUSTER) + "n3", report.to_json())
+        await etcd.put(partition_key(CLUSTER, "t", 0), state("n2", 2))
+
+        async def applied() -> bool:
+            known = view.states.get(("t", 0))
+            return "n3" in view.log_ends and known is not None and known.state.epoch == 2
+
+        await eventually(applied, WAIT_S, "the watch applying both changes")
+
+    try:
+        client.meanwhile = meanwhile
+        await view.load()
+        assert client.meanwhile is None  # the read was overtaken
+        assert view.log_ends.get("n3") == report
+        assert view.states[("t", 0)].state.leader == "n2"
+        # The watch goes on from there: a later change is seen too.
+        await etcd.delete(log_ends_prefix(CLUSTER) + "n3")
+
+        async def deleted() -> bool:
+            return "n3" not in view.log_ends
+
+        await eventually(deleted, WAIT_S, "the report's delete")
+    finally:
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
