@@ -26,7 +26,12 @@ and the offending records, offsets or etcd revisions.
 - ``cursor-back``: a cursor key in etcd whose committed offset of a partition went down;
 - ``restart-kept-leadership``: a node restarted (kill -9, SIGTERM, wiped) that led a
   partition before and leads it after at the same epoch, no election between (PROTOCOL
-  §7 settled 2026-11-26: restarts are new incarnations).
+  §7 settled 2026-11-26: restarts are new incarnations);
+- ``no-recovery``: once a fault was healed, the cluster not back within the bound the
+  nemesis waits (every node live, every partition led with its full ISR): a liveness
+  failure, not lost data, but a cluster that stays leaderless after every fault is gone
+  fails its users all the same (found so: every ISR member registered anew after an etcd
+  outage, and a node waited for good for a report its view had lost).
 """
 
 from __future__ import annotations
@@ -400,6 +405,34 @@ def _ex(seen: list[Seen]) -> list[dict[str, Any]]:
 
 
 __all__ = ["Incarnation", "Violation", "check_delivery", "check_etcd", "check_files"]
+
+
+def check_recovery(history: History) -> list[Violation]:
+    """The faults after which the cluster did not recover (the nemesis notes each as a
+    ``no-recovery`` fault, and so does the run's final heal)."""
+    examples: list[dict[str, Any]] = []
+    for k, fault in enumerate(history.faults):
+        if fault.kind != "no-recovery":
+            continue
+        before = next((f for f in reversed(history.faults[:k]) if f.kind != "no-recovery"), None)
+        examples.append(
+            {
+                "from": round(fault.started, 1),
+                "to": round(fault.ended, 1),
+                "what": fault.note,
+                "after": f"{before.kind} {before.target}" if before is not None else None,
+            }
+        )
+    if not examples:
+        return []
+    return [
+        Violation(
+            "no-recovery",
+            f"{len(examples)} time(s) not every node live with every partition led and its "
+            "ISR full within the bound after the faults were healed",
+            examples,
+        )
+    ]
 
 
 def check_restarts(history: History, events: list[dict[str, Any]]) -> list[Violation]:

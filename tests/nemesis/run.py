@@ -27,7 +27,7 @@ from tests.nemesis import checker, report, workload
 from tests.nemesis.cluster import Cluster, claim_slot
 from tests.nemesis.etcd_log import EtcdLog
 from tests.nemesis.faults import Nemesis
-from tests.nemesis.history import History
+from tests.nemesis.history import Fault, History
 from tests.nemesis.network import Firewall, FirewallUnavailable
 
 SETTLE_WITHIN_S = 90.0
@@ -146,11 +146,21 @@ async def _exercise(
     try:
         await nemesis.run(history.now() + minutes * 60, stop)
         await nemesis.heal_all()
+        healed_at = history.now()
         settled = await _wait(
             lambda: cluster.wait_all_live(1.0) and isr_full(cluster), SETTLE_WITHIN_S
         )
         if not settled:
             notes.append(f"not every ISR full within {SETTLE_WITHIN_S:.0f} s of the heal")
+            history.faults.append(
+                Fault(
+                    "no-recovery",
+                    "cluster",
+                    healed_at,
+                    history.now(),
+                    f"not all live with full ISRs within {SETTLE_WITHIN_S:.0f} s of the last heal",
+                )
+            )
         stop.set()  # producers, readers, tails and the churn end
         await _wait(lambda: all(t.done() for t in tasks[:-2]), 60.0)  # all but consumers
         acked = {
@@ -199,6 +209,7 @@ async def _exercise(
         *checker.check_files(history, data_dirs, workload.PARTITIONS, marks, replicas),
         *checker.check_etcd(events),
         *checker.check_restarts(history, events),
+        *checker.check_recovery(history),
     ]
 
 

@@ -265,3 +265,17 @@ def test_a_node_refusing_its_final_read_is_unreadable_not_lossy() -> None:
     [violation] = checker.check_history(history, TOPICS)
     assert violation.kind == "unreadable-after-heal"
     assert violation.examples[0]["node"] == "n2"
+
+
+def test_a_cluster_that_did_not_recover_after_a_heal_is_a_violation() -> None:
+    history = history_with(ack("t/1/a/0", 0), seen=(shown("final-read", 0, "t/1/a/0"),))
+    history.faults.append(Fault("etcd-pause", "etcd-0", 10.0, 25.0))
+    assert checker.check_recovery(history) == []
+    history.faults.append(Fault("no-recovery", "cluster", 25.0, 85.0, "not all live"))
+
+    (violation,) = checker.check_recovery(history)
+
+    assert violation.kind == "no-recovery"
+    assert violation.examples == [
+        {"from": 25.0, "to": 85.0, "what": "not all live", "after": "etcd-pause etcd-0"}
+    ]
