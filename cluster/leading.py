@@ -62,6 +62,7 @@ class Counters:
     leader_changes: int = 0  # partitions this node took the lead of
     fenced_fetches: int = 0
     lease_refusals: int = 0  # appends refused because the lease could have expired
+    forwarded_records: int = 0  # published here, appended by another node that leads
     notes: dict[str, int] = field(default_factory=dict)
 
 

@@ -549,15 +549,17 @@ class ClusterNode:
         return self.replicas.replication_report()
 
     def partition_summary(self, topic: str, partition: int) -> dict[str, object]:
-        """leader/epoch/replicas/isr of GET /v1/topics/{topic} (PROTOCOL §7)."""
+        """leader/epoch/replicas/isr of GET /v1/topics/{topic} (PROTOCOL §7), and the
+        leader's URL (docs/protocol.md "Publishing to the leader")."""
         view = self.view(topic, partition)
         if view is None:
-            return {"leader": None, "epoch": 0, "replicas": [], "isr": []}
+            return {"leader": None, "epoch": 0, "replicas": [], "isr": [], "leader_url": None}
         return {
             "leader": view.live_leader,
             "epoch": view.state.epoch,
             "replicas": list(view.state.replicas),
             "isr": list(view.state.isr),
+            "leader_url": view.leader_url,
         }
 
     def require_leader(self, topic: str, partition: int) -> PartitionView:

@@ -242,5 +242,10 @@ def _cluster_families(out: Exposition, cluster: Any) -> None:
             counters.lease_refusals,
             "Writes refused because this node's etcd lease could have expired.",
         ),
+        (
+            "herald_forwarded_records_total",
+            counters.forwarded_records,
+            "Records published to this node that it forwarded to their partition's leader.",
+        ),
     ):
         out.family(name, "counter", help_text, [({}, value)])

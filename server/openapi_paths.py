@@ -14,6 +14,7 @@ from typing import Any
 
 from herald.protocol import limits
 from herald.protocol.encodings import MSGPACK_MEDIA_TYPE
+from herald.protocol.publish import FORWARDED_RECORDS
 from server.openapi import _COUNT, _NAME, _int, _object, _ref
 from storage.record import Acks
 
@@ -180,6 +181,16 @@ DELETE_TOPIC: dict[str, Any] = {
 
 
 # POST /v1/topics/{topic}/messages
+# docs/protocol.md "Publishing to the leader"
+_FORWARDED_RECORDS_HEADER: dict[str, Any] = {
+    FORWARDED_RECORDS: {
+        "description": "In a cluster: how many of the records this node forwarded to "
+        "their partitions' leaders (absent: none). A client that publishes to the "
+        "leaders itself (GET /v1/topics/{topic}: leader_url) saves the hop.",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+
 PUBLISH: dict[str, Any] = {
     "summary": "Publish a batch (all-or-nothing)",
     "parameters": [
@@ -198,8 +209,12 @@ PUBLISH: dict[str, Any] = {
         },
     },
     "responses": {
-        "200": _json(_ref("PublishResponse"), "results in request order"),
-        "202": {"description": "acks=0: validated, appended in the background"},
+        "200": _json(_ref("PublishResponse"), "results in request order")
+        | {"headers": _FORWARDED_RECORDS_HEADER},
+        "202": {
+            "description": "acks=0: validated, appended in the background",
+            "headers": _FORWARDED_RECORDS_HEADER,
+        },
         "400": _problem(
             "bad_request, validation_error (with index: the first bad message) or invalid_name"
         ),

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -36,6 +36,7 @@ from cluster.node import ClusterNode
 from herald.protocol.encodings import is_msgpack
 from herald.protocol.errors import HeraldError, TopicNotFound, ValidationError
 from herald.protocol.names import check_name
+from herald.protocol.publish import FORWARDED_RECORDS
 from server.endpoint import Endpoints
 from server.errors import herald_error_response, log_server_error
 from server.http import body_chunks, parse_json_body, parse_json_exact, read_body
@@ -58,6 +59,7 @@ log = logging.getLogger("herald.server")
 
 _RESULT = b'{"partition":%d,"offset":%d,"duplicate":%s}'
 _JSON_HEADERS = (b"content-type", b"application/json")
+_FORWARDED_RECORDS = FORWARDED_RECORDS.encode()
 _ANY_PARTITION = 1 << 31  # the parser's bound for a topic this node does not hold yet
 
 
@@ -152,6 +154,15 @@ def results_body(results: list[PublishResult]) -> bytes:
     )
 
 
+class Published(NamedTuple):
+    """A publish's answer: its status and body, and in a cluster how many of its records
+    this node forwarded to their leaders (the answer says so: ``FORWARDED_RECORDS``)."""
+
+    status: int
+    body: bytes
+    forwarded: int = 0
+
+
 async def publish_records(
     running: Services,
     scope: Scope,
@@ -160,8 +171,8 @@ async def publish_records(
     content_length: str | None,
     content_type: str | None,
     chunks: AsyncIterator[bytes],
-) -> tuple[int, bytes]:
-    """Publish one request's batch -> (status, body); raises HeraldError for 4xx/5xx."""
+) -> Published:
+    """Publish one request's batch; raises HeraldError for 4xx/5xx."""
     started = time.perf_counter()
     config = running.config
     name = check_name(topic_name)
@@ -183,11 +194,11 @@ async def publish_records(
         # lifespan's supervisor, which SIGTERM waits for.
         await running.background.submit(topic.publish(batch.items, Acks.NONE))
         running.publish_duration.observe(time.perf_counter() - started)
-        return 202, b""
+        return Published(202, b"")
     results = await topic.publish(batch.items, acks)
     body = results_body(results)
     running.publish_duration.observe(time.perf_counter() - started)
-    return 200, body
+    return Published(200, body)
 
 
 def _partition_groups(
@@ -218,7 +229,7 @@ async def _publish_cluster(
     packed: bool,
     batch: PublishBatch,
     started: float,
-) -> tuple[int, bytes]:
+) -> Published:
     """PROTOCOL §7: the batch split by partition, each part appended here if this node
     leads it or forwarded to its leader, the results merged in request order."""
     cluster, peers = running.cluster, running.peers
@@ -227,6 +238,7 @@ async def _publish_cluster(
     groups = _partition_groups(cluster, topic, batch)
     messages: list[Any] | None = None
     remote = [p for p in groups if not cluster.leads(topic.name, p)]
+    forwarding = sum(len(groups[p]) for p in remote)  # records sent on (at first sight)
     if remote and forwarded:  # the leader moved while the request travelled: it retries
         raise LeaderUnavailable(
             f"this node no longer leads partition {remote[0]} of {topic.name!r}"
@@ -252,6 +264,7 @@ async def _publish_cluster(
         answered = await peers.publish(
             view.leader_url, topic.name, acks_text, body, authorization, client
         )
+        cluster.counters.forwarded_records += len(indexes)
         return [(r["partition"], r["offset"], bool(r["duplicate"])) for r in answered]
 
     async def run() -> list[tuple[int, int, bool] | None]:
@@ -268,7 +281,7 @@ async def _publish_cluster(
     if acks is Acks.NONE:
         await running.background.submit(run())
         running.publish_duration.observe(time.perf_counter() - started)
-        return 202, b""
+        return Published(202, b"", forwarding)
     merged = await run()
     body = (
         b'{"results":['
@@ -278,7 +291,7 @@ async def _publish_cluster(
         + b"]}"
     )
     running.publish_duration.observe(time.perf_counter() - started)
-    return 200, body
+    return Published(200, body, forwarding)
 
 
 def _messages(raw: bytes) -> list[Any]:
@@ -310,7 +323,7 @@ def _packed_messages(raw: bytes, batch: PublishBatch) -> list[Any]:
 async def publish_route(request: Request) -> Response:
     """The router's handler of the same path (reached only when PublishEndpoint is not
     in front, e.g. an app assembled without it)."""
-    status, body = await publish_records(
+    status, body, forwarded = await publish_records(
         services(request),
         request.scope,
         request.path_params["topic"],
@@ -319,7 +332,13 @@ async def publish_route(request: Request) -> Response:
         request.headers.get("content-type"),
         request.stream(),
     )
-    return Response(body, status_code=status, media_type="application/json" if body else None)
+    headers = {FORWARDED_RECORDS: str(forwarded)} if forwarded else None
+    return Response(
+        body,
+        status_code=status,
+        headers=headers,
+        media_type="application/json" if body else None,
+    )
 
 
 class PublishEndpoint:
@@ -341,7 +360,7 @@ class PublishEndpoint:
 
     async def _publish(self, scope: Scope, receive: Receive, send: Send, topic: str) -> None:
         try:
-            status, body = await publish_records(
+            status, body, forwarded = await publish_records(
                 app_services(scope["app"]),
                 scope,
                 topic,
@@ -357,6 +376,8 @@ class PublishEndpoint:
         headers = [(b"content-length", b"%d" % len(body))]
         if body:
             headers.append(_JSON_HEADERS)
+        if forwarded:
+            headers.append((_FORWARDED_RECORDS, b"%d" % forwarded))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

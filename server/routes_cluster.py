@@ -158,6 +158,7 @@ def cluster_partitions_of(state: Services, reports: list[dict[str, Any]]) -> lis
         row = reported.get((topic, number))
         if row is None:
             summary = cluster.partition_summary(topic, number)
+            del summary["leader_url"]  # GET /v1/cluster names each node's URL once
             row = {
                 "topic": topic,
                 "partition": number,

@@ -16,6 +16,10 @@ from herald.protocol.records import Base64
 
 REF_JSON_VALUE = "#/components/schemas/JsonValue"
 
+# The answer's header, in a cluster, when the node forwarded records of the publish to
+# their partitions' leaders: how many (docs/protocol.md "Publishing to the leader").
+FORWARDED_RECORDS = "herald-forwarded-records"
+
 # Any JSON value, with integers within what the server stores exactly. Nesting is at
 # most MAX_VALUE_DEPTH levels deep, which JSON Schema cannot say short of unrolling it.
 JSON_VALUE_SCHEMA: dict[str, Any] = {

@@ -104,12 +104,29 @@ class TopicConfigView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PartitionView(msgspec.Struct, frozen=True, kw_only=True):
-    """One partition of a topic; PROTOCOL §7 adds its leader, epoch, replicas and ISR."""
+    """One partition of a topic; PROTOCOL §7 adds its leader, epoch, replicas and ISR
+    (`GET /v1/topics/{topic}`; a single node names itself), and in a cluster the leader's
+    URL (an extension: docs/protocol.md, "Publishing to the leader")."""
 
     partition: Count
     start_offset: Count
     end_offset: Count
     bytes: Count
+    leader: str | UnsetType | None = UNSET
+    epoch: Count | UnsetType = UNSET
+    replicas: list[str] | UnsetType = UNSET
+    isr: list[str] | UnsetType = UNSET
+    leader_url: (
+        Annotated[
+            str | None,
+            Meta(
+                description="In a cluster: the URL the live leader advertises (null while "
+                "the partition has none); a client may publish the partition's records "
+                "there and save the hop (an extension)."
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 class Topic(msgspec.Struct, frozen=True, kw_only=True):
