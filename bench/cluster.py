@@ -11,11 +11,14 @@ Figures:
   ``--seconds``, to the partition leader: a topic with replication_factor 3 against one
   with replication_factor 1 on the same cluster (the ratio; issue 14's target: >= 50 %),
   and a standalone `herald serve` (no --cluster) for reference; RF 3 through a follower
-  too (the publish forwarded to the leader).
+  too, with the producer's ``leader_routing`` off (the follower forwards every record to
+  the leader) and on, as by default (the producer, given the follower's URL, learns the
+  leader and sends there).
 - ``one-at-a-time`` (issue 27): ``--sends`` one-record publishes through the SDK
   (``send_and_wait``: the next sent once the last is answered), 100-byte values, at
-  acks=all and acks=1, to an RF 3 topic's leader, through a follower (forwarded), and to
-  a standalone `herald serve`, taken in turn so the host's load weighs on each alike;
+  acks=all and acks=1, to an RF 3 topic's leader, through a follower (forwarded:
+  ``leader_routing`` off), given a follower's URL (the SDK's default: it sends to the
+  leader), and to a standalone `herald serve`, taken in turn so the host's load weighs on each alike;
   the cluster holds several topics of several partitions (each follower's fetch names
   many, as in any real cluster): median and p99 of each, and the RF 3 / standalone ratio
   (the issue's target: <= 3x).
@@ -67,11 +70,12 @@ VALUE = "x" * 98  # a 100-byte JSON value with its quotes
 # -- throughput ----------------------------------------------------------------------
 
 
-async def produce_for(url: str, topic: str, seconds: float) -> float:
-    """Records/s acknowledged at acks=all through the SDK's defaults."""
+async def produce_for(url: str, topic: str, seconds: float, *, routing: bool = True) -> float:
+    """Records/s acknowledged at acks=all through the SDK's defaults (``routing``: False
+    to keep the producer from sending to the leader itself, so that a node forwards)."""
     window = 20_000  # records awaiting an answer at most (the Producer batches them)
     acked = 0
-    async with Producer(url) as producer:
+    async with Producer(url, leader_routing=routing) as producer:
         pending: list[asyncio.Future[Any]] = []
         started = time.monotonic()
         while time.monotonic() - started < seconds:
@@ -93,7 +97,8 @@ def throughput(cluster: HeraldCluster, root: Path, seconds: float) -> None:
     follower = cluster.followers("tp-rf3")[0]
     rf3 = asyncio.run(produce_for(rf3_leader.url, "tp-rf3", seconds))
     rf1 = asyncio.run(produce_for(rf1_leader.url, "tp-rf1", seconds))
-    forwarded = asyncio.run(produce_for(follower.url, "tp-rf3", seconds))
+    forwarded = asyncio.run(produce_for(follower.url, "tp-rf3", seconds, routing=False))
+    routed = asyncio.run(produce_for(follower.url, "tp-rf3", seconds))
     single = HeraldProcess(root / "standalone").start()
     try:
         alone = asyncio.run(produce_for(single.url, "tp", seconds))
@@ -103,6 +108,7 @@ def throughput(cluster: HeraldCluster, root: Path, seconds: float) -> None:
         f"throughput acks=all, SDK defaults, 100-byte values, {seconds:g} s each:\n"
         f"  RF 3 via the leader      {rf3:9,.0f} msg/s\n"
         f"  RF 3 via a follower      {forwarded:9,.0f} msg/s (forwarded)\n"
+        f"  RF 3 given a follower    {routed:9,.0f} msg/s (the SDK sends to the leader)\n"
         f"  RF 1 on the cluster      {rf1:9,.0f} msg/s\n"
         f"  standalone herald serve  {alone:9,.0f} msg/s\n"
         f"  RF 3 / RF 1 = {rf3 / rf1:.0%}; RF 3 / standalone = {rf3 / alone:.0%}",
@@ -114,21 +120,23 @@ def throughput(cluster: HeraldCluster, root: Path, seconds: float) -> None:
 
 
 async def one_at_a_time(
-    targets: dict[str, tuple[str, str]], acks: str, sends: int
+    targets: dict[str, tuple[str, str, bool]], acks: str, sends: int
 ) -> dict[str, list[float]]:
     """Seconds from send to answer of ``sends`` one-record publishes per target (name:
-    (url, topic)), each target in turn, one record at a time."""
+    (url, topic, whether the producer sends to the leader itself)), each target in
+    turn, one record at a time."""
     latencies: dict[str, list[float]] = {name: [] for name in targets}
     async with contextlib.AsyncExitStack() as stack:
         producers = {
-            name: await stack.enter_async_context(Producer(url, acks=acks))
-            for name, (url, _) in targets.items()
+            name: await stack.enter_async_context(Producer(url, acks=acks, leader_routing=routing))
+            for name, (url, _, routing) in targets.items()
         }
-        for name, (_, topic) in targets.items():  # warm: connections open, paths taken
+        for name, (_, topic, _) in targets.items():  # warm: connections open, paths taken
             for _ in range(10):
                 await producers[name].send_and_wait(topic, VALUE, partition=0)
+            await producers[name].partitions_for(topic)  # the leaders, where it routes
         for _ in range(sends):
-            for name, (_, topic) in targets.items():
+            for name, (_, topic, _) in targets.items():
                 started = time.perf_counter()
                 await producers[name].send_and_wait(topic, VALUE, partition=0)
                 latencies[name].append(time.perf_counter() - started)
@@ -144,9 +152,10 @@ def one_record_at_a_time(cluster: HeraldCluster, root: Path, sends: int) -> None
     try:
         httpx.put(f"{single.url}/v1/topics/oat", json={"partitions": 4}).raise_for_status()
         targets = {
-            "standalone herald serve": (single.url, "oat"),
-            f"RF 3 via the leader {leader.node_id}": (leader.url, "oat-a"),
-            f"RF 3 via {follower.node_id} (forwarded)": (follower.url, "oat-a"),
+            "standalone herald serve": (single.url, "oat", True),
+            f"RF 3 via the leader {leader.node_id}": (leader.url, "oat-a", True),
+            f"RF 3 via {follower.node_id} (forwarded)": (follower.url, "oat-a", False),
+            f"RF 3 given {follower.node_id} (routed)": (follower.url, "oat-a", True),
         }
         print(
             f"one record at a time (SDK send_and_wait, 100-byte values, {sends} sends per "

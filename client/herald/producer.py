@@ -19,12 +19,14 @@ import msgspec
 import orjson
 
 from herald._http import DEFAULT_URL, Reachability, with_retries
+from herald._routing import Routes
 from herald._transport import ConnectionPool, TransportError
 from herald.errors import HeraldClientError, HeraldConnectionError, ProducerBufferFullError
 from herald.protocol.encodings import MSGPACK_MEDIA_TYPE, array_header
 from herald.protocol.limits import MAX_BATCH
-from herald.protocol.publish import Message, PackedMessage
+from herald.protocol.publish import FORWARDED_RECORDS, Message, PackedMessage
 from herald.protocol.records import PublishResponse
+from herald.protocol.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ _encode_message = msgspec.json.Encoder().encode
 _encode_packed = msgspec.msgpack.Encoder().encode
 _decode_packed = msgspec.msgpack.Decoder(dict[str, Any]).decode
 _decode_answer = msgspec.json.Decoder(PublishResponse).decode
+_decode_topic = msgspec.json.Decoder(Topic).decode
 
 
 class SendResult(NamedTuple):
@@ -77,11 +80,18 @@ class _Group:
 _Waiter = asyncio.Future[SendResult | None] | tuple[_Group, int]
 
 
+# Where a batch goes: (topic, the URL of the leader its records go to). "" is the node
+# this producer talks to; None too, for records whose leader is not known (no layout)
+# or not chosen yet (keyless records: their batch picks a partition as it goes).
+_Route = tuple[str, str | None]
+
+
 @dataclass(slots=True)
 class _Batch:
     messages: list[bytes] = field(default_factory=list)
     futures: list[_Waiter] = field(default_factory=list)
     size: int = 0
+    keyless: bool = True  # no record names a key or a partition: the batch may go anywhere
 
 
 class Producer:
@@ -120,6 +130,15 @@ class Producer:
     everything as JSON (`value_b64` for bytes). A Herald older than msgpack refuses a
     msgpack body as bad JSON: the producer then sends it again as JSON, and JSON from
     then on.
+
+    In a cluster, any node takes any publish and forwards each record to its partition's
+    leader, and says so in its answer; with `leader_routing` (the default) the producer
+    then reads where the leaders are (`GET /v1/topics/{topic}`, in the background) and
+    sends each record to its leader itself, saving the hop (docs/protocol.md "Publishing
+    to the leader"); it reads again when a leader moves. A keyed record goes to the
+    leader of the partition its key hashes to (the server still decides the partition);
+    a batch of keyless records to one partition, the next batch to the next (as the
+    server spreads them). A single node never forwards: nothing changes there.
     """
 
     def __init__(
@@ -138,6 +157,7 @@ class Producer:
         timeout: float = 60.0,
         ssl_context: ssl.SSLContext | None = None,
         encoding: str = "auto",
+        leader_routing: bool = True,
     ) -> None:
         if acks not in ACKS:
             raise ValueError(f"acks must be one of {ACKS}, got {acks!r}")
@@ -168,9 +188,17 @@ class Producer:
         self._current = 0  # the node requests go to; the next one when it is unreachable
         self._reach = Reachability(urls[0])
         self._query = f"/messages?acks={acks}"
-        self._batches: dict[str, _Batch] = {}
-        self._lingering: dict[str, asyncio.Handle] = {}  # a dispatch is scheduled
-        self._in_flight: dict[str, int] = {}  # publish requests out, by topic
+        self._pool_options: dict[str, Any] = {
+            "token": token,
+            "timeout": timeout,
+            "ssl_context": ssl_context,
+        }
+        # herald/_routing.py: where each partition's leader is; None: all to one node.
+        self._routes = Routes(urls[0], self._read_layout) if leader_routing else None
+        self._leader_pools: dict[str, ConnectionPool] = {}  # by leader URL
+        self._batches: dict[_Route, _Batch] = {}
+        self._lingering: dict[_Route, asyncio.Handle] = {}  # a dispatch is scheduled
+        self._in_flight: dict[_Route, int] = {}  # publish requests out, by route
         self._requests: set[asyncio.Task[None]] = set()
         # STYLE 3: records waiting for an answer are bounded: send() refuses past
         # max_pending, send_and_wait() waits for room.
@@ -207,32 +235,46 @@ class Producer:
         message = _encode(value, key, headers, partition, id, delay_ms, self._packed)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[SendResult | None] = loop.create_future()
-        self._queue(topic, message, future, loop)
+        route = self._route(topic, key, partition)
+        self._pending += 1  # given back when its request is answered (_publish)
+        batch = self._batches.get(route)
+        if batch is None:
+            batch = self._batches[route] = _Batch()
+        batch.messages.append(message)
+        batch.futures.append(future)
+        batch.size += len(message) + 1
+        if key is not None or partition is not None:
+            batch.keyless = False
+        if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
+            self._dispatch(route, force=True)
+        else:
+            self._schedule(route, loop)
         return future
 
-    def _queue(
-        self, topic: str, message: bytes, waiter: _Waiter, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        self._pending += 1  # given back when its request is answered (_publish)
-        batch = self._batches.get(topic)
-        if batch is None:
-            batch = self._batches[topic] = _Batch()
-        batch.messages.append(message)
-        batch.futures.append(waiter)
-        batch.size += len(message) + 1
-        if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
-            self._dispatch(topic, force=True)
-        else:
-            self._schedule(topic, loop)
+    def _route(self, topic: str, key: str | None, partition: int | None) -> _Route:
+        """Where a record goes: to the leader of its partition when the layout names one
+        (herald/_routing.py), else to the node this producer talks to. A keyless record
+        waits in the topic's batch for that node: the batch's partition is chosen as it
+        goes (``_publish``)."""
+        if self._routes is None:
+            return topic, None
+        layout = self._routes.layout(topic)
+        if layout is None:
+            return topic, None
+        if partition is not None:
+            return topic, layout.leader_of(partition) or ""
+        if key is not None:
+            return topic, layout.leader_of_key(key) or ""
+        return topic, None
 
-    def _schedule(self, topic: str, loop: asyncio.AbstractEventLoop) -> None:
-        """Send what the topic's batch holds once this turn's other sends are in (or
+    def _schedule(self, route: _Route, loop: asyncio.AbstractEventLoop) -> None:
+        """Send what the route's batch holds once this turn's other sends are in (or
         after linger_ms)."""
-        if topic in self._batches and topic not in self._lingering:
-            self._lingering[topic] = (
-                loop.call_later(self.linger, self._dispatch, topic)
+        if route in self._batches and route not in self._lingering:
+            self._lingering[route] = (
+                loop.call_later(self.linger, self._dispatch, route)
                 if self.linger
-                else loop.call_soon(self._dispatch, topic)  # after this turn's other sends
+                else loop.call_soon(self._dispatch, route)  # after this turn's other sends
             )
 
     def send_many(
@@ -278,12 +320,15 @@ class Producer:
             group.future.set_result([])
             return group.future
         self._pending += len(encoded)  # given back as their requests are answered
+        route = self._route(topic, key, partition)
         start = 0
         while start < len(encoded):
-            # As many as the topic's batch still holds, in one extend.
-            batch = self._batches.get(topic)
+            # As many as the route's batch still holds, in one extend.
+            batch = self._batches.get(route)
             if batch is None:
-                batch = self._batches[topic] = _Batch()
+                batch = self._batches[route] = _Batch()
+            if key is not None or partition is not None:
+                batch.keyless = False
             end = min(len(encoded), start + self.max_batch - len(batch.messages))
             size = batch.size
             for cut in range(start, end):
@@ -296,8 +341,8 @@ class Producer:
             batch.size = size
             start = end
             if len(batch.messages) >= self.max_batch or batch.size >= self.max_batch_bytes:
-                self._dispatch(topic, force=True)
-        self._schedule(topic, loop)
+                self._dispatch(route, force=True)
+        self._schedule(route, loop)
         return group.future
 
     async def send_and_wait(
@@ -341,8 +386,8 @@ class Producer:
     async def flush(self) -> None:
         """Send every waiting record now and wait for all answers."""
         while self._batches or self._requests:
-            for topic in list(self._batches):
-                self._dispatch(topic, force=True)
+            for route in list(self._batches):
+                self._dispatch(route, force=True)
             await asyncio.gather(*self._requests, return_exceptions=True)
 
     async def close(self) -> None:
@@ -353,42 +398,55 @@ class Producer:
         try:
             await self.flush()
         finally:
-            await asyncio.gather(*(pool.close() for pool in self._pools))
+            if self._routes is not None:
+                await self._routes.close()
+            pools = [*self._pools, *self._leader_pools.values()]
+            await asyncio.gather(*(pool.close() for pool in pools))
 
-    def _dispatch(self, topic: str, *, force: bool = False) -> None:
-        """Send the topic's batch, unless `max_in_flight` requests are out (then the
+    def _dispatch(self, route: _Route, *, force: bool = False) -> None:
+        """Send the route's batch, unless `max_in_flight` requests are out (then the
         first answer sends it; a full batch or a flush goes regardless)."""
-        timer = self._lingering.pop(topic, None)
+        timer = self._lingering.pop(route, None)
         if timer is not None:
             timer.cancel()
-        if not force and self._in_flight.get(topic, 0) >= self.max_in_flight:
+        if not force and self._in_flight.get(route, 0) >= self.max_in_flight:
             return
-        batch = self._batches.pop(topic, None)
+        batch = self._batches.pop(route, None)
         if batch is None or not batch.messages:
             return
-        self._in_flight[topic] = self._in_flight.get(topic, 0) + 1
-        task = asyncio.get_running_loop().create_task(self._publish(topic, batch))
+        self._in_flight[route] = self._in_flight.get(route, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._publish(route, batch))
         self._requests.add(task)  # owned until done: flush() and close() await it
         task.add_done_callback(self._requests.discard)
-        task.add_done_callback(functools.partial(self._answered, topic))
+        task.add_done_callback(functools.partial(self._answered, route))
 
-    def _answered(self, topic: str, _: asyncio.Task[None]) -> None:
-        left = self._in_flight[topic] - 1
+    def _answered(self, route: _Route, _: asyncio.Task[None]) -> None:
+        left = self._in_flight[route] - 1
         if left:
-            self._in_flight[topic] = left
+            self._in_flight[route] = left
         else:
-            del self._in_flight[topic]
-        if topic in self._batches and topic not in self._lingering:
-            self._dispatch(topic)  # what gathered while the requests were out
+            del self._in_flight[route]
+        if route in self._batches and route not in self._lingering:
+            self._dispatch(route)  # what gathered while the requests were out
 
-    async def _publish(self, topic: str, batch: _Batch) -> None:
+    async def _publish(self, route: _Route, batch: _Batch) -> None:
+        topic, leader = route
+        leader = leader or None  # "": the node this producer talks to
         messages, futures = batch.messages, batch.futures
         count = len(futures)
+        if route[1] is None and batch.keyless and self._routes is not None:
+            # Keyless records: this batch goes to one partition, the next to the next
+            # (PROTOCOL §1 lets the server spread them; here the producer does, as the
+            # server would, and sends them straight to that partition's leader).
+            layout = self._routes.layout(topic)
+            if layout is not None and layout.remote:
+                partition, leader = layout.spread()
+                messages = [_with_partition(m, partition) for m in messages]
         try:
             while messages:
                 try:
                     results = await with_retries(
-                        functools.partial(self._post, topic, messages),
+                        functools.partial(self._post, topic, leader, messages),
                         self.retries,
                         self.max_retry_wait,
                         self._reach,
@@ -415,11 +473,54 @@ class Producer:
         finally:
             self._release(count)
 
-    async def _post(self, topic: str, messages: list[bytes]) -> list[SendResult | None]:
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partitions (Kafka's `partitions_for`), read from the server now;
+        with `leader_routing`, where each one's leader is too, so that the next sends go
+        straight to the leaders. HeraldClientError when the topic cannot be read (404
+        topic_not_found: it does not exist yet)."""
+        if self._routes is not None:
+            layout = await self._routes.wait_layout(topic)
+            if layout is not None:
+                return list(range(len(layout.leaders)))
+        return list(range(len(await self._read_layout(topic))))
+
+    async def _read_layout(self, topic: str) -> list[str | None]:
+        """Each partition's leader URL, as `GET /v1/topics/{topic}` names it (None: not
+        named; a single node names none)."""
+        pool = self._pools[self._current]
+        try:
+            response = await pool.request("GET", f"/v1/topics/{quote(topic, safe='')}")
+        except TransportError as exc:
+            raise HeraldConnectionError(self._reach.url, str(exc)) from exc
+        if response.status != 200:
+            raise HeraldClientError.from_answer(
+                response.status, response.body, response.headers.get("retry-after")
+            )
+        try:
+            partitions = _decode_topic(response.body).partitions
+        except msgspec.DecodeError:
+            raise HeraldConnectionError(self._reach.url, "the answer is not Herald's") from None
+        leaders: list[str | None] = [None] * len(partitions)
+        for view in partitions:
+            if 0 <= view.partition < len(leaders) and isinstance(view.leader_url, str):
+                leaders[view.partition] = view.leader_url
+        return leaders
+
+    def _leader_pool(self, url: str) -> ConnectionPool:
+        pool = self._leader_pools.get(url)
+        if pool is None:
+            pool = self._leader_pools[url] = ConnectionPool(url, **self._pool_options)
+        return pool
+
+    async def _post(
+        self, topic: str, leader: str | None, messages: list[bytes]
+    ) -> list[SendResult | None]:
         body, content_type = _body(messages)
         try:
-            return await self._request(topic, body, content_type, len(messages))
+            return await self._request(topic, leader, body, content_type, len(messages))
         except HeraldClientError as exc:
+            if exc.status == 503 and leader is not None and self._routes is not None:
+                self._routes.moved(topic)  # the leader may have moved: look again
             if content_type == "application/json" or not _reads_no_msgpack(exc):
                 raise
         # A Herald from before msgpack (PROTOCOL §2: bodies are JSON) read it as bad JSON:
@@ -427,13 +528,27 @@ class Producer:
         log.warning("herald: the server at %s reads no msgpack; publishing JSON", self._reach.url)
         self._packed = False
         body = b'{"messages":[' + b",".join(_as_json(m) for m in messages) + b"]}"
-        return await self._request(topic, body, "application/json", len(messages))
+        return await self._request(topic, leader, body, "application/json", len(messages))
 
     async def _request(
-        self, topic: str, body: bytes, content_type: str, count: int
+        self, topic: str, leader: str | None, body: bytes, content_type: str, count: int
     ) -> list[SendResult | None]:
         path = f"/v1/topics/{quote(topic, safe='')}{self._query}"
-        for tried in range(len(self._pools)):
+        response = None
+        if leader is not None and self._routes is not None and self._routes.answers(leader):
+            try:
+                response = await self._leader_pool(leader).request("POST", path, body, content_type)
+            except TransportError as exc:
+                # Not reachable from here (or gone): the node this producer talks to
+                # forwards the records, in this same attempt.
+                self._routes.unanswered(leader)
+                log.info(
+                    "herald: leader %s did not answer (%s); publishing through %s",
+                    leader,
+                    exc,
+                    self._pools[self._current].host,
+                )
+        for tried in range(0 if response is not None else len(self._pools)):
             pool = self._pools[self._current]
             try:
                 response = await pool.request("POST", path, body, content_type)
@@ -443,7 +558,10 @@ class Producer:
                 self._current = (self._current + 1) % len(self._pools)
                 if tried == len(self._pools) - 1:
                     raise self._reach.unreachable(exc) from exc
+        assert response is not None
         self._reach.answered = True
+        if self._routes is not None and FORWARDED_RECORDS in response.headers:
+            self._routes.forwarded(topic)  # the layout is missing or stale: read it
         if response.status >= 400:
             raise HeraldClientError.from_answer(
                 response.status, response.body, response.headers.get("retry-after")
@@ -484,6 +602,15 @@ def _reads_no_msgpack(exc: HeraldClientError) -> bool:
         and exc.index is None
         and ("JSON" in (exc.detail or ""))
     )
+
+
+def _with_partition(message: bytes, partition: int) -> bytes:
+    """An encoded keyless message (it names no partition) with ``partition`` added."""
+    if message[0] == _JSON_OBJECT:
+        return b'{"partition":%d,' % partition + message[1:]
+    # msgpack: a map of fewer than 15 members (a fixmap, 0x80 | n) gets one more.
+    assert 0x80 <= message[0] < 0x8F, "a message is a msgpack fixmap"
+    return bytes((message[0] + 1,)) + b"\xa9partition" + _encode_packed(partition) + message[1:]
 
 
 def _as_json(message: bytes) -> bytes:
