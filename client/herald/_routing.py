@@ -115,6 +115,12 @@ class Routes:
             if url in layout.leaders:
                 layout.leaders = [None if u == url else u for u in layout.leaders]
 
+    def forget(self, topic: str) -> None:
+        """The layout is of an older topic of that name: drop it (the next answer that
+        says it was forwarded has it read again, without waiting)."""
+        self._layouts.pop(topic, None)
+        self._read_at.pop(topic, None)
+
     async def close(self) -> None:
         for task in self._fetching.values():
             task.cancel()

@@ -442,6 +442,7 @@ class Producer:
             if layout is not None and layout.remote:
                 partition, leader = layout.spread()
                 messages = [_with_partition(m, partition) for m in messages]
+        plain = batch.messages  # as sent, without a partition the producer chose
         try:
             while messages:
                 try:
@@ -452,6 +453,14 @@ class Producer:
                         self._reach,
                     )
                 except HeraldClientError as exc:
+                    if messages is not plain and exc.code in _NO_SUCH_PARTITION:
+                        # The layout may be of a topic since deleted and created again
+                        # with fewer partitions: the server spreads these records after
+                        # all (a message bad in itself is refused again, and fails).
+                        assert self._routes is not None
+                        self._routes.forget(topic)
+                        messages, leader = plain, None
+                        continue
                     bad = exc.index
                     # 400, 404 partition_not_found and 413 all name the bad message.
                     if bad is None or not 400 <= exc.status < 500 or not 0 <= bad < len(messages):
@@ -459,7 +468,9 @@ class Producer:
                     # PROTOCOL §2: one bad message rejects the batch; only it fails, the
                     # records of other send() calls that shared the request go again.
                     _settle(futures.pop(bad), exc)
-                    messages = messages[:bad] + messages[bad + 1 :]
+                    chosen = messages is not plain
+                    plain = plain[:bad] + plain[bad + 1 :]
+                    messages = messages[:bad] + messages[bad + 1 :] if chosen else plain
                     continue
                 for waiter, result in zip(futures, results, strict=True):
                     if isinstance(waiter, tuple):
@@ -587,6 +598,8 @@ def _body(messages: list[bytes]) -> tuple[bytes, str]:
     return _PACKED_HEAD + array_header(len(packed)) + b"".join(packed), MSGPACK_MEDIA_TYPE
 
 
+# What a publish naming a partition the topic does not have is answered (PROTOCOL §2).
+_NO_SUCH_PARTITION = ("validation_error", "partition_not_found")
 _JSON_OBJECT = ord("{")  # a JSON message's first byte; a msgpack map's is 0x80..0x8f
 _PACKED_HEAD = b"\x81\xa8messages"  # a map of one member, "messages"
 

@@ -122,3 +122,31 @@ def test_the_producer_sends_each_record_to_its_leader_and_survives_a_dead_one(
             assert shown and shown[0]["value"] == "late"
 
     asyncio.run(scenario())
+
+
+def test_keyless_records_routed_by_a_layout_of_a_deleted_topic_are_published(
+    shared_cluster: HeraldCluster, unique: Callable[[str], str]
+) -> None:
+    """The layout read names 6 partitions; the topic is deleted and created again with
+    one. Keyless batches the producer sends to partitions 1-5 are refused (no such
+    partition) and go again without one: every record is published."""
+    cluster = shared_cluster
+    topic = unique("recreated")
+    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
+    home = cluster.leader(topic, 0).node_id
+
+    def recreate() -> None:
+        gone = httpx.delete(f"{cluster.nodes[home].url}/v1/topics/{topic}", timeout=60)
+        assert gone.status_code == 204, gone.text
+        cluster.create_topic(topic, partitions=1, replication_factor=3)
+
+    async def scenario() -> None:
+        async with Producer(cluster.nodes[home].url, max_batch=5) as producer:
+            assert await producer.partitions_for(topic) == list(range(PARTITIONS))
+            await asyncio.to_thread(recreate)
+            results = await asyncio.wait_for(
+                producer.send_many(topic, [{"n": n} for n in range(30)]), 120
+            )
+            assert [r.partition for r in results if r is not None] == [0] * 30
+
+    asyncio.run(scenario())
