@@ -27,7 +27,11 @@ import crc32c
 log = logging.getLogger("herald.producer")
 
 MIN_REFETCH_S = 5.0  # between two reads of one topic's layout
-UNANSWERED_S = 30.0  # a leader URL that did not answer goes unused this long
+# A leader URL that did not answer goes unused this long, twice as long each time it
+# fails again, up to the last (an address this client can never reach costs a failed
+# connection every 10 minutes, not every publish).
+UNANSWERED_S = 30.0
+UNANSWERED_MAX_S = 600.0
 
 
 def partition_of_key(key: str, count: int) -> int:
@@ -72,14 +76,18 @@ class Routes:
     """The layouts of the topics a producer publishes to, read when answers show them
     missing or stale."""
 
-    def __init__(self, home_url: str, fetch: Fetch) -> None:
+    def __init__(
+        self, home_url: str, fetch: Fetch, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock = clock
         self._home = home_url.rstrip("/")
         self._scheme = urlsplit(self._home).scheme
         self._fetch = fetch
         self._layouts: dict[str, Layout] = {}
         self._read_at: dict[str, float] = {}  # topic -> when its layout was last read
         self._fetching: dict[str, asyncio.Task[Layout | None]] = {}
-        self._unanswered: dict[str, float] = {}  # leader URL -> when it failed to answer
+        # leader URL -> (until when it goes unused, how long it went unused last time)
+        self._unanswered: dict[str, tuple[float, float]] = {}
 
     def layout(self, topic: str) -> Layout | None:
         return self._layouts.get(topic)
@@ -91,7 +99,7 @@ class Routes:
         if topic in self._fetching:
             return
         read_at = self._read_at.get(topic)
-        if read_at is None or time.monotonic() - read_at >= MIN_REFETCH_S:
+        if read_at is None or self._clock() - read_at >= MIN_REFETCH_S:
             self._start_fetch(topic)
 
     moved = forwarded  # a leader answered that it leads the partition no longer
@@ -103,14 +111,19 @@ class Routes:
         return await asyncio.shield(self._fetching[topic])
 
     def answers(self, url: str) -> bool:
-        """Whether ``url`` has not failed to answer in the last UNANSWERED_S."""
+        """Whether ``url`` may be sent to: it did not fail to answer lately."""
         failed = self._unanswered.get(url)
-        return failed is None or time.monotonic() - failed >= UNANSWERED_S
+        return failed is None or self._clock() >= failed[0]
+
+    def answered(self, url: str) -> None:
+        self._unanswered.pop(url, None)
 
     def unanswered(self, url: str) -> None:
         """A leader URL did not answer: its partitions go to the home node (which
         forwards, and so has the layout read again) and the URL goes unused a while."""
-        self._unanswered[url] = time.monotonic()
+        previous = self._unanswered.get(url)
+        pause = min(UNANSWERED_MAX_S, 2 * previous[1]) if previous else UNANSWERED_S
+        self._unanswered[url] = (self._clock() + pause, pause)
         for layout in self._layouts.values():
             if url in layout.leaders:
                 layout.leaders = [None if u == url else u for u in layout.leaders]
@@ -128,7 +141,7 @@ class Routes:
         self._fetching.clear()
 
     def _start_fetch(self, topic: str) -> None:
-        self._read_at[topic] = time.monotonic()
+        self._read_at[topic] = self._clock()
         task = asyncio.get_running_loop().create_task(self._refresh(topic))
         self._fetching[topic] = task
         task.add_done_callback(lambda _: self._fetching.pop(topic, None))

@@ -31,6 +31,7 @@ from herald.protocol.topics import Topic
 log = logging.getLogger(__name__)
 
 ACKS = ("0", "1", "all")
+LEADER_CONNECT_TIMEOUT_S = 3.0  # a leader URL's connection (docs: "Publishing to the leader")
 ENCODINGS = ("auto", "json")
 _encode_message = msgspec.json.Encoder().encode
 _encode_packed = msgspec.msgpack.Encoder().encode
@@ -520,7 +521,12 @@ class Producer:
     def _leader_pool(self, url: str) -> ConnectionPool:
         pool = self._leader_pools.get(url)
         if pool is None:
-            pool = self._leader_pools[url] = ConnectionPool(url, **self._pool_options)
+            # A leader URL may not be reachable from here at all (an address inside the
+            # cluster's network): a connection it does not take fails fast, and its
+            # records go through the node this producer was given (``_request``).
+            pool = self._leader_pools[url] = ConnectionPool(
+                url, connect_timeout=LEADER_CONNECT_TIMEOUT_S, **self._pool_options
+            )
         return pool
 
     async def _post(
@@ -559,6 +565,8 @@ class Producer:
                     exc,
                     self._pools[self._current].host,
                 )
+            else:
+                self._routes.answered(leader)
         for tried in range(0 if response is not None else len(self._pools)):
             pool = self._pools[self._current]
             try:
