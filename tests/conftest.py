@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ settings.register_profile("herald", deadline=None, suppress_health_check=[Health
 settings.load_profile("herald")
 
 START_TIMEOUT_S = 120.0
+SERVER_LOG_TAIL_LINES = 200  # of a failed test's servers, in its report
 STOP_TIMEOUT_S = 30.0
 
 
@@ -329,3 +330,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return work_unit(nodeid)
 
     return WorkUnitScheduling(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that used a Herald server reports the end of the server's log."""
+    report = yield
+    if report.when == "call" and report.failed:
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, HeraldProcess):
+                lines = value.log().splitlines()[-SERVER_LOG_TAIL_LINES:]
+                report.sections.append((f"herald server log ({value.url})", "\n".join(lines)))
+    return report
