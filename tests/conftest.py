@@ -232,6 +232,11 @@ class HeraldProcess:
         except FileNotFoundError:
             return ""
 
+    def failure_section(self) -> tuple[str, str]:
+        """The end of the log, for a failed test's report (pytest_runtest_makereport)."""
+        lines = self.log().splitlines()[-SERVER_LOG_TAIL_LINES:]
+        return f"herald server log ({self.url})", "\n".join(lines)
+
 
 @pytest.fixture
 def herald_factory(tmp_path: Path) -> Iterator[Callable[..., HeraldProcess]]:
@@ -336,11 +341,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test that used a Herald server reports the end of the server's log."""
+    """A failed test that used Herald servers (a HeraldProcess, a cluster of them) reports
+    the end of their logs: what each fixture value's ``failure_section()`` gives."""
     report = yield
     if report.when == "call" and report.failed:
         for value in getattr(item, "funcargs", {}).values():
-            if isinstance(value, HeraldProcess):
-                lines = value.log().splitlines()[-SERVER_LOG_TAIL_LINES:]
-                report.sections.append((f"herald server log ({value.url})", "\n".join(lines)))
+            section = getattr(value, "failure_section", None)
+            if callable(section):
+                report.sections.append(section())
     return report

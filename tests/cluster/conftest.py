@@ -29,7 +29,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -432,18 +432,3 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         and not borrows_shared_cluster(nextitem)
     ):
         clusters.close()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test that used a Herald cluster reports every node's log with it."""
-    from tests.cluster.nodes import HeraldCluster
-
-    report = yield
-    if report.when == "call" and report.failed:
-        for value in getattr(item, "funcargs", {}).values():
-            if isinstance(value, HeraldCluster):
-                report.sections.append(("herald cluster logs", value.logs()))
-    return report

@@ -451,6 +451,10 @@ class HeraldCluster:
             partition=partition,
         )
 
+    def failure_section(self) -> tuple[str, str]:
+        """Every node's log, for a failed test's report (tests/conftest.py)."""
+        return "herald cluster logs", self.logs()
+
     def logs(self, tail: int = LOG_TAIL_LINES) -> str:
         parts = []
         for node in self.nodes.values():
