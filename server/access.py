@@ -305,33 +305,20 @@ class AccessControlMiddleware:
         send = selecting_subprotocol(scope, send)
         endpoint, path_params = self.endpoints.route_of(scope)
         rule = rule_of(endpoint)
-        if self.guard is not None and rule is not OPEN:
-            # Decoded once more, as the check always has: a name a client escaped twice is
-            # checked as the name it stands for (the route then refuses the escaped one).
-            params = {k: unquote(v) for k, v in path_params.items()}
+        try:
+            principal = await self.admit(scope, rule, path_params)
+        except HeraldError as exc:
+            # PROTOCOL §3/§6: a WebSocket is accepted, then closed 4401 / 4403.
+            await refuse(scope, receive, send, exc, reason=_reason(exc))
+            return
+        if principal is not None and self.guard is not None and scope["type"] == "websocket":
+            # Long-lived: checked again when the auth file changes.
+            socket = self.guard.track(principal, rule, _decoded(path_params), scope, send)
             try:
-                principal = await self.guard.principal(bearer_token(scope))
-                self.guard.authorize(
-                    principal, rule, params, lambda name: _subscription_of(scope, name)
-                )
-            except HeraldError as exc:
-                audit.auth_failure(scope, exc)
-                # PROTOCOL §3/§6: a WebSocket is accepted, then closed 4401 / 4403.
-                await refuse(scope, receive, send, exc, reason=_reason(exc))
-                return
-            state = scope.setdefault("state", {})
-            state["principal"] = principal
-            state["publish_limiter"] = self.guard.publish_limiter  # limits.charge_publish
-            # GET /v1/cluster shows each node's, so that a mismatch is visible.
-            state["credentials_digest"] = self.guard.credentials.digest
-            if scope["type"] == "websocket":
-                # Long-lived: checked again when the auth file changes.
-                socket = self.guard.track(principal, rule, params, scope, send)
-                try:
-                    await self.app(scope, receive, socket.send)
-                finally:
-                    self.guard.untrack(socket)
-                return
+                await self.app(scope, receive, socket.send)
+            finally:
+                self.guard.untrack(socket)
+            return
         event = None if endpoint is None else endpoint.audit
         if scope["type"] != "http" or event is None:
             await self.app(scope, receive, send)
@@ -348,6 +335,39 @@ class AccessControlMiddleware:
             await self.app(scope, receive, send_noting_status)
         finally:
             audit.request_done(scope, event, status)
+
+    async def admit(
+        self, scope: Scope, rule: Rule, path_params: dict[str, str]
+    ) -> Principal | None:
+        """The caller's principal once its token allows ``rule`` (None: nothing to check,
+        an open server or an open route); a refusal is audited and raised (Unauthorized,
+        Forbidden). This layer's decision, and the publish route's below ASGI
+        (server/direct_publish.py)."""
+        if self.guard is None or rule is OPEN:
+            return None
+        try:
+            principal = await self.guard.principal(bearer_token(scope))
+            self.guard.authorize(
+                principal,
+                rule,
+                _decoded(path_params),
+                lambda name: _subscription_of(scope, name),
+            )
+        except HeraldError as exc:
+            audit.auth_failure(scope, exc)
+            raise
+        state = scope.setdefault("state", {})
+        state["principal"] = principal
+        state["publish_limiter"] = self.guard.publish_limiter  # limits.charge_publish
+        # GET /v1/cluster shows each node's, so that a mismatch is visible.
+        state["credentials_digest"] = self.guard.credentials.digest
+        return principal
+
+
+def _decoded(path_params: dict[str, str]) -> dict[str, str]:
+    # Decoded once more, as the check always has: a name a client escaped twice is
+    # checked as the name it stands for (the route then refuses the escaped one).
+    return {k: unquote(v) for k, v in path_params.items()}
 
 
 class SocketRevoked(OSError):

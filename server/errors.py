@@ -192,18 +192,22 @@ class InternalErrorMiddleware:
                 "%s %s: the client went away mid-request", scope.get("method"), scope.get("path")
             )
         except Exception as exc:
-            exhausted = resource_exhausted(exc)
-            if exhausted is not None and not started:
-                log_server_error(scope.get("method", ""), scope.get("path", ""), exhausted)
-                await herald_error_response(exhausted)(scope, receive, send)
-                return
-            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
             if started:
+                log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
                 raise  # half a response is out; only closing the connection is left
-            response = problem_response(
-                500,
-                "Internal Server Error",
-                "internal_error",
-                "the server failed to handle this request",
-            )
-            await response(scope, receive, send)
+            await unhandled_error_response(scope, exc)(scope, receive, send)
+
+
+def unhandled_error_response(scope: Scope, exc: Exception) -> Response:
+    """The answer to an exception no route handled, logged here: a resource running out
+    (a full disk, too many open files) as its problem, anything else a 500 whose body says
+    nothing of the server's internals. InternalErrorMiddleware's answer, and the publish
+    route's below ASGI (server/direct_publish.py)."""
+    exhausted = resource_exhausted(exc)
+    if exhausted is not None:
+        log_server_error(scope.get("method", ""), scope.get("path", ""), exhausted)
+        return herald_error_response(exhausted)
+    log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
+    return problem_response(
+        500, "Internal Server Error", "internal_error", "the server failed to handle this request"
+    )

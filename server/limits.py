@@ -157,20 +157,35 @@ class ClientLimitsMiddleware:
         return self.app(scope, receive, send)
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
-        behind = None if self.peer_client is None else await self.peer_client(scope)
-        if behind is not None:
-            scope.setdefault("state", {})["client_address"] = behind
-        if self.max_per_client <= 0 or behind == "":  # the cap is off, or a node's own call
-            await self._serve(scope, receive, send)
-            return
-        address = client_address(scope)
-        if not self._take(address):
-            await _refuse_busy(scope, receive, send, self.max_per_client)
+        try:
+            admitted = await self.admit(scope)
+        except RateLimited as exc:
+            await refuse(scope, receive, send, exc, reason="too many connections")
             return
         try:
             await self._serve(scope, receive, send)
         finally:
-            self._give_back(address)
+            self.release(admitted)
+
+    async def admit(self, scope: Scope) -> str | None:
+        """Counts a request against its client's cap (raises RateLimited at the cap): the
+        address to ``release`` when it ends, None when it is not counted (the cap is off,
+        or a node's own call). This layer's decision, and the publish route's below ASGI
+        (server/direct_publish.py)."""
+        behind = None if self.peer_client is None else await self.peer_client(scope)
+        if behind is not None:
+            scope.setdefault("state", {})["client_address"] = behind
+        if self.max_per_client <= 0 or behind == "":
+            return None
+        address = client_address(scope)
+        if not self._take(address):
+            raise _busy(self.max_per_client)
+        return address
+
+    def release(self, admitted: str | None) -> None:
+        """Ends a request ``admit`` counted."""
+        if admitted is not None:
+            self._give_back(admitted)
 
     def _take(self, address: str) -> bool:
         """Count one more request of ``address``; False if it has its cap's worth."""
@@ -235,7 +250,10 @@ class ClientLimitsMiddleware:
         return receive_with_deadline
 
 
-async def _refuse_busy(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+def _busy(limit: int) -> RateLimited:
     # PROTOCOL §6: 429 with Retry-After, and for a WebSocket close 1013 (try again later).
-    exc = RateLimited(f"at most {limit} requests at once per client address", retry_after=1)
-    await refuse(scope, receive, send, exc, reason="too many connections")
+    return RateLimited(f"at most {limit} requests at once per client address", retry_after=1)
+
+
+async def _refuse_busy(scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    await refuse(scope, receive, send, _busy(limit), reason="too many connections")

@@ -132,6 +132,12 @@ def configure_logging(log_format: str, level: str) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
+def request_id_of(scope: Scope) -> str:
+    """A request's id: the client's ``X-Request-Id`` if it sent a sane one, else a fresh
+    one (the ASGI layer below and the publish route below ASGI, server/direct_publish.py)."""
+    return _client_request_id(scope) or os.urandom(16).hex()
+
+
 def _client_request_id(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == _REQUEST_ID_HEADER:
@@ -157,13 +163,13 @@ class RequestContextMiddleware:
             # The id is the connection task's for its life (uvicorn gives each its own
             # task); the access line, if any, is written when that task ends. No frame
             # of this layer stays suspended while the socket is open (issue 27 §3).
-            request_id_var.set(_client_request_id(scope) or os.urandom(16).hex())
+            request_id_var.set(request_id_of(scope))
             if self.access_log_enabled:
-                at_task_end(functools.partial(_log_access, scope, time.perf_counter(), 0))
+                at_task_end(functools.partial(log_access, scope, time.perf_counter(), 0))
         return self.app(scope, receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request_id = _client_request_id(scope) or os.urandom(16).hex()
+        request_id = request_id_of(scope)
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         status = 0
@@ -173,7 +179,7 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = list(message.get("headers", ()))
-                headers.append((_REQUEST_ID_HEADER, request_id.encode()))
+                headers.append(request_id_header(request_id))
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -181,11 +187,17 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             if self.access_log_enabled:
-                _log_access(scope, started, status)
+                log_access(scope, started, status)
             request_id_var.reset(token)
 
 
-def _log_access(scope: Scope, started: float, status: int, *_ended: object) -> None:
+def request_id_header(request_id: str) -> tuple[bytes, bytes]:
+    """The response header that echoes a request's id."""
+    return _REQUEST_ID_HEADER, request_id.encode()
+
+
+def log_access(scope: Scope, started: float, status: int, *_ended: object) -> None:
+    """The access line of a request (``--access-log``)."""
     access_log.info(
         "%s %s %d %.1fms",
         scope.get("method", "WS"),

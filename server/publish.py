@@ -359,27 +359,47 @@ class PublishEndpoint:
         return self.app(scope, receive, send)
 
     async def _publish(self, scope: Scope, receive: Receive, send: Send, topic: str) -> None:
-        try:
-            status, body, forwarded = await publish_records(
-                app_services(scope["app"]),
-                scope,
-                topic,
-                _last_query_value(scope["query_string"], "acks"),
-                _header(scope, b"content-length"),
-                _header(scope, b"content-type"),
-                body_chunks(receive),
-            )
-        except HeraldError as exc:
-            log_server_error(scope["method"], scope["path"], exc)
-            await herald_error_response(exc)(scope, receive, send)
-            return
-        headers = [(b"content-length", b"%d" % len(body))]
-        if body:
-            headers.append(_JSON_HEADERS)
-        if forwarded:
-            headers.append((_FORWARDED_RECORDS, b"%d" % forwarded))
+        status, headers, body = await publish_answer(scope, topic, body_chunks(receive))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+class Answer(NamedTuple):
+    """An HTTP answer as it goes out: status, headers (the response's own; the request
+    id's is added around it) and body."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
+def answer_of(response: Response) -> Answer:
+    """A Starlette response (a problem answer) as an :class:`Answer`."""
+    return Answer(response.status_code, response.raw_headers, bytes(response.body))
+
+
+async def publish_answer(scope: Scope, topic: str, chunks: AsyncIterator[bytes]) -> Answer:
+    """The answer to ``POST /v1/topics/{topic}/messages``: the publish, or its problem.
+    PublishEndpoint's, and the route's below ASGI (server/direct_publish.py)."""
+    try:
+        status, body, forwarded = await publish_records(
+            app_services(scope["app"]),
+            scope,
+            topic,
+            _last_query_value(scope["query_string"], "acks"),
+            _header(scope, b"content-length"),
+            _header(scope, b"content-type"),
+            chunks,
+        )
+    except HeraldError as exc:
+        log_server_error(scope["method"], scope["path"], exc)
+        return answer_of(herald_error_response(exc))
+    headers = [(b"content-length", b"%d" % len(body))]
+    if body:
+        headers.append(_JSON_HEADERS)
+    if forwarded:
+        headers.append((_FORWARDED_RECORDS, b"%d" % forwarded))
+    return Answer(status, headers, body)
 
 
 def _last_query_value(query_string: bytes, key: str) -> str | None:
