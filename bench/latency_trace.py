@@ -38,7 +38,7 @@ STAGES: list[tuple[str, str]] = [
     ("recv", "client → server reads the request"),
     ("headers", "httptools parses to the end of the headers"),
     ("task", "request task created and started"),
-    ("endpoint", "ASGI middleware to the publish endpoint"),
+    ("endpoint", "layers (ASGI, or below it) to the publish"),
     ("publish", "body and validation, to Topic.publish"),
     ("submit", "Topic.publish to Partition.submit_local"),
     ("wstart", "hand-off to the writer thread"),
@@ -60,8 +60,9 @@ def serve_traced(argv: Sequence[str], out: Path) -> int:
     from uvicorn.protocols.http import httptools_impl
 
     from delivery.runtime import SubscriptionRuntime
+    from server import publish
     from server.cli import main
-    from server.publish import PublishEndpoint
+    from server.http_protocol import DirectRequest, HeaderDeadlineProtocol
     from storage.partition import Partition
     from storage.topic import Topic
     from storage.writer import Writer
@@ -108,13 +109,22 @@ def serve_traced(argv: Sequence[str], out: Path) -> int:
 
         return traced
 
-    def publish_endpoint(original: Any) -> Any:
-        async def traced(self: Any, scope: Any, receive: Any, send: Any, topic: str) -> None:
+    def direct_run(original: Any) -> Any:
+        async def traced(self: Any) -> None:
+            stamps = self.scope.get("herald.stamps")
+            if stamps is not None:
+                stamps["task"] = now()
+            await original(self)
+
+        return traced
+
+    def publish_records(original: Any) -> Any:
+        async def traced(running: Any, scope: Any, *args: Any) -> Any:
             stamps = scope.get("herald.stamps")
             if stamps is not None:
                 stamps["endpoint"] = now()
                 request_stamps.set(stamps)
-            await original(self, scope, receive, send, topic)
+            return await original(running, scope, *args)
 
         return traced
 
@@ -184,9 +194,12 @@ def serve_traced(argv: Sequence[str], out: Path) -> int:
         return traced
 
     wrap(protocol, "data_received", data_received)
-    wrap(protocol, "on_headers_complete", on_headers_complete)
+    # The server's protocol class: it serves a publish below ASGI (server/direct_publish.py)
+    # or starts uvicorn's request cycle; the stamps are the same either way.
+    wrap(HeaderDeadlineProtocol, "on_headers_complete", on_headers_complete)
     wrap(httptools_impl.RequestResponseCycle, "run_asgi", run_asgi)
-    wrap(PublishEndpoint, "_publish", publish_endpoint)
+    wrap(DirectRequest, "run", direct_run)
+    wrap(publish, "publish_records", publish_records)
     wrap(Topic, "publish", topic_publish)
     wrap(Partition, "submit_local", partition_submit)
     wrap(Writer, "_append", writer_append)

@@ -24,6 +24,7 @@ from server.access import AccessControlMiddleware, access_guard, watching
 from server.cluster_trust import cluster_keys
 from server.config import ServerConfig
 from server.coordinated import CoordinatorRouting
+from server.direct_publish import DirectPublish
 from server.endpoint import EndpointRouter
 from server.errors import EXCEPTION_HANDLERS, InternalErrorMiddleware
 from server.limits import ClientLimitsMiddleware
@@ -66,6 +67,9 @@ class HeraldApp(Starlette):
     instead of awaiting it. HTTP goes Starlette's way, unchanged."""
 
     _layers: ASGIApp  # the app's own layers over the router, below ServerErrorMiddleware
+    # What the HTTP protocol serves below ASGI (server/direct_publish.py): publishes,
+    # once the stack is built (at the lifespan's start); None: everything through ASGI.
+    direct_route: DirectPublish | None = None
 
     def build_middleware_stack(self) -> ASGIApp:
         # As Starlette builds it (no body limit is configured here), with the
@@ -76,6 +80,8 @@ class HeraldApp(Starlette):
         for cls, args, kwargs in reversed(self.user_middleware):
             app = cls(app, *args, **kwargs)
         self._layers = app
+        if isinstance(self.router, EndpointRouter):
+            self.direct_route = DirectPublish.of(self, app, self.router.endpoints)
         handler = next(iter(last_resort.values()), None)
         return ServerErrorMiddleware(app, handler=handler, debug=self.debug)
 

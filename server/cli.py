@@ -95,6 +95,14 @@ class HeraldServer(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             tune_gc()
+            # server/direct_publish.py: said once, so that a lost fast path shows.
+            if getattr(self.config.loaded_app, "direct_route", None) is not None:
+                _log.info("publishes are served below ASGI")
+            else:
+                _log.info(
+                    "publishes go through the ASGI layers (a trusted proxy, or a layer "
+                    "the direct route does not know)"
+                )
             port = self.herald.port
             if port == 0 and self.servers and self.servers[0].sockets:
                 port = self.servers[0].sockets[0].getsockname()[1]

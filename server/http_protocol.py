@@ -16,17 +16,38 @@ It also sends each response's head and the start of its body in one write: uvico
 writes the status line and headers at ``http.response.start`` and the body at
 ``http.response.body``, two ``send()`` calls for every small response (a publish's
 answer) where one does.
+
+And it serves some requests below ASGI (issue 27 §2: uvicorn's request cycle and the
+ASGI layers cost a one-record publish about as much CPU as Herald's own work on it). An
+app with a ``direct_route`` (server/direct_publish.py) is asked, once a request's headers
+are in, whether it serves that request itself. If it does, the protocol starts no ASGI
+cycle: it gathers the body and, once the whole request is here, runs the app's handler
+with a :class:`DirectRequest`, which writes the answer. A request whose body has not all
+come with the read that completed its headers (a large body, a slow client, ``Expect:
+100-continue``) goes the ASGI way after all, its body so far handed on, so that the body
+deadlines, the flow control and everything else of a streamed body stay the ASGI layers'.
+So do pipelined requests, HTTP/1.0 and upgrades.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 # The scope extension: () -> bool, True when the next receive() will not wait.
 RECEIVE_READY = "herald.receive_ready"
+
+log = logging.getLogger("herald.server")
+
+_INTERNAL_ERROR = (
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
+)
 
 
 def guarded_protocol(header_timeout_s: float) -> type[HttpToolsProtocol]:
@@ -44,12 +65,84 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     _headers_due: float | None = None
     _header_timer: asyncio.TimerHandle | None = None
 
+    # The app's handler of requests served below ASGI, if it has one (read once).
+    _direct_route: DirectRoute | None = None
+
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        self._direct_route = getattr(self.app, "direct_route", None)
         self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        cycle = self.cycle
+        if type(cycle) is DirectRequest and cycle.more_body and not self.transport.is_closing():
+            # The body did not all come with its headers: served the ASGI way after all.
+            self._start_asgi(cycle)
 
     def on_headers_complete(self) -> None:
         self._headers_due = None
+        if self._direct_route is not None and self._direct():
+            return
+        self._start_cycle()
+
+    def on_body(self, body: bytes) -> None:
+        cycle = self.cycle
+        if type(cycle) is DirectRequest:
+            cycle.body += body
+        else:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        cycle = self.cycle
+        if type(cycle) is DirectRequest:
+            cycle.more_body = False
+            task = self.loop.create_task(cycle.run())
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)  # uvicorn's shutdown waits for them, as for ASGI cycles
+        else:
+            super().on_message_complete()
+
+    def _direct(self) -> bool:
+        """Whether the app serves this request itself (headers just complete): then the
+        request is a :class:`DirectRequest`, its body still to come."""
+        previous = self.cycle
+        if (
+            (previous is not None and not previous.response_complete)
+            or self.pipeline
+            or self.expect_100_continue
+            or self.root_path
+            or self.limit_concurrency is not None
+            or self.parser.get_http_version() != "1.1"
+            or self.parser.should_upgrade()
+        ):
+            return False
+        parsed = httptools.parse_url(self.url)
+        raw_path = parsed.path
+        if b"%" in raw_path or not raw_path.isascii():
+            return False  # uvicorn's unquoting, kept in one place: the ASGI way
+        scope: Any = self.scope
+        scope["method"] = self.parser.get_method().decode("ascii")
+        scope["path"] = raw_path.decode("ascii")
+        scope["raw_path"] = raw_path
+        scope["query_string"] = parsed.query or b""
+        assert self._direct_route is not None
+        handler = self._direct_route(scope)
+        if handler is None:
+            return False
+        self.cycle = DirectRequest(self, scope, handler, previous)  # type: ignore[assignment]
+        return True
+
+    def _start_asgi(self, request: DirectRequest) -> None:
+        """A request begun as a DirectRequest, served the ASGI way with its body so far."""
+        self.cycle = request.previous
+        self._start_cycle()
+        if request.body:
+            self.cycle.body += request.body
+            self.cycle.message_event.set()
+
+    def _start_cycle(self) -> None:
+        """uvicorn's: an ASGI request cycle for the request whose headers are in."""
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:
@@ -141,3 +234,87 @@ class _HeadWithBody:
     def close(self) -> None:
         self._flush()
         self._transport.close()
+
+
+# A request's handler below ASGI: it answers through ``DirectRequest.respond``.
+DirectHandler = Callable[["DirectRequest"], Awaitable[None]]
+# The app's choice, given a request's scope (its headers in, its body not yet): the
+# handler that serves it below ASGI, or None for the ASGI way.
+DirectRoute = Callable[[dict[str, Any]], DirectHandler | None]
+
+
+class DirectRequest:
+    """A request served below ASGI: the body gathered by the protocol, the answer written
+    by :meth:`respond`. It stands where uvicorn's request cycle stands in the protocol
+    (``self.cycle``), with the members uvicorn's protocol reads of one: a pipelined
+    request behind it waits for ``response_complete``, a shutdown clears
+    ``keep_alive``, a lost connection sets ``disconnected``."""
+
+    __slots__ = (
+        "body",
+        "disconnected",
+        "handler",
+        "keep_alive",
+        "message_event",
+        "more_body",
+        "previous",
+        "protocol",
+        "response_complete",
+        "scope",
+    )
+
+    def __init__(
+        self,
+        protocol: HeaderDeadlineProtocol,
+        scope: dict[str, Any],
+        handler: DirectHandler,
+        previous: Any,
+    ) -> None:
+        self.protocol = protocol
+        self.scope = scope
+        self.handler = handler
+        self.previous = previous  # the connection's cycle before this request
+        self.body = bytearray()
+        self.more_body = True
+        self.keep_alive = protocol.parser.should_keep_alive()
+        self.disconnected = False
+        self.response_complete = False
+        self.message_event = self  # what uvicorn's protocol sets on a lost connection
+
+    def set(self) -> None:
+        """(as ``message_event``) Nothing waits for the body: it is all here."""
+
+    async def run(self) -> None:
+        try:
+            await self.handler(self)
+        except Exception:  # the handler answers its own errors: this is a bug's net
+            log.exception("unhandled error in %s %s", self.scope["method"], self.scope["path"])
+            if not self.response_complete:
+                self.response_complete = True
+                transport = self.protocol.transport
+                if not transport.is_closing():
+                    transport.write(_INTERNAL_ERROR)
+                    transport.close()
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """Writes the answer (``headers`` are the response's own, with its content-length;
+        uvicorn's default headers go first, as it writes them) and ends the request."""
+        protocol = self.protocol
+        if protocol.flow.write_paused and not self.disconnected:
+            await protocol.flow.drain()
+        self.response_complete = True
+        transport = protocol.transport
+        if self.disconnected or transport.is_closing():
+            return
+        head = [STATUS_LINE[status]]
+        for name, value in protocol.server_state.default_headers:
+            head += (name, b": ", value, b"\r\n")
+        for name, value in headers:
+            head += (name, b": ", value, b"\r\n")
+        if not self.keep_alive:
+            head.append(b"connection: close\r\n")
+        head += (b"\r\n", body)
+        transport.write(b"".join(head))
+        if not self.keep_alive:
+            transport.close()
+        protocol.on_response_complete()
