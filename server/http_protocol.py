@@ -97,6 +97,9 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if type(cycle) is DirectRequest:
             cycle.more_body = False
+            # Needed only to go the ASGI way, which it no longer can: kept, each request
+            # of a keep-alive connection would hold the one before it, and so all of them.
+            cycle.previous = None
             task = self.loop.create_task(cycle.run())
             task.add_done_callback(self.tasks.discard)
             self.tasks.add(task)  # uvicorn's shutdown waits for them, as for ASGI cycles
@@ -243,6 +246,19 @@ DirectHandler = Callable[["DirectRequest"], Awaitable[None]]
 DirectRoute = Callable[[dict[str, Any]], DirectHandler | None]
 
 
+class _NoWaiter:
+    """A request cycle's ``message_event`` that no one waits on: a DirectRequest's body is
+    all here before its handler runs."""
+
+    __slots__ = ()
+
+    def set(self) -> None:
+        pass
+
+
+_NO_WAITER = _NoWaiter()
+
+
 class DirectRequest:
     """A request served below ASGI: the body gathered by the protocol, the answer written
     by :meth:`respond`. It stands where uvicorn's request cycle stands in the protocol
@@ -279,10 +295,7 @@ class DirectRequest:
         self.keep_alive = protocol.parser.should_keep_alive()
         self.disconnected = False
         self.response_complete = False
-        self.message_event = self  # what uvicorn's protocol sets on a lost connection
-
-    def set(self) -> None:
-        """(as ``message_event``) Nothing waits for the body: it is all here."""
+        self.message_event = _NO_WAITER  # what uvicorn's protocol sets on a lost connection
 
     async def run(self) -> None:
         try:
@@ -295,6 +308,10 @@ class DirectRequest:
                 if not transport.is_closing():
                     transport.write(_INTERNAL_ERROR)
                     transport.close()
+        finally:
+            # The protocol holds its last request (``cycle``) until the next one: no cycle
+            # through this one back to it, for the collector to find.
+            self.handler = self.protocol = None  # type: ignore[assignment]
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
         """Writes the answer (``headers`` are the response's own, with its content-length;
