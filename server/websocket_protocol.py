@@ -27,6 +27,7 @@ import random
 import struct
 import zlib
 from collections.abc import Sequence
+from types import FunctionType
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
@@ -102,7 +103,9 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
         if wide is None:
             wide = {name: mine[name] for name in _SERVER_WIDE}
             for name, value in wide.items():
-                setattr(cls, name, value)
+                # A function (an app that is one) read from the class would be a method.
+                shared = staticmethod(value) if isinstance(value, FunctionType) else value
+                setattr(cls, name, shared)
             cls._server_wide = wide
         self.__dict__ = {
             name: value
