@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import resource
 import signal
 import threading
@@ -16,7 +17,7 @@ import pytest
 from herald.protocol.errors import StorageUnavailable
 from storage.partition import Partition
 from storage.partition_log import LogConfig, PartitionLog
-from storage.record import Acks, NewRecord
+from storage.record import Acks, NewRecord, Record
 from storage.writer import TaskRequest, WriterPool
 
 
@@ -68,6 +69,28 @@ async def test_appends_are_read_back_from_the_tail_cache(tmp_path, pool):
     assert await partition.read(0, 10, 10**6) == partition.read_cached(0, 10, 10**6)
     assert await partition.read(3, 10, 10**6) == []
     await partition.close()
+
+
+async def test_a_closed_partition_lets_go_of_its_cached_records_at_once(tmp_path, pool):
+    """Even while the partition is still held (a reference cycle the collector has not
+    reached: a deleted topic's partition was), its cached records are freed when it
+    closes, not at the next full collection, which would walk every one of them first.
+    The collector is off meanwhile: only what is really let go is gone."""
+    partition = await open_partition(tmp_path, pool)
+    await partition.append(records(500, tag="cached"), Acks.LEADER)
+    assert len(partition.read_cached(0, 500, 10**9) or []) == 500  # decoded, kept
+    gc.collect()
+    gc.disable()
+    try:
+        assert live_records() >= 500
+        await partition.close()
+        assert live_records() < 500
+    finally:
+        gc.enable()
+
+
+def live_records() -> int:
+    return sum(isinstance(o, Record) for o in gc.get_objects())
 
 
 async def test_reads_after_a_reopen_come_from_the_files(tmp_path, pool):
