@@ -13,8 +13,9 @@ pieces, and the server's word on which way publishes go."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,19 +97,26 @@ async def read_answer(reader: asyncio.StreamReader) -> Answer:
     return Answer(int(status_line.split()[1]), headers, await reader.readexactly(length))
 
 
-async def exchange(port: int, *writes: bytes, answers: int = 1) -> list[Answer]:
-    """Writes each piece in turn (PAUSE_S apart) on one connection, then reads answers."""
+@contextlib.asynccontextmanager
+async def connected(port: int) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A connection to the server, whose reads are all over within TIMEOUT_S."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
+        async with asyncio.timeout(TIMEOUT_S):
+            yield reader, writer
+    finally:
+        writer.close()
+
+
+async def exchange(port: int, *writes: bytes, answers: int = 1) -> list[Answer]:
+    """Writes each piece in turn (PAUSE_S apart) on one connection, then reads answers."""
+    async with connected(port) as (reader, writer):
         for index, piece in enumerate(writes):
             if index:
                 await asyncio.sleep(PAUSE_S)
             writer.write(piece)
             await writer.drain()
-        async with asyncio.timeout(TIMEOUT_S):
-            return [await read_answer(reader) for _ in range(answers)]
-    finally:
-        writer.close()
+        return [await read_answer(reader) for _ in range(answers)]
 
 
 def comparable(answer: Answer) -> tuple[int, list[tuple[str, str]], Any]:
@@ -123,67 +131,41 @@ def comparable(answer: Answer) -> tuple[int, list[tuple[str, str]], Any]:
     return answer.status, headers, body
 
 
-def cases(tokens: dict[str, str]) -> dict[str, tuple[str, tuple[bytes, bytes]]]:
-    """name -> (topic, request)."""
+def cases(tokens: dict[str, str]) -> dict[str, tuple[int, bytes, bytes]]:
+    """name -> (the status it gets, the request's head, its body)."""
     publisher, stranger = tokens["publisher"], tokens["stranger"]
     one = orjson.dumps({"messages": [{"value": {"n": 1}, "key": "k"}]})
     packed = msgspec.msgpack.encode({"messages": [{"value": b"\x00\x01", "key": "k"}]})
+    topic = "orders.direct"
+    mine = (("X-Request-Id", "mine-1"),)
+    msgpack = "application/vnd.msgpack"
     return {
-        "acks=1": ("orders.direct", request("orders.direct", one, token=publisher)),
-        "acks=all": (
-            "orders.direct",
-            request("orders.direct", one, token=publisher, query="acks=all"),
-        ),
-        "acks=0": ("orders.direct", request("orders.direct", one, token=publisher, query="acks=0")),
-        "msgpack": (
-            "orders.direct",
-            request(
-                "orders.direct", packed, token=publisher, content_type="application/vnd.msgpack"
-            ),
-        ),
-        "the client's request id": (
-            "orders.direct",
-            request("orders.direct", one, token=publisher, extra=(("X-Request-Id", "mine-1"),)),
-        ),
-        "no token": ("orders.direct", request("orders.direct", one)),
-        "a token that is not valid": (
-            "orders.direct",
-            request("orders.direct", one, token="hrd_00000000_" + "x" * 43),
-        ),
-        "another topic's token": ("orders.direct", request("orders.direct", one, token=stranger)),
-        "not JSON": ("orders.direct", request("orders.direct", b"{nope", token=publisher)),
-        "an unknown member": (
-            "orders.direct",
-            request("orders.direct", b'{"messages":[{"valu":1}]}', token=publisher),
-        ),
-        "acks not known": (
-            "orders.direct",
-            request("orders.direct", one, token=publisher, query="acks=2"),
-        ),
-        "no body": ("orders.direct", request("orders.direct", b"", token=publisher)),
-        "a name too long": (
-            "orders." + "n" * 300,
-            request("orders." + "n" * 300, one, token=publisher),
-        ),
+        "acks=1": (200, *request(topic, one, token=publisher)),
+        "acks=all": (200, *request(topic, one, token=publisher, query="acks=all")),
+        "acks=0": (202, *request(topic, one, token=publisher, query="acks=0")),
+        "msgpack": (200, *request(topic, packed, token=publisher, content_type=msgpack)),
+        "the client's request id": (200, *request(topic, one, token=publisher, extra=mine)),
+        "no token": (401, *request(topic, one)),
+        "a token that is not valid": (401, *request(topic, one, token="hrd_00000000_" + "x" * 43)),
+        "another topic's token": (403, *request(topic, one, token=stranger)),
+        "not JSON": (400, *request(topic, b"{nope", token=publisher)),
+        "an unknown member": (400, *request(topic, b'{"messages":[{"valu":1}]}', token=publisher)),
+        "acks not known": (400, *request(topic, one, token=publisher, query="acks=2")),
+        "no body": (400, *request(topic, b"", token=publisher)),
+        "a name too long": (400, *request("orders." + "n" * 300, one, token=publisher)),
     }
 
 
 async def test_each_publish_is_answered_alike_either_way(served: Served) -> None:
     port = served.server.port
-    for name, (_, (head, body)) in cases(served.tokens).items():
+    for name, (status, head, body) in cases(served.tokens).items():
         (whole,) = await exchange(port, head + body)
         (apart,) = await exchange(port, head, body) if body else await exchange(port, head)
         assert comparable(whole) == comparable(apart), name
+        assert whole.status == status, (name, whole)
         assert whole.header("x-request-id"), name
         if name == "the client's request id":
             assert whole.header("x-request-id") == apart.header("x-request-id") == "mine-1"
-        expected = {"no token": 401, "a token that is not valid": 401, "acks=0": 202}
-        status = expected.get(name, 403 if name == "another topic's token" else None)
-        if status is None:
-            status = (
-                200 if name in ("acks=1", "acks=all", "msgpack", "the client's request id") else 400
-            )
-        assert whole.status == status, (name, whole)
 
 
 async def test_the_records_are_the_ones_sent_whether_the_body_came_whole_or_in_pieces(
@@ -233,16 +215,12 @@ async def test_connection_close_is_kept(served: Served) -> None:
         "orders.close", b'{"messages":[{"value":1}]}', token=served.tokens["publisher"],
         extra=(("Connection", "close"),),
     )  # fmt: skip
-    reader, writer = await asyncio.open_connection("127.0.0.1", served.server.port)
-    try:
+    async with connected(served.server.port) as (reader, writer):
         writer.write(head + body)
-        async with asyncio.timeout(TIMEOUT_S):
-            answer = await read_answer(reader)
-            assert answer.status == 200
-            assert answer.header("connection") == "close"
-            assert await reader.read() == b""  # the server closed it
-    finally:
-        writer.close()
+        answer = await read_answer(reader)
+        assert answer.status == 200
+        assert answer.header("connection") == "close"
+        assert await reader.read() == b""  # the server closed it
 
 
 async def test_expect_100_continue_is_answered_before_the_body(served: Served) -> None:
@@ -250,17 +228,12 @@ async def test_expect_100_continue_is_answered_before_the_body(served: Served) -
         "orders.continue", b'{"messages":[{"value":1}]}', token=served.tokens["publisher"],
         extra=(("Expect", "100-continue"),),
     )  # fmt: skip
-    reader, writer = await asyncio.open_connection("127.0.0.1", served.server.port)
-    try:
+    async with connected(served.server.port) as (reader, writer):
         writer.write(head)
-        async with asyncio.timeout(TIMEOUT_S):
-            interim = await reader.readuntil(b"\r\n\r\n")
-            assert interim.startswith(b"HTTP/1.1 100 ")
-            writer.write(body)
-            answer = await read_answer(reader)
-        assert answer.status == 200
-    finally:
-        writer.close()
+        interim = await reader.readuntil(b"\r\n\r\n")
+        assert interim.startswith(b"HTTP/1.1 100 ")
+        writer.write(body)
+        assert (await read_answer(reader)).status == 200
 
 
 async def test_the_access_log_has_a_line_for_a_publish_served_below_asgi(served: Served) -> None:
