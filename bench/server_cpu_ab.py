@@ -50,14 +50,26 @@ def main() -> int:
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.trees]
     cpu: dict[Path, list[float]] = {tree: [] for tree in trees}
+    p99s: dict[Path, list[float]] = {tree: [] for tree in trees}
     for round_ in range(args.rounds):
         for tree in trees if round_ % 2 == 0 else trees[::-1]:
             us, p50, p99 = one_round(tree, args.acks, args.rate, args.seconds)
             cpu[tree].append(us)
+            p99s[tree].append(p99)
             print(f"round {round_} {tree}: {us:.1f} µs/record (p50 {p50:.2f} ms, p99 {p99:.2f} ms)")
     for tree in trees:
         runs = ", ".join(f"{us:.0f}" for us in cpu[tree])
         print(f"{tree}: median {statistics.median(cpu[tree]):.1f} µs/record [{runs}]")
+    for tree in trees:
+        runs = ", ".join(f"{ms:.2f}" for ms in p99s[tree])
+        print(f"{tree}: median p99 {statistics.median(p99s[tree]):.2f} ms [{runs}]")
+    if len(trees) == 2:
+        pairs = [new / old for old, new in zip(cpu[trees[0]], cpu[trees[1]], strict=True)]
+        tails = [new / old for old, new in zip(p99s[trees[0]], p99s[trees[1]], strict=True)]
+        print(
+            f"second / first, median of the pair-by-pair ratios: CPU {statistics.median(pairs):.3f}, "
+            f"p99 {statistics.median(tails):.3f}"
+        )
     return 0
 
 
