@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-import os
+import random
 import re
 import sys
 import time
@@ -134,8 +134,13 @@ def configure_logging(log_format: str, level: str) -> None:
 
 def request_id_of(scope: Scope) -> str:
     """A request's id: the client's ``X-Request-Id`` if it sent a sane one, else a fresh
-    one (the ASGI layer below and the publish route below ASGI, server/direct_publish.py)."""
-    return _client_request_id(scope) or os.urandom(16).hex()
+    one (the ASGI layer below and the publish route below ASGI, server/direct_publish.py).
+
+    A fresh id names a request in logs; it is no secret, so it comes from ``random``
+    rather than ``os.urandom``, whose ``getrandom`` call lets go of the GIL: the writer
+    thread took it there in the middle of every publish, one more hand-off of the GIL
+    each way per request (issue 27)."""
+    return _client_request_id(scope) or f"{random.getrandbits(128):032x}"
 
 
 def _client_request_id(scope: Scope) -> str | None:

@@ -57,7 +57,9 @@ def test_request_id_is_echoed_or_made(http: httpx.Client) -> None:
         http.get("/healthz", headers={"x-request-id": "abc-123"}).headers["x-request-id"]
         == "abc-123"
     )
-    assert len(http.get("/healthz").headers["x-request-id"]) >= 16
+    made = [http.get("/healthz").headers["x-request-id"] for _ in range(20)]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", made_id) for made_id in made)
+    assert len(set(made)) == len(made)
 
 
 def _sample(text: str, name: str, labels: str = "") -> float:
