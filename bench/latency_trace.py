@@ -6,8 +6,9 @@ fixed rate as ``bench/herald_bench.py`` does, and prints each stage's percentile
 
     client send → server reads the request → headers parsed → request task runs →
     endpoint → Topic.publish → Partition.submit_local → writer thread → written →
-    visible on the loop → delivery task wakes → deliver frame queued → frame
-    written → client has it
+    visible on the loop → delivery task wakes → deliver frame queued → its send starts
+    (in the connection's writer task, or at once in the delivery step) → frame written
+    → client has it
 
 The stamps wrap the server's own functions (and uvicorn's) from outside, so this
 is a tool for finding where time goes, not a benchmark: tracing costs a few µs
@@ -46,7 +47,7 @@ STAGES: list[tuple[str, str]] = [
     ("visible", "hand-off back to the event loop"),
     ("step", "delivery task wakes"),
     ("queued", "delivery step, to the deliver frame queue"),
-    ("framed", "connection's writer task wakes"),
+    ("framed", "to the frame's send (writer task or at once)"),
     ("written", "frame written to the socket"),
     ("got", "server → client reads the frame"),
 ]
@@ -63,6 +64,7 @@ def serve_traced(argv: Sequence[str], out: Path) -> int:
     from server import publish
     from server.cli import main
     from server.http_protocol import DirectRequest, HeaderDeadlineProtocol
+    from server.websocket_protocol import LeanWebSocketProtocol
     from storage.partition import Partition
     from storage.topic import Topic
     from storage.writer import Writer
@@ -193,6 +195,17 @@ def serve_traced(argv: Sequence[str], out: Path) -> int:
 
         return traced
 
+    def send_nowait(original: Any) -> Any:
+        def traced(self: Any, message: bytes, binary: bool) -> bool:
+            at = now()
+            sent: bool = original(self, message, binary)
+            if sent:
+                frames.append(("framed", at, message))
+                frames.append(("written", now(), message))
+            return sent
+
+        return traced
+
     wrap(protocol, "data_received", data_received)
     # The server's protocol class: it serves a publish below ASGI (server/direct_publish.py)
     # or starts uvicorn's request cycle; the stamps are the same either way.
@@ -207,6 +220,7 @@ def serve_traced(argv: Sequence[str], out: Path) -> int:
     wrap(SubscriptionRuntime, "_step", step)
     wrap(ConsumerConnection, "push_records", push_records)
     wrap(ConsumerConnection, "send_now", send_now)
+    wrap(LeanWebSocketProtocol, "send_nowait", send_nowait)
 
     try:
         return main(["serve", *argv])

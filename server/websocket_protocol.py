@@ -14,6 +14,10 @@ more than one waiter. This subclass changes no behaviour on the wire:
 * the keepalive pings (PROTOCOL §3): one timer of the event loop serves every
   connection's pings and pong deadlines (server/keepalive.py) instead of a timer handle
   per connection (about 650 bytes and a libuv timer);
+* a message the app can send at once goes at once: the scope extension `SEND_NOWAIT`
+  (subscribers/connection.py) writes it synchronously when nothing stands in its way
+  (the handshake done, the connection open, the transport not paused), so a consumer's
+  deliver frame needs no task and no loop pass of its own (issue 27 §2);
 * permessage-deflate as uvicorn negotiates it (window bits 12, memLevel 5), but its zlib
   streams made at the first message that needs them, and messages under 256 bytes sent
   uncompressed until then (the `ready` frame): a compressor of those settings holds
@@ -38,12 +42,13 @@ from websockets.extensions.permessage_deflate import (
 )
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
-from websockets.protocol import Protocol
+from websockets.protocol import OPEN, Protocol
 from websockets.server import ServerProtocol
 from websockets.typing import ExtensionParameter
 
 from delivery.flag import Flag
 from server.keepalive import KeepaliveWheel, wheel_of
+from subscribers.connection import SEND_NOWAIT
 
 # Messages shorter than this go uncompressed while no compressor exists (see encode).
 _UNCOMPRESSED_BELOW = 256
@@ -122,9 +127,39 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
         # connection's life. uvicorn hands over exactly the request's bytes, so here the
         # parser has nothing buffered and waits for a frame's first byte: a fresh frame
         # parser is in the same state. Not after a rejection (the parser discards then).
-        if self.response.status_code == 101 and not conn.reader.buffer:
+        if self.response.status_code != 101:
+            return  # refused by websockets itself: no scope, no app
+        if not conn.reader.buffer:
             conn.parser = Protocol.parse(conn)
             next(conn.parser)
+        self.scope["extensions"][SEND_NOWAIT] = self.send_nowait
+
+    def send_nowait(self, message: bytes, binary: bool) -> bool:
+        """Write one message (UTF-8 text, or binary) now and say True; False, having done
+        nothing, when it cannot go at once: then the app sends it the ASGI way, which
+        waits for a paused transport and raises for a connection gone."""
+        if (
+            not self.handshake_complete
+            or self.disconnected
+            or self.close_sent
+            or self.initial_response is not None
+            or not self.writable.is_set()
+            or self.conn.state is not OPEN
+            or self.transport.is_closing()
+        ):
+            return False
+        if binary:
+            self.conn.send_binary(message)
+        else:
+            self.conn.send_text(message)
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope.pop("extensions", None)  # SEND_NOWAIT: the scope lets go of this object
 
     def start_keepalive(self) -> None:
         # uvicorn calls this once, right after the handshake's response is written: the
@@ -135,11 +170,12 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
         # Nor the scope's handshake-only parts: the request's headers (read by the layers
         # that decide on the handshake: request id, client cap, access, relaying to a
         # coordinator; none after the accept), the ASGI version and the denial-response
-        # extension (usable only before the accept). About 1.2 KiB a connection.
+        # extension (usable only before the accept). About 1.2 KiB a connection. Only
+        # SEND_NOWAIT stays, until the connection is lost.
         scope: dict[str, Any] = self.scope  # type: ignore[assignment]
         scope["headers"] = ()
         scope.pop("asgi", None)
-        scope.pop("extensions", None)
+        scope["extensions"] = {SEND_NOWAIT: self.send_nowait}
         super().start_keepalive()
 
     # -- keepalive: PROTOCOL §3's pings through the loop's one wheel (server/keepalive.py)

@@ -10,6 +10,12 @@ queued only against credit the client granted, so that outbox is bounded by the
 credit (≤ 1,000,000 records); the control outbox is bounded by count and the
 reader waits for room, so a client that stops reading stops being read.
 
+A deliver frame goes out at once, in the engine's own step, when nothing else waits to
+be written and the ASGI server offers the scope extension ``SEND_NOWAIT`` (Herald's
+own WebSocket protocol does, server/websocket_protocol.py): no writer task and no loop
+pass of its own per frame (issue 27 §2). Otherwise, and whenever the socket cannot take
+it at once, the writer task sends it.
+
 Frames are encoded by the connection's codec (subscribers/codec.py), chosen in the
 handshake: JSON in text frames, or msgpack in binary frames.
 """
@@ -31,6 +37,12 @@ from subscribers.codec import JSON, Codec
 from subscribers.frames import BadFrame
 
 log = logging.getLogger(__name__)
+
+# The scope extension an ASGI server may offer: (message, binary) -> bool, which writes
+# one message at once and says True, or does nothing and says False when it cannot
+# (handshake not done, transport paused, connection closing).
+SEND_NOWAIT = "herald.send_nowait"
+SendNowait = Callable[[bytes, bool], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +89,9 @@ class ConsumerConnection:
         self.disconnected = False  # the client went away (or a send failed)
         self.bad_frames = 0
         self.on_written: Callable[[], None] | None = None  # after each deliver frame left
+        self._send_nowait: SendNowait | None = websocket.scope.get("extensions", {}).get(
+            SEND_NOWAIT
+        )
 
     # -- called on the loop, never block --------------------------------------------
 
@@ -91,7 +106,8 @@ class ConsumerConnection:
             self._records_bytes += len(item)
         if len(records) != before:
             self._drained.clear()
-            self._start_writer()
+            if not self._write_at_once():
+                self._start_writer()
 
     def request_close(self, code: int, reason: str) -> None:
         """Close once what is queued has been written; the first request wins."""
@@ -215,18 +231,50 @@ class ConsumerConnection:
         finally:
             self._writer = None
 
+    def _write_at_once(self) -> bool:
+        """Write the queued records now, if nothing else waits to be written (the writer
+        task, control frames, a close) and the socket takes every frame at once; else
+        False, with what is left still queued for the writer task."""
+        send = self._send_nowait
+        if send is None or self._group is None or self._writer is not None:
+            return False  # `_group` None: not running yet, the `ready` frame goes first
+        if self._control or self._close is not None:
+            return False
+        records, binary = self._records, self.codec.binary
+        while records:
+            n, size = self._next_batch()
+            if not send(self.codec.deliver_frame(records[:n]), binary):
+                return False
+            del records[:n]
+            self._records_bytes -= size
+        self._drained.set()
+        if self.on_written is not None:
+            # Not inside the engine's step that pushed these records: right after it, as
+            # from the writer task.
+            asyncio.get_running_loop().call_soon(self._written)
+        return True
+
+    def _written(self) -> None:
+        if self.on_written is not None:
+            self.on_written()
+
     def _next_deliver_frame(self) -> bytes:
-        """As many queued records as fit one frame; always at least one (PROTOCOL §3:
-        a frame carries 1..k records, never more than the credit already spent on them)."""
+        n, size = self._next_batch()
+        batch = self._records[:n]
+        del self._records[:n]
+        self._records_bytes -= size
+        return self.codec.deliver_frame(batch)
+
+    def _next_batch(self) -> tuple[int, int]:
+        """(n, bytes) of the first queued records that fit one frame; always at least one
+        (PROTOCOL §3: a frame carries 1..k records, never more than the credit already
+        spent on them)."""
         records, budget = self._records, self.settings.max_frame_bytes
         size, n = len(records[0]), 1
         while n < len(records) and size + len(records[n]) + 1 <= budget:
             size += len(records[n]) + 1
             n += 1
-        batch = records[:n]
-        del records[:n]
-        self._records_bytes -= size - (n - 1)
-        return self.codec.deliver_frame(batch)
+        return n, size - (n - 1)
 
     def _lost(self, on_disconnect: Callable[[], None]) -> None:
         if not self.disconnected:

@@ -1,5 +1,6 @@
-"""server/http_protocol.py's protocol, served by a real uvicorn (the server's HTTP and
-WebSocket protocol classes) on a loopback port, to real WebSocket clients."""
+"""server/http_protocol.py's and server/websocket_protocol.py's protocols, served by a
+real uvicorn (the server's HTTP and WebSocket protocol classes) on a loopback port, to
+real HTTP and WebSocket clients."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from server.http_protocol import (
     guarded_protocol,
 )
 from server.websocket_protocol import LeanWebSocketProtocol
+from subscribers.connection import SEND_NOWAIT
 
 SOCKETS = 20
 
@@ -157,5 +159,97 @@ async def test_a_body_not_all_there_with_its_headers_goes_the_asgi_way() -> None
             assert await asyncio.wait_for(answer(reader), 30) == b"asgi"
             writer.write(whole[-5:] + whole)  # the rest of that body, then the request whole
             assert await asyncio.wait_for(answer(reader), 30) == b"0123456789"
+        finally:
+            writer.close()
+
+
+class SendNowaitApp:
+    """Accepts a WebSocket and sends through the scope's SEND_NOWAIT what the test asks
+    for; ``said`` has what each call answered."""
+
+    def __init__(self, before_accept: bool = False) -> None:
+        self.before_accept = before_accept
+        self.said: list[bool] = []
+        self.messages: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue()
+        self.gone = asyncio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        send_nowait = scope["extensions"][SEND_NOWAIT]
+        await receive()  # websocket.connect
+        if self.before_accept:
+            self.said.append(send_nowait(b"early", False))
+        await send({"type": "websocket.accept"})
+        reading = asyncio.ensure_future(receive())
+        while True:
+            taking = asyncio.ensure_future(self.messages.get())
+            await asyncio.wait([taking, reading], return_when=asyncio.FIRST_COMPLETED)
+            if reading.done():  # the client went away (it sends nothing else)
+                taking.cancel()
+                self.said.append(send_nowait(b"late", False))
+                self.gone.set()
+                return
+            self.said.append(send_nowait(*taking.result()))
+
+
+async def test_send_nowait_writes_each_message_at_once_once_accepted() -> None:
+    """Text and binary, in the order sent; before the accept it declines and writes
+    nothing (the handshake's answer must come first)."""
+    app = SendNowaitApp(before_accept=True)
+    async with served(app) as url, websockets.connect(url) as ws:
+        for message in [(b"one", False), (b"\x00\x01two", True), ("\u00e9".encode(), False)]:
+            app.messages.put_nowait(message)
+        got = [await asyncio.wait_for(ws.recv(), 30) for _ in range(3)]
+        assert got == ["one", b"\x00\x01two", "\u00e9"]
+        assert app.said == [False, True, True, True]
+
+
+async def test_send_nowait_declines_once_the_client_is_gone() -> None:
+    app = SendNowaitApp()
+    async with served(app) as url:
+        async with websockets.connect(url) as ws:
+            app.messages.put_nowait((b"one", False))
+            assert await asyncio.wait_for(ws.recv(), 30) == "one"
+        await asyncio.wait_for(app.gone.wait(), 30)
+        assert app.said == [True, False]
+
+
+async def test_send_nowait_declines_while_the_transport_is_paused() -> None:
+    """A client that reads nothing past the handshake fills the socket's buffers; the
+    server's transport pauses, and from then on SEND_NOWAIT says False instead of
+    buffering without bound. Every message it said True to arrives whole."""
+    chunk = b"x" * (256 * 1024)
+    said: list[bool] = []
+
+    async def fill(scope: Scope, receive: Receive, send: Send) -> None:
+        send_nowait = scope["extensions"][SEND_NOWAIT]
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        for _ in range(400):  # 100 MiB at most: loopback's buffers take a few MiB
+            said.append(send_nowait(chunk, True))
+            if not said[-1]:
+                break
+            await asyncio.sleep(0)  # the loop runs: the transport can pause
+        while (await receive())["type"] != "websocket.disconnect":
+            pass
+
+    async with served(fill) as url:
+        reader, writer = await asyncio.open_connection("127.0.0.1", urlsplit(url).port)
+        try:
+            writer.write(
+                b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+            assert b" 101 " in await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            for _ in range(3000):  # 60 s; the stream reader stops reading at 64 KiB
+                if said and (not said[-1] or len(said) == 400):
+                    break
+                await asyncio.sleep(0.02)
+            assert said[-1] is False, "the transport never paused"
+            accepted = said.count(True)
+            assert said == [True] * accepted + [False]
+            for _ in range(accepted):  # binary, 256 KiB: opcode, 127, 8 bytes of length
+                head = await asyncio.wait_for(reader.readexactly(10), 30)
+                assert head == b"\x82\x7f" + len(chunk).to_bytes(8, "big")
+                assert await asyncio.wait_for(reader.readexactly(len(chunk)), 30) == chunk
         finally:
             writer.close()

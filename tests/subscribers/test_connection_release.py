@@ -2,9 +2,9 @@
 cycle collector: a server holding hundreds of thousands of long-lived objects seldom
 runs a full collection (issue 27 §3), so garbage in a cycle stays for a long while.
 
-The server runs in this process (uvicorn on a free loopback port, as `herald serve` runs
-it), so that the test can hold a weak reference to a connection's session and see it
-go, with the collector off, once the client closes.
+The server runs in this process (conftest's `served`: uvicorn on a free loopback port,
+as `herald serve` runs it), so that the test can hold a weak reference to a
+connection's session and see it go, with the collector off, once the client closes.
 """
 
 from __future__ import annotations
@@ -12,50 +12,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 import websockets
 
-from server.app import create_app
-from server.config import ServerConfig
-from server.websocket_protocol import LeanWebSocketProtocol
 from subscribers.session import ConsumerSession
 from subscribers.tail import TailSession
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[Any, str]]:
-    """(the app, its base URL), served by uvicorn in this process."""
-    app = create_app(ServerConfig(data_dir=tmp_path / "data"))
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        loop="none",  # this test's loop
-        interface="asgi3",
-        ws=LeanWebSocketProtocol,
-        lifespan="on",
-        log_config=None,
-    )
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
-    async with asyncio.timeout(30):
-        while not server.started:
-            assert not serving.done(), "the server did not start"
-            await asyncio.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield app, f"127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await serving
 
 
 def the_one(kind: type[Any]) -> weakref.ref[Any]:
