@@ -13,10 +13,18 @@ running) are left out.
 
     python -m bench.server_profile [--rate 2000] [--seconds 20] [--acks 1] [--raw OUT]
     python -m bench.server_profile --bulk 300000 [--acks 1]
+    python -m bench.server_profile --perf [--bulk N]
 
 ``--bulk N`` profiles ``herald_bench``'s throughput workload instead (N records of 1 KiB
 published in batches of 500 by 4 concurrent requests, each delivered and acked): where
 the server's CPU per record goes in bulk.
+
+``--perf`` samples with Linux perf instead of py-spy (``perf record -g``, every thread,
+the kernel included): the server's CPU per record split by shared object (the
+interpreter, the kernel, uvloop, the C extensions) and the kernel's share by system call
+(inclusive: a socket write on loopback carries the receiving side's TCP work too). It
+sees what py-spy's "event loop" stage holds, which no Python frame names. Needs
+``perf`` (linux-perf) and the right to profile the server.
 
 Needs ``py-spy`` (in the venv or on the PATH) and the right to ptrace the server
 (root, or ``kernel.yama.ptrace_scope=0``). A sampling profile: shares are good to a
@@ -34,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 from bench import herald_bench
 from bench.common import herald_server
@@ -138,17 +147,30 @@ def cpu_seconds_of_task(pid: int, tid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def sample(spy: str, args: argparse.Namespace, raw_path: str) -> tuple[int, float, float]:
-    """Run the workload under py-spy: (records, main thread CPU s, other threads' CPU s)."""
+# System calls the kernel's share is split into under --perf: (perf's symbol, label).
+SYSCALLS = [
+    ("ksys_write", "write: socket sends (with loopback's receive), the log"),
+    ("ksys_read", "read: socket receives, eventfd"),
+    ("__x64_sys_futex", "futex: the GIL, the writer thread's wake"),
+    ("__x64_sys_epoll_pwait", "epoll_pwait"),
+    ("__do_sys_io_uring_enter", "io_uring_enter: libuv's epoll_ctl batches"),
+    ("__x64_sys_fdatasync", "fdatasync"),
+]
+
+
+def sample(
+    sampler_argv: Callable[[int], list[str]], args: argparse.Namespace
+) -> tuple[int, float, float]:
+    """Run the workload under a sampler (its argv for the server's pid; it ends at
+    SIGINT): (records, main thread CPU s, other threads' CPU s)."""
     with herald_server() as (url, pid):
         if args.bulk:
             asyncio.run(herald_bench.throughput(url, pid, args.acks, 20_000, 500, 4, False))
         else:  # warm
             asyncio.run(herald_bench.timed_deliveries(url, args.acks, args.rate, 1.0, False))
         main_before, other_before = thread_cpu(pid)
-        record = ["record", "--pid", str(pid), "--rate", "500", "--format", "raw", "--nonblocking"]
         sampler = subprocess.Popen(
-            [spy, *record, "--output", raw_path],  # until the server ends (or SIGINT)
+            sampler_argv(pid),  # until the server ends (or SIGINT)
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -161,11 +183,41 @@ def sample(spy: str, args: argparse.Namespace, raw_path: str) -> tuple[int, floa
                 records = len(asyncio.run(run)[1])
             main_after, other_after = thread_cpu(pid)
         finally:
-            sampler.send_signal(signal.SIGINT)  # py-spy writes what it sampled and ends
+            sampler.send_signal(signal.SIGINT)  # the sampler writes what it sampled and ends
             _, errors = sampler.communicate(timeout=120)
     if sampler.returncode not in (0, -signal.SIGINT):
-        raise RuntimeError(f"py-spy failed: {errors.decode(errors='replace')}")
+        raise RuntimeError(f"the sampler failed: {errors.decode(errors='replace')}")
     return records, main_after - main_before, other_after - other_before
+
+
+def perf_shares(perf: str, data: str, *how: str) -> list[tuple[float, str]]:
+    """(percent, name) rows of ``perf report`` over ``data``, sorted and shaped by ``how``."""
+    report = subprocess.run(
+        [perf, "report", "-i", data, "--stdio", "-q", "-g", "none", *how],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = []
+    for line in report.splitlines():
+        fields = line.split()
+        if fields and fields[0].endswith("%"):
+            rows.append((float(fields[0].rstrip("%")), fields[-1]))
+    return rows
+
+
+def print_perf(perf: str, data: str, us_per_record: float) -> None:
+    print("by shared object (self):")
+    for percent, dso in perf_shares(perf, data, "--no-children", "--sort", "dso")[:8]:
+        print(f"  {dso:<55} {percent:>5.1f}% {percent / 100 * us_per_record:>7.1f} µs")
+    inclusive = {
+        symbol: percent
+        for percent, symbol in perf_shares(perf, data, "--children", "--sort", "sym")
+    }
+    print("the kernel's, by system call (inclusive):")
+    for symbol, label in SYSCALLS:
+        percent = inclusive.get(symbol, 0.0)
+        print(f"  {label:<55} {percent:>5.1f}% {percent / 100 * us_per_record:>7.1f} µs")
 
 
 def print_thread(title: str, counts: collections.Counter[str], us_per_record: float) -> None:
@@ -185,7 +237,10 @@ def main() -> int:
     parser.add_argument(
         "--bulk", type=int, metavar="N", help="profile N records of the throughput workload"
     )
+    parser.add_argument("--perf", action="store_true", help="sample with Linux perf instead")
     args = parser.parse_args()
+    if args.perf:
+        return main_perf(args)
     # The venv's own (pip install py-spy) first: running its python does not put its
     # bin/ on the PATH.
     spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
@@ -194,24 +249,50 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="herald-profile-") as tmp:
         raw_path = args.raw or os.path.join(tmp, "stacks.txt")
-        records, main_s, other_s = sample(spy, args, raw_path)
+        record = ["record", "--rate", "500", "--format", "raw", "--nonblocking"]
+        records, main_s, other_s = sample(
+            lambda pid: [spy, *record, "--pid", str(pid), "--output", raw_path], args
+        )
         with open(raw_path) as stacks:
             main_counts, other_counts = stages_of(stacks.read())
     if not records:
         raise RuntimeError("no record was delivered")
     main_us, other_us = main_s / records * 1e6, other_s / records * 1e6
-    workload = (
-        f"{records:,} records in batches of 500, 4 requests at a time"
-        if args.bulk
-        else f"{args.rate} one-record publishes/s for {args.seconds:g} s"
-    )
     print(
-        f"acks={args.acks}, {workload}: server CPU {main_us + other_us:.1f} µs per record "
+        f"acks={args.acks}, {describe(args, records)}: server CPU {main_us + other_us:.1f} µs per record "
         f"published, delivered and acked; load average {os.getloadavg()[0]:.1f}"
     )
     print_thread("event loop thread", main_counts, main_us)
     print_thread("other threads (writer, thread pool)", other_counts, other_us)
     return 0
+
+
+def main_perf(args: argparse.Namespace) -> int:
+    perf = shutil.which("perf")
+    if perf is None:
+        print("perf is not on the PATH (apt-get install linux-perf)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="herald-profile-") as tmp:
+        data = os.path.join(tmp, "perf.data")
+        records, main_s, other_s = sample(
+            lambda pid: [perf, "record", "-F", "999", "-g", "-p", str(pid), "-o", data], args
+        )
+        if not records:
+            raise RuntimeError("no record was delivered")
+        us = (main_s + other_s) / records * 1e6
+        print(
+            f"acks={args.acks}, {describe(args, records)}: server CPU {us:.1f} µs per record "
+            f"published, delivered and acked (every thread); load average "
+            f"{os.getloadavg()[0]:.1f}"
+        )
+        print_perf(perf, data, us)
+    return 0
+
+
+def describe(args: argparse.Namespace, records: int) -> str:
+    if args.bulk:
+        return f"{records:,} records in batches of 500, 4 requests at a time"
+    return f"{args.rate} one-record publishes/s for {args.seconds:g} s"
 
 
 if __name__ == "__main__":
