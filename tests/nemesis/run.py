@@ -109,7 +109,13 @@ async def run(
         violations = await _exercise(cluster, history, firewall, disks, seed, minutes, notes, churn)
         if violations and disks:  # the disks go with the run: a post-mortem needs their files
             for name, node in cluster.nodes.items():
-                await asyncio.to_thread(shutil.copytree, node.data_dir, out / "kept" / name)
+                try:
+                    await asyncio.to_thread(shutil.copytree, node.data_dir, out / "kept" / name)
+                except shutil.Error as unreadable:  # copied what it could read
+                    notes.append(
+                        f"{name}'s data directory kept without {len(unreadable.args[0])} "
+                        "unreadable files (its disk's faults)"
+                    )
     result = report.build(
         history, violations, seed=seed, minutes=minutes, nodes=size, notes=notes, churn=churn
     )
