@@ -33,6 +33,11 @@ from dataclasses import dataclass
 
 CURSOR_EVERY_S = 0.3  # a coordinator's death redelivers at most ~this much acked work
 CLAIM_PAUSE_S = 1.5
+# A coordinator that cannot run a subscription here this long (its disk fails: full, or a
+# directory it cannot read) gives it up, and claims it again only after SHUN_S, unless no
+# other node is live: a disk that stays broken must not hold a subscription for good.
+GIVE_UP_AFTER_S = 10.0
+SHUN_S = 60.0
 
 
 def subscriptions_prefix(cluster: str) -> str:

@@ -10,7 +10,10 @@ the keys and the choice of node: cluster/coordination.py).
 - it replicates the cursors the engine saves, each write guarded by "the coordinator
   key is mine, under my lease" and by the subscription id it was adopted as;
 - past its lease, with etcd working for another node (cluster/fence.py), it stops every
-  runtime here rather than run two coordinators of one subscription.
+  runtime here rather than run two coordinators of one subscription;
+- a subscription it cannot run here for ``GIVE_UP_AFTER_S`` (the disk fails: a full one,
+  or a directory it can no longer read) it gives up, so that another node claims it, and
+  it does not claim that one again for ``SHUN_S`` while another node is live.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from cluster.clock import lease_clock
 from cluster.coordination import (
     CLAIM_PAUSE_S,
     CURSOR_EVERY_S,
+    GIVE_UP_AFTER_S,
+    SHUN_S,
     Coordinator,
     coordinators_prefix,
     cursors_prefix,
@@ -95,6 +100,8 @@ class SubscriptionCoordinator:
         *,
         caught_up: Callable[[str], bool],
         changed: Callable[[], None],
+        give_up_after_s: float = GIVE_UP_AFTER_S,
+        shun_s: float = SHUN_S,
     ) -> None:
         self.etcd = etcd
         self.cluster = cluster
@@ -113,6 +120,10 @@ class SubscriptionCoordinator:
         self._unclaimed_since: dict[str, float] = {}
         self._cursors: dict[str, bytes] = {}  # name -> latest cursor not yet in etcd
         self._cursor_wake = asyncio.Event()
+        self._give_up_after_s = give_up_after_s
+        self._shun_s = shun_s
+        self._failing_since: dict[str, float] = {}  # name -> its first failed start here
+        self._shunned_until: dict[str, float] = {}  # name -> given up here until then
 
     # ------------------------------------------------------------------ queries
 
@@ -233,6 +244,8 @@ class SubscriptionCoordinator:
                 self._unclaimed_since.pop(name, None)
                 continue
             since = self._unclaimed_since.setdefault(name, now)
+            if self._shunned_until.get(name, 0.0) > now and live != [self.node_id]:
+                continue  # given up here: another live node takes it
             preferred = preferred_coordinator(name, live)
             if self.membership.holds_lease() and (
                 preferred == self.node_id or now - since > CLAIM_PAUSE_S
@@ -259,13 +272,38 @@ class SubscriptionCoordinator:
                 cursor.mod_revision if cursor is not None else 0,
             )
             await host.adopt(name, self.view.subscriptions[name], cursor.value if cursor else None)
+            self._failing_since.pop(name, None)
             log.info("coordinating subscription %s", name)
         except EtcdUnavailable as exc:
             log.info("taking subscription %s: %s", name, exc)
         except OSError as exc:  # its cursor could not be written here (a full disk...)
-            log.error("running subscription %s here failed (tried again): %s", name, exc)
+            self._adopted.pop(name, None)
+            since = self._failing_since.setdefault(name, lease_clock())
+            if lease_clock() - since < self._give_up_after_s:
+                log.error("running subscription %s here failed (tried again): %s", name, exc)
+            else:
+                log.error("running subscription %s here failed, giving it up: %s", name, exc)
+                await self._give_up(name, lease)
         except Exception:
             log.exception("running subscription %s here failed", name)
+
+    async def _give_up(self, name: str, lease: int) -> None:
+        """Let go of the claim on a subscription this node cannot run, if it is still
+        this node's under ``lease``, and stay away from it for a while (SHUN_S)."""
+        key = coordinators_prefix(self.cluster) + name
+        try:
+            result = await self.etcd.txn(
+                [Compare.value(key, "=", self.node_id), Compare.lease(key, "=", lease)],
+                [Delete.of(key)],
+            )
+        except EtcdUnavailable as exc:
+            log.info("giving up subscription %s: %s (tried again)", name, exc)
+            return
+        self._failing_since.pop(name, None)
+        self._shunned_until[name] = lease_clock() + self._shun_s
+        if result.succeeded:
+            self.view.coordinators.pop(name, None)
+            self._changed()
 
     async def _claim(self, name: str) -> None:
         key = coordinators_prefix(self.cluster) + name

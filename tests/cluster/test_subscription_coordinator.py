@@ -5,10 +5,16 @@ cursors of what it runs — never one of a subscription deleted and created sinc
 from __future__ import annotations
 
 import asyncio
+import errno
 
 import orjson
 
-from cluster.coordination import coordinators_prefix, cursors_prefix, subscriptions_prefix
+from cluster.coordination import (
+    CLAIM_PAUSE_S,
+    coordinators_prefix,
+    cursors_prefix,
+    subscriptions_prefix,
+)
 from cluster.etcd import EtcdClient
 from cluster.membership import Membership
 from cluster.metadata import MetadataView
@@ -189,3 +195,60 @@ async def test_a_runtime_that_ended_during_a_flush_never_writes_its_cursor(
     await flush
 
     assert await etcd.get(cursors_prefix(CLUSTER) + "s") is None
+
+
+class BrokenDiskHost(Host):
+    """A node whose disk no longer lets it start a subscription (the nemesis, seed 2811:
+    a failing disk's `cursors` directory unreadable, EBADMSG, for good)."""
+
+    async def adopt(self, name: str, config: bytes, cursor: bytes | None) -> None:
+        raise OSError(errno.EBADMSG, "Bad message", "cursors")
+
+
+async def test_a_subscription_this_node_cannot_run_is_given_up_to_the_others(
+    etcd: EtcdClient, membership: Membership
+) -> None:
+    """It tries again for a while, then deletes its claim, and does not claim it again
+    while another node is live, preferred or not; alone, it does."""
+    async with Membership(
+        etcd, cluster=CLUSTER, node_id="n2", advertise_url="http://127.0.0.1:9", ttl_s=5
+    ) as other:
+        both = {**membership.members, "n2": other.members["n2"]}
+        alone = {"n1": membership.members["n1"]}
+        view = MetadataView(etcd, CLUSTER, keys=None, changed=lambda: None)
+        subscriptions = SubscriptionCoordinator(
+            etcd,
+            CLUSTER,
+            "n1",
+            membership,
+            view,
+            fence_alone(membership),
+            caught_up=lambda topic: True,
+            changed=lambda: None,
+            give_up_after_s=0.3,
+        )
+        subscriptions.host = BrokenDiskHost()
+        key = coordinators_prefix(CLUSTER) + "s"
+        assert await subscriptions.create("s", CONFIG)
+        await etcd.put(key, "n1", lease=membership.lease_id)
+
+        await view.load()
+        await subscriptions.reconcile(both)  # fails: tried again
+        claim = await etcd.get(key)
+        assert claim is not None and claim.value == b"n1"
+
+        await asyncio.sleep(0.4)
+        await view.load()
+        await subscriptions.reconcile(both)  # fails past the bound: given up
+        assert await etcd.get(key) is None
+
+        await asyncio.sleep(CLAIM_PAUSE_S + 0.2)  # past the pause: anyone may claim it
+        for _ in range(2):
+            await view.load()
+            await subscriptions.reconcile(both)
+        assert await etcd.get(key) is None, "claimed again while another node is live"
+
+        await view.load()
+        await subscriptions.reconcile(alone)
+        claim = await etcd.get(key)
+        assert claim is not None and claim.value == b"n1", "alone, it tries again"
