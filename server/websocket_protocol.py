@@ -132,7 +132,8 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
         if not conn.reader.buffer:
             conn.parser = Protocol.parse(conn)
             next(conn.parser)
-        self.scope["extensions"][SEND_NOWAIT] = self.send_nowait
+        scope: dict[str, Any] = self.scope  # type: ignore[assignment]
+        scope["extensions"][SEND_NOWAIT] = self.send_nowait
 
     def send_nowait(self, message: bytes, binary: bool) -> bool:
         """Write one message (UTF-8 text, or binary) now and say True; False, having done
