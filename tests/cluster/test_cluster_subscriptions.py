@@ -6,6 +6,7 @@ nothing that was not acked."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,7 @@ import httpx
 import pytest
 import websockets
 
+from cluster.coordination import preferred_coordinator
 from herald import Consumer, Producer, Tail
 from herald.message import Message
 from tests.cluster.nodes import HeraldCluster
@@ -551,3 +553,50 @@ def test_with_etcd_stopped_the_coordinator_goes_on_delivering(
         30.0,
         "backlog 0 after the last acks",
     )
+
+
+def test_a_coordinator_whose_disk_cannot_start_a_subscription_gives_it_up(
+    herald_cluster: HeraldCluster,
+) -> None:
+    """A node whose disk no longer takes a subscription's cursor (its `cursors` directory
+    a file now: every cursor write fails, ENOTDIR, as a directory the disk can no longer
+    read failed in the nemesis) claims the subscription it is preferred for, cannot start
+    it, and gives it up (cluster/coordination.py GIVE_UP_AFTER_S); another node runs it,
+    and a consumer that connects to the broken node gets every record."""
+    cluster = herald_cluster
+    cluster.create_topic("broken", partitions=3, replication_factor=3)
+    names = (f"sub-{i}" for i in range(1000))
+    sub = next(n for n in names if preferred_coordinator(n, ["n1", "n2", "n3"]) == "n2")
+    cursors = cluster.nodes["n2"].data_dir / "cursors"
+    shutil.rmtree(cursors)
+    cursors.write_bytes(b"")
+    config = {"topic": "broken", "start": "earliest"}
+
+    def created() -> bool:
+        # 503 "try again" while its coordinator cannot start it; then 200, the same config.
+        answer = cluster.put("n1", f"/v1/subscriptions/{sub}", config)
+        assert answer.status_code in (200, 201, 503), answer.text
+        return answer.status_code != 503
+
+    cluster.wait_for(created, 90.0, f"subscription {sub} created and running")
+    cluster.wait_for(
+        lambda: "giving it up" in cluster.nodes["n2"].log(), 90.0, "n2 giving the subscription up"
+    )
+    wait_coordinated(cluster, sub, not_on="n2")
+    asyncio.run(publish([cluster.nodes["n1"].url], "broken", 50))
+
+    async def take() -> list[int]:
+        values: list[int] = []
+        consumer = Consumer(cluster.nodes["n2"].url, sub, credit=100)
+        try:
+            async with asyncio.timeout(60):
+                async for message in consumer:
+                    values.append(int(message.value))
+                    await message.ack()
+                    if len(set(values)) == 50:
+                        break
+        finally:
+            await consumer.close()
+        return values
+
+    assert set(asyncio.run(take())) == set(range(50))
