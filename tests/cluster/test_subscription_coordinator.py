@@ -48,8 +48,10 @@ class Host:
 
 
 async def coordinator(
-    etcd: EtcdClient, membership: Membership
+    etcd: EtcdClient, membership: Membership, host: Host | None = None, **tuning: float
 ) -> tuple[SubscriptionCoordinator, MetadataView, Host]:
+    """Node n1's coordinator over ``host`` (a plain Host if none); ``tuning``: its
+    keyword bounds (give_up_after_s, shun_s)."""
     view = MetadataView(etcd, CLUSTER, keys=None, changed=lambda: None)
     fence = fence_alone(membership)
     subscriptions = SubscriptionCoordinator(
@@ -61,8 +63,9 @@ async def coordinator(
         fence,
         caught_up=lambda topic: True,
         changed=lambda: None,
+        **tuning,
     )
-    subscriptions.host = host = Host()
+    subscriptions.host = host = host or Host()
     return subscriptions, view, host
 
 
@@ -215,19 +218,9 @@ async def test_a_subscription_this_node_cannot_run_is_given_up_to_the_others(
     ) as other:
         both = {**membership.members, "n2": other.members["n2"]}
         alone = {"n1": membership.members["n1"]}
-        view = MetadataView(etcd, CLUSTER, keys=None, changed=lambda: None)
-        subscriptions = SubscriptionCoordinator(
-            etcd,
-            CLUSTER,
-            "n1",
-            membership,
-            view,
-            fence_alone(membership),
-            caught_up=lambda topic: True,
-            changed=lambda: None,
-            give_up_after_s=0.3,
+        subscriptions, view, _ = await coordinator(
+            etcd, membership, BrokenDiskHost(), give_up_after_s=0.3
         )
-        subscriptions.host = BrokenDiskHost()
         key = coordinators_prefix(CLUSTER) + "s"
         assert await subscriptions.create("s", CONFIG)
         await etcd.put(key, "n1", lease=membership.lease_id)
